@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_decompose import fsdp_dag
 
-from bridge.columns import completions_from_columns, completions_to_columns
+from bridge.columns import completion_columns, completions_from_columns, completions_to_columns
 from bridge.netserver import NetServer
 from bridge.protocol import MAX_MESSAGE_BYTES, decode, encode
 from bridge.runspec import RunSpec
@@ -135,8 +135,9 @@ class _Replayed:
     """A worker pool of none: each round's messages checked byte for byte against a dump's, its replies served from
     the dump in the order they came (decoded as the driver decodes a worker's)."""
 
-    def __init__(self, d: Path, starting: bool = False) -> None:
+    def __init__(self, d: Path, starting: bool = False, marks: Callable[[], Any] = lambda: 0) -> None:
         self.starting = starting  # (the driver then keeps its books before the first round, beside the workers' start)
+        self.marks = marks  # (with `starting`: a part boundary after the first round's messages)
         n = len(json.loads((d / "meta.json").read_text())["replies"])
         self.workers = [argparse.Namespace(index=i, pid=0, pieces=[]) for i in range(n)]
         self.curve = False
@@ -151,6 +152,8 @@ class _Replayed:
         for i, (t, out, until) in posts.items():
             if post_message(t, out, until) != self.messages[i].get(r):
                 self.unequal.append((r, i))
+        if r == 0 and self.starting:
+            self.marks()
         if sorted(posts) != sorted(i for i, _ in self.replies[r]):
             raise SystemExit(f"driver: round {r} goes to workers {sorted(posts)}, the dump's to others")
         return ((i, _reply(decode(raw, MAX_MESSAGE_BYTES))) for i, raw in self.replies[r])
@@ -170,7 +173,7 @@ class _Replayed:
 
 def _reply(msg: Any) -> RoundReply:
     """A worker's "posted" message as the driver's pool reads it (`bridge.workers.ServerPool._replies`)."""
-    done = completions_from_columns(msg["done"])
+    done = completion_columns(msg["done"])
     return RoundReply(done, msg["bounds"], msg["cpu"], msg["wall"], msg["now"], msg["next"], msg["in_flight"])
 
 
@@ -182,7 +185,8 @@ def _driven(
     sim: HybridDecomposedSimulator, flows: list[Any], marks: Callable[[], Any]
 ) -> tuple[list[Completion], float]:
     """`_submit_drain` of the driver, with a mark before and after the books of a large batch (the workers place
-    their flows meanwhile)."""
+    their flows meanwhile) and before and after its own work while the workers run a later round
+    (`_while_round`)."""
     book: Callable[..., None] = sim._book
 
     def marked_book(*a: Any, handed: bool) -> None:
@@ -193,6 +197,14 @@ def _driven(
             marks()
 
     sim._book = marked_book  # type: ignore[method-assign,assignment]
+    own: Callable[[], None] = sim._while_round
+
+    def marked_own() -> None:
+        marks()
+        own()
+        marks()
+
+    sim._while_round = marked_own  # type: ignore[method-assign]
     return _submit_drain(sim, flows, marks)
 
 
@@ -283,10 +295,11 @@ def driver(args: argparse.Namespace) -> None:
     meta = json.loads((d / "meta.json").read_text())
     topo = load_topology(meta["topology"])
     flows = fsdp_dag(topo, parse_size_bytes(meta["bytes"]))
-    pool = _Replayed(d, args.starting)
+    marks = MARK if args.marks else (lambda: 0)
+    pool = _Replayed(d, args.starting, marks)
     sim = HybridDecomposedSimulator(topo, _config(args, len(pool.workers)), lambda *a: pool)
     use_run_policy()
-    done, cpu = _driven(sim, flows, MARK if args.marks else (lambda: 0))
+    done, cpu = _driven(sim, flows, marks)
     key = run_key(done)
     equal = not pool.unequal and pool.count == len(pool.replies) and key == meta["key"]
     first = f"; first unequal (round, worker) {pool.unequal[0]}" if pool.unequal else ""
@@ -342,33 +355,50 @@ def cgcrit(args: argparse.Namespace) -> None:
     """The critical path in instructions from callgrind dump directories (module docstring), against one engine."""
     d = Path(args.dir)
     drv = _parts([str(p) for p in Path(args.driver).glob("cg.*")])
-    if len(drv) != 5:
-        raise SystemExit(f"cgcrit: {args.driver}: {len(drv)} parts, not a marked driver run's 5")
+    if len(drv) < 5:
+        raise SystemExit(f"cgcrit: {args.driver}: {len(drv)} parts, not a marked driver run's 5 or more")
     first, books, rest = drv[1], drv[2], drv[3]  # (each driver part, in order: set-up, ..., rest)
+    msgs, idle, serial = 0, [], [rest]
+    if len(drv) > 5:  # (a `driver --starting` run: the first round's messages, then between rounds and during them)
+        msgs, serial, idle = rest, drv[4:-1][0::2], drv[4:-1][1::2]
+        rest = sum(serial)
     per: list[dict[int, int]] = []
     for i, w in enumerate(args.worker):
-        msgs = _unpacked(d / f"rounds.w{i}.msgpack")
+        msgs_w = _unpacked(d / f"rounds.w{i}.msgpack")
         parts = _parts([str(p) for p in Path(w).glob("cg.*")])
-        if len(parts) != len(msgs) + 2:
-            raise SystemExit(f"cgcrit: {w}: {len(parts)} parts for {len(msgs)} messages (+ set-up and rest)")
-        per.append({r: parts[k + 1] for k, (r, _) in enumerate(msgs)})
+        if len(parts) != len(msgs_w) + 2:
+            raise SystemExit(f"cgcrit: {w}: {len(parts)} parts for {len(msgs_w)} messages (+ set-up and rest)")
+        per.append({r: parts[k + 1] for k, (r, _) in enumerate(msgs_w)})
     rounds = sorted({r for p in per for r in p})
     busiest = [max(p.get(r, 0) for p in per) for r in rounds]
-    path = first + max(books, busiest[0]) + sum(busiest[1:]) + rest
-    if args.started:  # the first submit and the books ran beside the workers' start (`driver --starting`)
-        path = busiest[0] + sum(busiest[1:]) + rest
+    if idle and len(idle) != len(rounds) - 1:
+        raise SystemExit(f"cgcrit: {len(idle)} parts of the driver's own during rounds for {len(rounds) - 1} rounds")
+    later = sum(map(max, busiest[1:], idle)) if idle else sum(busiest[1:])  # (its own work overlaps each round)
+    path = first + max(books, busiest[0]) + later + msgs + rest
+    if args.started:  # the first submit, the books (and the first round's messages) ran beside the workers' start
+        path = busiest[0] + later + rest
     g = 1e9
-    print(f"driver: first submit {first / g:.3f} G, books {books / g:.3f} G, rest {rest / g:.3f} G")
+    whole = msgs + rest + sum(idle)
+    print(f"driver: first submit {first / g:.3f} G, books {books / g:.3f} G, rest {whole / g:.3f} G")
+    if idle:
+        print(f"  of the rest: the first round's messages {msgs / g:.3f} G, between rounds {rest / g:.3f} G, during "
+              f"rounds {sum(idle) / g:.3f} G (per round at most {max(idle) / g:.3f} G)")  # fmt: skip
     print(f"workers: {' / '.join(f'{sum(p.values()) / g:.3f}' for p in per)} G, busiest per round summed "
           f"{sum(busiest) / g:.3f} G (first round {busiest[0] / g:.3f} G)")  # fmt: skip
-    line = f"critical path {first / g:.3f} + max({books / g:.3f}, {busiest[0] / g:.3f}) + {sum(busiest[1:]) / g:.3f}"
+    line = f"critical path {first / g:.3f} + max({books / g:.3f}, {busiest[0] / g:.3f}) + {later / g:.3f}"
     if args.started:
-        line = f"critical path from the workers' start {busiest[0] / g:.3f} + {sum(busiest[1:]) / g:.3f}"
+        line = f"critical path from the workers' start {busiest[0] / g:.3f} + {later / g:.3f}"
     print(f"{line} + {rest / g:.3f} = {path / g:.3f} G", end="")
     if args.engine:
         one = _parts([str(p) for p in Path(args.engine).glob("cg.*")])[1]
         print(f"; one engine {one / g:.3f} G: {one / path:.3f}x (1.7x allows {one / 1.7 / g:.3f} G)", end="")
     print()
+    if idle and args.started:  # on exactly as many cores as workers, the driver's work during rounds is not free
+        total = sum(sum(p.values()) for p in per) + rest + sum(idle)
+        print(f"every instruction from the workers' start over {len(per)} cores: {total / len(per) / g:.3f} G", end="")
+        if args.engine:
+            print(f" ({one * len(per) / total:.3f}x)", end="")
+        print()
 
 
 def main() -> None:

@@ -11,14 +11,14 @@ completion's lost ranges a sparse `lost` column of [row, [[offset, bytes], ...]]
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Sequence
-from itertools import accumulate, repeat
+from itertools import accumulate
 from typing import Any
 
 from bridge.errors import ProtocolError
 from bridge.protocol import E_MALFORMED, _ints
-from phantora.netsim.base import _COMPLETION_SET, _FLOW_SET, _NEW, Completion, Flow
+from phantora.netsim.base import _FLOW_SET, Completion, Flow
+from phantora.netsim.completion_columns import CompletionColumns, by_column
 
 FLOW_INT_COLUMNS = ("id", "src", "dst", "size", "delay", "prio", "budget", "rate", "conn", "ndeps", "deps")
 SHARED_MIN = 16  # a deps list this long that an earlier row of the message sent (the same object) goes as a reference
@@ -80,6 +80,12 @@ def flows_from_columns(cols: Any) -> list[Flow]:
 
 def completions_to_columns(done: Sequence[Completion]) -> dict[str, list[Any]]:
     """Completions as columns; lost ranges only for the rows that lost bytes."""
+    if isinstance(done, CompletionColumns):  # (kept as columns: no object built)
+        lost = [[i, [list(r) for r in done.lost[i]]] for i in sorted(done.lost) if done.lost[i]]
+        return {
+            "id": done.ids, "start": done.starts, "end": done.ends, "size": done.sizes, "src": done.srcs,
+            "dst": done.dsts, "tag": done.tags, "lost": lost,
+        }  # fmt: skip
     return {
         "id": [c.flow_id for c in done],
         "start": [c.start_ns for c in done],
@@ -94,6 +100,12 @@ def completions_to_columns(done: Sequence[Completion]) -> dict[str, list[Any]]:
 
 def completions_from_columns(cols: Any) -> list[Completion]:
     """Columns -> completions; ProtocolError if malformed."""
+    return completion_columns(cols).built()
+
+
+def completion_columns(cols: Any) -> CompletionColumns:
+    """Columns -> completions kept as columns (`CompletionColumns`: each object built when read; route (a)'s
+    driver reads only ids and ends for its books); ProtocolError if malformed."""
     n = _checked(cols, DONE_INT_COLUMNS, ("tag", "lost"))
     if set(map(type, cols["tag"])) - {str}:  # (at C speed: the driver reads every completion of the run)
         raise ProtocolError("completion columns: 'tag' must hold strings", code=E_MALFORMED)
@@ -105,22 +117,12 @@ def completions_from_columns(cols: Any) -> list[Completion]:
             raise ProtocolError(f"completion columns: bad lost ranges {row!r:.80}", code=E_MALFORMED)
         lost[row[0]] = tuple((int(a), int(b)) for a, b in ranges)
     columns = (cols["id"], cols["start"], cols["end"], cols["size"], cols["src"], cols["dst"], cols["tag"])
-    out = _by_column(Completion, _COMPLETION_SET, n, (*columns, repeat((), n)))
-    for i, ranges in lost.items():
-        c = out[i]
-        out[i] = Completion(c.flow_id, c.start_ns, c.end_ns, c.size, c.src, c.dst, c.tag, ranges)
-    return out
+    return CompletionColumns(*columns, lost)
 
 
 def _by_column(cls: type[Any], setters: tuple[Any, ...], n: int, columns: tuple[Iterable[Any], ...]) -> list[Any]:
-    """`n` instances of the slotted dataclass `cls`, built without its `__init__` and filled a column at a time:
-    `setters[k]` (slot k's `__set__`, `phantora.netsim.base`'s tuples, in field order) mapped over the instances
-    and `columns[k]` at C speed, not a Python call a row (a worker decodes every flow of its part of the DAG, the
-    driver every completion of the run: issue 38, item 2)."""
-    out = list(map(_NEW, repeat(cls, n)))
-    for put, column in zip(setters, columns, strict=True):
-        deque(map(put, out, column), maxlen=0)
-    return out
+    """`phantora.netsim.completion_columns.by_column` (a worker decodes every flow of its part of the DAG this way)."""
+    return by_column(cls, setters, n, columns)
 
 
 def _checked(cols: Any, ints: tuple[str, ...], lists: tuple[str, ...], skip: str = "") -> int:

@@ -25,7 +25,7 @@ from typing import Any
 
 import zmq
 
-from bridge.columns import completions_from_columns, flows_to_columns
+from bridge.columns import completion_columns, flows_to_columns
 from bridge.curve import ClientCurve, KeyPair
 from bridge.errors import BridgeError
 from bridge.protocol import E_TIMEOUT, encode, records_from_wire
@@ -284,7 +284,7 @@ class ServerPool:
                 pending.discard(i)
                 self._at[i] = remote.now()
                 reply = RoundReply(
-                    completions_from_columns(msg["done"]), msg["bounds"], msg["cpu"], msg["wall"],
+                    completion_columns(msg["done"]), msg["bounds"], msg["cpu"], msg["wall"],
                     remote.now(), remote.next_event_time(), remote.in_flight(),
                 )  # fmt: skip
                 yield i, reply

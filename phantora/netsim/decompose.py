@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 from phantora.errors import PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow, RunsByCompletion
+from phantora.netsim.completion_columns import CompletionColumns, Ref, completions_of
 from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hybrid import SHARED_DEPS_MIN, WideDeps, topological_order  # the wide-deps rules: one for both
@@ -109,7 +110,7 @@ class RoundReply:
     """A worker's answer to a round: its completions, its completion bounds ([id, ns, ...], those that rose), the
     CPU and wall seconds it took, and its state after it."""
 
-    completions: list[Completion]
+    completions: Sequence[Completion]  # (a `CompletionColumns` from the bridge's pools: objects built when read)
     bounds: list[int]
     cpu: float
     wall: float
@@ -182,8 +183,13 @@ class DecomposedSimulator(RunsByCompletion):
         self._now = 0
         self._wtime = 0  # every completion at or before this ns is gathered (the workers ran that far)
         # gathered completions not handed out, (end, id, c) in order (a sorted list: a reply's are sorted in at once,
-        # each worker's already in end order, and handed out from the front a ns at a time)
-        self._buffer: list[tuple[int, int, Completion]] = []
+        # each worker's already in end order, and handed out from the front a ns at a time); c is the completion, or
+        # (its reply's `CompletionColumns`, its row) until it is handed out (`completions_of`)
+        self._buffer: list[tuple[int, int, Ref]] = []
+        # while `drain` runs: what it handed out whose objects are not built yet (built while the workers run the next
+        # round, `_while_round`), and those built
+        self._handed: list[Ref] | None = None
+        self._drained: list[Completion] = []
         self._owner: dict[int, int] = {}  # flow id -> its worker, DRIVER for markers (they complete here)
         self._ends: dict[int, int] = {}  # flow id -> end ns, as gathered
         self._lb: dict[int, int] = {}  # unfinished flow -> the earliest ns it can complete (`_horizon`); only grows
@@ -292,6 +298,10 @@ class DecomposedSimulator(RunsByCompletion):
             c0 = time.process_time()
             self.meanwhile(self._react_ns, self.earliest_end)
             mine = time.process_time() - c0
+        if own is None:
+            c0 = time.process_time()
+            self._while_round()
+            mine += time.process_time() - c0
         busiest = slowest = gather = 0.0
         for i, reply in replies:
             g0 = time.perf_counter()
@@ -322,16 +332,30 @@ class DecomposedSimulator(RunsByCompletion):
         batch (`submit`) are kept while the workers place their flows, not before."""
         self._rounded(-1, own)
 
-    def _gathered(self, done: list[Completion], worker: int) -> None:
-        """Completions from a worker: buffered for the caller; what they release here (gates, markers) goes out."""
-        ids = [c.flow_id for c in done]
-        ends = [c.end_ns for c in done]
+    def _while_round(self) -> None:
+        """This engine's own work while the workers run a round: what `drain` handed out, built (nothing of it
+        gates the round after: the drain's caller reacts to no completion)."""
+        if self._handed:
+            self._drained += completions_of(self._handed)
+            self._handed = []
+
+    def _gathered(self, done: Sequence[Completion], worker: int) -> None:
+        """Completions from a worker: buffered for the caller; what they release here (gates, markers) goes out.
+        A reply's `CompletionColumns` are booked from its id and end columns and buffered unbuilt."""
+        refs: Iterable[Ref]
+        if isinstance(done, CompletionColumns):
+            ids, ends = done.ids, done.ends
+            refs = zip(repeat(done), range(len(ids)))
+        else:
+            ids = [c.flow_id for c in done]
+            ends = [c.end_ns for c in done]
+            refs = done
         bounds = list(map(self._lb.pop, ids, repeat(0)))  # (their bounds, dropped: per completion at C speed)
         if any(map(operator.lt, ends, bounds)):
             k = next(k for k, (e, b) in enumerate(zip(ends, bounds, strict=True)) if e < b)
             raise PhantoraError(f"internal: flow {ids[k]} ended at {ends[k]} ns, before its bound {bounds[k]} ns")
-        if done:  # (one sort for a reply: its completions come in end order, so the sort merges two runs)
-            self._buffer += zip(ends, ids, done, strict=True)
+        if ids:  # (one sort for a reply: its completions come in end order, so the sort merges two runs)
+            self._buffer += zip(ends, ids, refs, strict=True)
             self._buffer.sort()
         self._arrived(done, ids, ends, worker)
 
@@ -357,7 +381,11 @@ class DecomposedSimulator(RunsByCompletion):
             todo.extend((j, t + step[j]) for j in waiting.get(f, ()) if j in step)
 
     def _arrived(
-        self, done: list[Completion], ids: list[int] | None = None, stamps: list[int] | None = None, worker: int = -1
+        self,
+        done: Sequence[Completion],
+        ids: list[int] | None = None,
+        stamps: list[int] | None = None,
+        worker: int = -1,
     ) -> None:
         """Record ends; open the gates and complete the markers they release (markers may release more). `ids` and
         `stamps`: the flow ids and ends of `done`, when the caller has them (and has dropped their bounds), all of
@@ -377,12 +405,12 @@ class DecomposedSimulator(RunsByCompletion):
             for unfinished in self._unfinished if worker < 0 else (self._unfinished[worker],):
                 unfinished.difference_update(ids)  # (a marker's id is in none: its owner is the driver)
             self._ext.difference_update(ids)
-            for c in done if self.raises_dependents else ():
-                for j in waiting.pop(c.flow_id, ()):  # (per dependency edge: `_raise` inlined where nothing waits)
+            for fid, end in zip(ids, stamps, strict=True) if self.raises_dependents else ():
+                for j in waiting.pop(fid, ()):  # (per dependency edge: `_raise` inlined where nothing waits)
                     s = step.get(j)
                     if s is None:  # (done already)
                         continue
-                    t = c.end_ns + s
+                    t = end + s
                     if t <= lbs.get(j, INF_NS):
                         continue
                     if j in waiting:
@@ -391,7 +419,11 @@ class DecomposedSimulator(RunsByCompletion):
                         lbs[j] = t
             markers = []
             rel = self._rel
-            released = rel.complete(list(compress(done, rel.waited_on(ids))))
+            waited = rel.waited_on(ids)
+            if isinstance(done, CompletionColumns):  # (only the few a gate or marker waits on built)
+                released = rel.complete(done.built(list(compress(range(len(ids)), waited))))
+            else:
+                released = rel.complete(list(compress(done, waited)))
             k = 0
             while k < len(released):
                 g, p = released[k]
@@ -639,19 +671,49 @@ class DecomposedSimulator(RunsByCompletion):
     def advance_to_completion(self, until: int) -> list[Completion]:
         """Run to `until` but return right after the first ns at which any flow completes (now() is that ns).
         With no limit it also returns once nothing can happen any more."""
+        return completions_of(self._handout(until, False))
+
+    def drain(self, limit_ns: int | None = None) -> list[Completion]:
+        """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns. The rounds of
+        `drain_by_completions` (one `advance_to_completion` after another), but what is gathered up to the workers'
+        time is handed out at once, not a ns at a time, and its objects are built while the workers run the next
+        round (`_while_round`): a drain's caller reacts to no completion, so nothing of it gates a round."""
+        limit = INF_NS if limit_ns is None else limit_ns
+        self._handed, self._drained = [], []
+        try:
+            while self.in_flight():
+                got = self._handout(limit, True)
+                if not got:
+                    left = self.in_flight()
+                    if limit < INF_NS and self._now >= limit:
+                        raise PhantoraError(f"the network did not drain by {limit} ns: {left} flows still in flight")
+                    raise PhantoraError(f"{left} flows can never start: they wait on flows that never complete")
+                self._handed += got
+            self._while_round()
+            return self._drained
+        finally:
+            self._handed, self._drained = None, []
+
+    def _handout(self, until: int, bulk: bool) -> list[Ref]:
+        """`advance_to_completion`'s completions, unbuilt (`Ref`s); with `bulk`, every one gathered up to
+        min(`until`, the workers' time) at once (now() is the last one's end)."""
         if until < self._now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {self._now} ns")
         self.keepalive()  # (the caller may step a long fluid stretch between rounds, one call per step)
         while True:
             buf = self._buffer
-            if buf and buf[0][0] <= min(self._wtime, until):
-                end = buf[0][0]
-                k, n = 1, len(buf)
-                while k < n and buf[k][0] == end:
-                    k += 1
+            t = min(self._wtime, until)
+            if buf and buf[0][0] <= t:
+                if bulk:
+                    k = bisect.bisect_left(buf, (t + 1,))  # (the first entry ending after t)
+                else:
+                    end = buf[0][0]
+                    k, n = 1, len(buf)
+                    while k < n and buf[k][0] == end:
+                        k += 1
+                self._now = buf[k - 1][0]
                 got = [c for _, _, c in buf[:k]]
                 del buf[:k]
-                self._now = end
                 return got
             if until < INF_NS and self._wtime >= until:
                 self._now = until

@@ -1,0 +1,113 @@
+"""Route (a)'s driver keeps a reply's completions as columns (issue 38, item 2: `CompletionColumns`): its books read
+ids and ends, the `Completion` objects are built when handed out, and `drain` builds them while the workers run the
+next round. Every object must be the one its row describes, in the driver's order; a drain must return what one
+engine returns, field for field and in order, and what stepping one completion time at a time returns."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from bridge.columns import completion_columns, completions_to_columns
+from bridge.errors import ProtocolError
+from bridge.workers import spawn_workers
+from phantora.netsim.base import Completion
+from phantora.netsim.completion_columns import CompletionColumns, completions_of
+from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.netsim.packet_config import PacketConfig
+from tests.test_decompose import SETTINGS, rail_dag, tiny
+
+
+def _batch() -> CompletionColumns:
+    """Three rows, the middle one with lost ranges."""
+    return CompletionColumns(
+        [7, 3, 9], [0, 5, 10], [100, 100, 250], [1000, 2000, 3000], [1, 2, 3], [4, 5, 6], ["a", "b", "c"],
+        {1: ((0, 64), (512, 64))},
+    )  # fmt: skip
+
+
+def test_a_row_builds_the_completion_it_describes() -> None:
+    cols = _batch()
+    want = [
+        Completion(7, 0, 100, 1000, 1, 4, "a"),
+        Completion(3, 5, 100, 2000, 2, 5, "b", ((0, 64), (512, 64))),
+        Completion(9, 10, 250, 3000, 3, 6, "c"),
+    ]
+    assert cols.built() == want and list(cols) == want and len(cols) == 3
+    assert cols.built([2, 0]) == [want[2], want[0]]
+    assert cols.built([1, 0, 2]) == [want[1], want[0], want[2]]  # (every row, not in order: gathered, not reused)
+    assert cols[1] == want[1] and cols[-1] == want[2] and cols[1:] == want[1:]
+    assert cols[1].lost_bytes == 128 and hash(cols[0]) == hash(want[0])
+    with pytest.raises(IndexError):
+        cols[3]
+
+
+def test_refs_come_back_in_their_order_from_any_batch() -> None:
+    a, b = _batch(), CompletionColumns([20], [1], [300], [64], [0], [1], ["m"])
+    marker = Completion(50, 120, 120, 0, 2, 2, "marker")
+    got = completions_of([(a, 2), marker, (b, 0), (a, 0)])
+    assert got == [a.built([2])[0], marker, Completion(20, 1, 300, 64, 0, 1, "m"), a.built([0])[0]]
+    assert got[1] is marker
+    assert completions_of([]) == []
+
+
+def test_columns_from_the_wire_are_kept_and_checked() -> None:
+    done = _batch().built()
+    cols = completion_columns(completions_to_columns(done))
+    assert isinstance(cols, CompletionColumns) and cols.ids == [7, 3, 9] and cols.ends == [100, 100, 250]
+    assert cols.built() == done
+    assert completions_to_columns(cols) == completions_to_columns(done)  # (columns out without building)
+    bad = completions_to_columns(done)
+    bad["tag"][1] = 5
+    with pytest.raises(ProtocolError, match="'tag' must hold strings"):
+        completion_columns(bad)
+
+
+def _fields(done: list[Any]) -> list[tuple[Any, ...]]:
+    return [dataclasses.astuple(c) for c in done]
+
+
+@pytest.mark.slow  # one engine and two runs on two worker processes loading ns-3 (about 10 CPU s)
+def test_a_drain_equals_one_engine_in_order_and_stepping_a_time_at_a_time() -> None:
+    topo = tiny()
+    flows = rail_dag(topo, stages=4)
+    handed: list[int] = []
+
+    class Counted(HybridDecomposedSimulator):
+        def _while_round(self) -> None:
+            handed.append(len(self._handed or ()))
+            super()._while_round()
+
+    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
+    try:
+        one.submit(flows, 0)
+        want = _fields(one.drain())
+    finally:
+        one.close()
+    sim = Counted(topo, PacketConfig(**SETTINGS, workers=2), spawn_workers)  # type: ignore[arg-type]
+    try:
+        sim.submit(flows, 0)
+        drained = sim.drain()
+        now = sim.now()
+    finally:
+        sim.close()
+    stepped: list[Completion] = []
+    sim = HybridDecomposedSimulator(topo, PacketConfig(**SETTINGS, workers=2), spawn_workers)  # type: ignore[arg-type]
+    try:
+        sim.submit(flows, 0)
+        while sim.in_flight():
+            got = sim.advance_to_completion(2**62)
+            assert got and len({c.end_ns for c in got}) == 1 and sim.now() == got[0].end_ns
+            stepped += got
+        stepped_now = sim.now()
+    finally:
+        sim.close()
+    assert _fields(drained) == want and len(want) == len(flows)
+    assert _fields(stepped) == want and now == stepped_now == max(c.end_ns for c in drained)
+    assert all(type(c) is Completion for c in drained)
+    # (not vacuous: most of them were built while the workers ran a later round, the last round's after it)
+    assert sum(handed) > len(flows) // 2
