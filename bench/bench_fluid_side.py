@@ -8,7 +8,9 @@ completion, so two trees can be run side by side:
 
 (G128: the recording of docs/packet-model.md's 128-GPU step.) The cyclic GC runs under the run policy that the
 `phantora` program sets (`gc_pause.use_run_policy`, from the start, as `phantora replay`); `--gc default` keeps
-CPython's, to measure what the policy changes.
+CPython's, to measure what the policy changes. `--shards N` splits the fluid side by host (`fluid_shards=N`,
+`phantora.netsim.fluid_shards`) and also prints each shard's CPU and the split's critical path (per exchange the
+busiest shard, summed); the key must be the one engine's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, os.environ.get("PHANTORA_TREE") or str(Path(__file__).resolve().parents[1]))
 
@@ -28,6 +31,7 @@ from phantora.egraph.format import load
 from phantora.egraph.replay import algo_from_meta, plan_graph
 from phantora.netsim.factory import nvlink_efficiency
 from phantora.netsim.flow import FlowSimulator
+from phantora.netsim.fluid_shards import ShardedFluid
 from phantora.netsim.gc_pause import policy_line, use_run_policy
 from phantora.netsim.hybrid import FluidNvlinkSimulator
 from phantora.netsim.packet_config import WIRE_PRESETS, PacketConfig
@@ -42,6 +46,7 @@ def main() -> None:
     ap.add_argument(
         "--gc", choices=("run", "default"), default="run", help="the run policy (as `phantora replay`) or CPython's"
     )
+    ap.add_argument("--shards", type=int, default=0, help="the fluid side on N flow engines, one a run of hosts")
     args = ap.parse_args()
     if args.gc == "run":
         use_run_policy()
@@ -52,7 +57,11 @@ def main() -> None:
     plan = plan_graph(graph, topo, algo_from_meta(graph))
     t_plan = time.process_time() - t0
     config = PacketConfig(cc="dcqcn", **WIRE_PRESETS["roce4k"])  # type: ignore[arg-type]  # wire=roce4k
-    fluid = FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config))
+
+    def fresh() -> FlowSimulator:
+        return FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config))
+
+    fluid: Any = ShardedFluid(topo, args.shards, fresh) if args.shards else fresh()
     sim = FluidNvlinkSimulator(
         FlowSimulator(topo), fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes
     )
@@ -61,7 +70,8 @@ def main() -> None:
     for name in ("advance", "advance_to_completion", "submit"):
         setattr(packet, name, cpu_timed(spent, "packet", getattr(packet, name)))
     fluid.advance = cpu_timed(spent, "advance", fluid.advance)  # type: ignore[method-assign]
-    fluid._resolve = cpu_timed(spent, "resolve", fluid._resolve)  # type: ignore[method-assign]
+    for engine in fluid.shards if args.shards else [fluid]:
+        engine._resolve = cpu_timed(spent, "resolve", engine._resolve)
     fluid.submit = cpu_timed(spent, "submit", fluid.submit)  # type: ignore[method-assign]
     t1 = time.process_time()
     got = run_engine(sim, plan.flows)  # (as `phantora replay` runs it)
@@ -78,6 +88,15 @@ def main() -> None:
         f"times), submit {spent['submit']:.2f} CPU s; end {sim.now():,} ns; key {key.hexdigest()[:12]}; "
         f"{gc_line}"
     )
+    if args.shards:
+        split = st["fluid_shards"]
+        cpu = split["shard_cpu_s"]
+        print(
+            f"fluid shards {args.shards}: shards' CPU {sum(cpu):.2f} s (busiest {max(cpu):.2f}, least {min(cpu):.2f}), "
+            f"critical path {split['critical_cpu_s']:.2f} s over {split['exchanges']:,} exchanges "
+            f"({split['together_ns']:,} ns stepped together); the rest in this process "
+            f"{t_run - spent['packet'] - sum(cpu):.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -237,7 +237,17 @@ def fluid_nvlink(
 
     if packet is None:
         packet = packet_side(Ns3Simulator(topo, config, calls=calls), config)
-    fluid = FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config), ecmp_hash=packet.topology.ecmp_hash)
+
+    def fresh() -> FlowSimulator:
+        return FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config), ecmp_hash=packet.topology.ecmp_hash)
+
+    fluid: Any
+    if getattr(config, "fluid_shards", 0):  # (issue 38: the fluid side split by host, exact)
+        from phantora.netsim.fluid_shards import ShardedFluid
+
+        fluid = ShardedFluid(topo, config.fluid_shards, fresh)
+    else:
+        fluid = fresh()
     cls = FluidNvlinkSimulator if hybrid is None else hybrid
     return cls(packet, fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes)  # type: ignore[no-any-return]
 

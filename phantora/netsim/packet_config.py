@@ -60,7 +60,7 @@ WIRE_PRESETS: dict[str, dict[str, int]] = {
 # collectives (traffic class, loss tolerance: phantora.collectives.traffic), rather than set an ns-3 attribute.
 ENGINE_FIELDS = (
     "nvlink", "reuse", "priority", "dlcp", "dlcp_bound", "nic_latency", "workers", "ray", "transport", "qp",
-    "partition_loopback", "partition", "partition_worker", "partition_timeout_s",
+    "partition_loopback", "partition", "partition_worker", "partition_timeout_s", "fluid_shards",
 )  # fmt: skip
 CLASS_SCHEDULERS = ("rr", "strict", "wrr")
 KEYED_SCHEDULER = "ns3::PhantoraKeyedScheduler"  # the keyed mode (issue 38): same-ns events by a per-node key
@@ -148,6 +148,9 @@ class PacketConfig:
     # Engine (not ns-3 attributes, ENGINE_FIELDS): NVLink traffic packet by packet (exact) or as fluid max-min flows
     # beside the packet fabric (phantora.netsim.hybrid; an approximation, opt-in)
     nvlink: str = "packet"
+    # Engine (issue 38, with nvlink=fluid): the fluid NVLink side on this many flow engines, one a run of hosts
+    # (phantora.netsim.fluid_shards; the same completions as one: exact). 0 = one engine.
+    fluid_shards: int = 0
     # Engine: serve a packet-side episode that repeats one recorded from a quiet fabric from its completion profile
     # (phantora.netsim.reuse; opt-in, exact only where ns-3 draws no random numbers, docs/packet-model.md)
     reuse: str = "off"
@@ -230,6 +233,7 @@ class PacketConfig:
             "partition_loopback",
             "partition",
             "reps_freeze_ns",
+            "fluid_shards",
         )
         for name in positive + non_negative:
             value = getattr(self, name)
@@ -260,6 +264,8 @@ class PacketConfig:
             raise bad("rx", f"unknown receiver {self.rx!r} (known: {', '.join(RX_MODES)})")
         if self.nvlink not in NVLINK_MODES:
             raise bad("nvlink", f"expected {' or '.join(NVLINK_MODES)}, got {self.nvlink!r}")
+        if self.fluid_shards and self.nvlink != "fluid":
+            raise bad("fluid_shards", f"splits the fluid NVLink side: set nvlink=fluid too (got nvlink={self.nvlink})")
         if self.reuse not in REUSE_MODES:
             raise bad("reuse", f"expected {' or '.join(REUSE_MODES)}, got {self.reuse!r}")
         if self.qp not in QP_MODES:

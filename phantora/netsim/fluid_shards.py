@@ -1,0 +1,305 @@
+"""`ShardedFluid`: the fluid NVLink side split by host into shards, one flow engine each (issue 38, item 3).
+
+The first piece of "route (1)" (docs/packet-model.md): each host's fluid side on its own engine, so that it can run
+beside the partition worker that owns the host. NVLink flows of two hosts share no channel and the flow engine's
+arithmetic is per flow (a flow's bytes are counted at its own rate changes only) and its max-min per component (one
+host), so a host's flows complete at the same ns on an engine of their own as on one engine for all. Hosts go to
+`shards` runs of consecutive hosts (on a leaf-spine, whole leaves: a partition by whole leaf switches owns them).
+
+What crosses shards is held here, as the hybrid holds what crosses sides: a flow whose dep is an unfinished fluid
+flow of another shard (a marker joining hosts) goes to its shard the ns that dep completes. While any is held the
+shards are stepped together one event ns at a time; otherwise each runs to the limit on its own. Every shard reads
+the one done set (`_done`, the hybrid's `_ended`), so fabric and other shards' ends are done for it.
+
+The shards run in this process. Each call's work is timed per shard (`shard_cpu_s`), and per exchange (one call, or
+one ns while stepping together) the busiest shard's CPU is summed (`critical_cpu_s`): what the shards would cost on
+cores of their own if each exchange were a round trip, the measure of a process split (not built).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from phantora.netsim.base import Completion, Flow
+from phantora.netsim.flow import _BY_END, CausalityError, FlowSimulator
+from phantora.netsim.idset import IdSet
+from phantora.netsim.observe import ChannelUsage, switch_link_load
+
+if TYPE_CHECKING:
+    from phantora.topology.model import Topology
+
+_COUNTERS_MAX = ("max_component",)  # stats the shards merge by their largest, not their sum
+
+
+def host_shards(topo: Topology, shards: int) -> list[int]:
+    """Node id -> shard: the hosts in index order cut into `shards` runs of about equal count (a node of no host:
+    shard 0)."""
+    hosts = sorted({n.host for n in topo.nodes if n.host is not None})
+    rank = {h: i for i, h in enumerate(hosts)}
+    n = max(1, len(hosts))
+    return [0 if v.host is None else rank[v.host] * shards // n for v in topo.nodes]
+
+
+class ShardedFluid:
+    """The fluid side's `FlowSimulator` interface over one flow engine a shard of hosts (see the module)."""
+
+    def __init__(self, topology: Topology, shards: int, make: Callable[[], FlowSimulator]) -> None:
+        """`make`: a fresh flow engine as the one-engine fluid side would be (every shard is one)."""
+        if shards < 1:
+            raise ValueError(f"fluid shards must be >= 1, got {shards}")
+        self.topology = topology
+        self.shards = [make() for _ in range(shards)]
+        first = self.shards[0]
+        self.payload_efficiency = first.payload_efficiency
+        self.incremental = first.incremental
+        self.lb = first.lb
+        self._multi = first._multi
+        self._done = IdSet()  # one done set for every shard (and the hybrid's `_ended`)
+        for s in self.shards:
+            s._done = self._done
+        self._node_shard = host_shards(topology, shards)
+        self._where: dict[int, int] = {}  # unfinished flow id -> its shard (submitted to it)
+        self._held: dict[int, tuple[Flow, int, int, int]] = {}  # flow id -> (flow, submit ns, shard, deps held on)
+        self._waiters: dict[int, list[int]] = {}  # flow id -> held flows of other shards waiting on it
+        self._now = 0
+        self._next: int | None = None  # the shards' next event ns, while `_fresh`
+        self._fresh = False
+        self.shard_cpu_s = [0.0] * shards
+        self.critical_cpu_s = 0.0  # per exchange the busiest shard's CPU, summed
+        self.exchanges = 0  # exchanges in which some shard worked
+        self.together_ns = 0  # event ns stepped together (a held flow waited across shards)
+
+    # ----- what the hybrid sets and reads on its fluid engine, forwarded ----------------------------
+    def _set_all(self, name: str, value: object) -> None:
+        for s in self.shards:
+            setattr(s, name, value)
+
+    @property
+    def prechecked(self) -> bool:
+        return self.shards[0].prechecked
+
+    @prechecked.setter
+    def prechecked(self, value: bool) -> None:
+        self._set_all("prechecked", value)
+
+    @property  # (`type(fluid).carries` is truthy, as `FlowSimulator`'s class attribute: the hybrid sets cap_slack)
+    def carries(self) -> bool:
+        return self.shards[0].carries
+
+    @carries.setter
+    def carries(self, value: bool) -> None:
+        self._set_all("carries", value)
+
+    @property
+    def cap_slack(self) -> bool:
+        return self.shards[0].cap_slack
+
+    @cap_slack.setter
+    def cap_slack(self, value: bool) -> None:
+        self._set_all("cap_slack", value)
+
+    @property
+    def stretch(self) -> Callable[[Flow, int], int] | None:
+        return self.shards[0].stretch
+
+    @stretch.setter
+    def stretch(self, value: Callable[[Flow, int], int] | None) -> None:
+        self._set_all("stretch", value)
+
+    def route(self, f: Flow) -> tuple[tuple[int, ...], int]:
+        return self.shards[self._node_shard[f.src]].route(f)
+
+    # ----- NetworkSimulator -----------------------------------------------------------------------
+    def now(self) -> int:
+        return self._now
+
+    def in_flight(self) -> int:
+        return sum(s.in_flight() for s in self.shards) + len(self._held)
+
+    def submit(self, flows: Sequence[Flow], at: int) -> None:
+        """Each flow to the shard of its sender's host, or held here while a dep is unfinished on another shard."""
+        if at < self._now:
+            raise CausalityError(f"flows submitted at {at} ns but the network is already at {self._now} ns")
+        node_shard, where, held, waiters = self._node_shard, self._where, self._held, self._waiters
+        per: dict[int, list[Flow]] = {}
+        across: dict[tuple[int, int], list[int]] = {}  # a shared deps list's deps on other shards, by (list id, shard)
+        for f in flows:
+            s = node_shard[f.src]
+            deps = f.deps
+            if not deps:
+                where[f.id] = s
+                _add(per, s, f)
+                continue
+            key = (id(deps), s)
+            other = across.get(key) if len(deps) > 1 else None
+            if other is None:
+                other = []
+                for d in dict.fromkeys(deps) if len(deps) > 1 else deps:
+                    w = where.get(d)
+                    if w is None:
+                        h = held.get(d)
+                        if h is None:
+                            continue  # (done, the other side's, or a later flow of its own shard's batch)
+                        w = h[2]
+                    if w != s:
+                        other.append(d)
+                if len(deps) > 1:
+                    across[key] = other
+            if not other:
+                where[f.id] = s
+                _add(per, s, f)
+                continue
+            for d in other:
+                ws = waiters.get(d)
+                if ws is None:
+                    waiters[d] = [f.id]
+                else:
+                    ws.append(f.id)
+            held[f.id] = (f, at, s, len(other))
+        self._to_shards(per, at)
+
+    def _to_shards(self, per: dict[int, list[Flow]], at: int) -> None:
+        if not per:
+            return
+        self._fresh = False
+        cpu, worst = self.shard_cpu_s, 0.0
+        for s, group in per.items():
+            t0 = time.process_time()
+            self.shards[s].submit(group, at)
+            dt = time.process_time() - t0
+            cpu[s] += dt
+            worst = max(worst, dt)
+        self.critical_cpu_s += worst
+        self.exchanges += 1
+
+    def next_event_time(self) -> int | None:
+        if not self._fresh:
+            times = [t for s in self.shards if (t := s.next_event_time()) is not None]
+            self._next = min(times) if times else None
+            self._fresh = True
+        return self._next
+
+    def advance(self, until: int) -> list[Completion]:
+        """Run every event at or before `until` on every shard; now() becomes `until`."""
+        if until < self._now:
+            raise CausalityError(f"cannot advance to {until} ns: the network is already at {self._now} ns")
+        out: list[Completion] = []
+        while (t := self.next_event_time()) is not None and t <= until:
+            if self._waiters:  # (a held flow waits across shards: every shard to the next event ns, together)
+                self.together_ns += 1
+                got = self._run(t, t)
+                out.extend(got)
+                self._release(got, t)
+            else:
+                out.extend(self._run(until, None))
+        self._now = until
+        if len(out) > 1:
+            out.sort(key=_BY_END)
+        return out
+
+    def _run(self, until: int, at: int | None) -> list[Completion]:
+        """Every shard with an event at or before `until` (`at`: exactly at) run to it, timed; their completions."""
+        self._fresh = False
+        cpu, worst, got = self.shard_cpu_s, 0.0, []
+        where = self._where
+        for i, s in enumerate(self.shards):
+            t = s.next_event_time()
+            if t is None or t > until or (at is not None and t != at):
+                continue
+            t0 = time.process_time()
+            done = s.advance(until)
+            dt = time.process_time() - t0
+            cpu[i] += dt
+            worst = max(worst, dt)
+            for c in done:
+                del where[c.flow_id]
+            got.extend(done)
+        self.critical_cpu_s += worst
+        self.exchanges += 1
+        return got
+
+    def _release(self, completions: list[Completion], t: int) -> None:
+        """Held flows whose last dep on another shard completed (at `t`) go to their shard at max(their ns, `t`)."""
+        held, waiters = self._held, self._waiters
+        per: dict[int, dict[int, list[Flow]]] = {}  # submit ns -> shard -> flows
+        for c in completions:
+            for j in waiters.pop(c.flow_id, ()):
+                f, at, s, pending = held[j]
+                if pending > 1:
+                    held[j] = (f, at, s, pending - 1)
+                    continue
+                del held[j]
+                self._where[j] = s
+                _add(per.setdefault(max(at, t), {}), s, f)
+        for at, groups in sorted(per.items()):
+            self._to_shards(groups, at)
+
+    def drain(self, limit_ns: int | None = None) -> list[Completion]:
+        """Run until nothing is in flight (every shard, held flows released as their deps end)."""
+        out: list[Completion] = []
+        while (t := self.next_event_time()) is not None:
+            if limit_ns is not None and t > limit_ns:
+                break
+            out.extend(self.advance(t))
+        return sorted(out, key=_BY_END)
+
+    def close(self) -> None:
+        for s in self.shards:
+            s.close()
+
+    # ----- what the hybrid reports --------------------------------------------------------------
+    def _synced(self) -> None:
+        """Every shard's clock at now() (a shard runs only when it has an event: its busy periods count to now)."""
+        for s in self.shards:
+            if s.now() < self._now:
+                s.advance(self._now)
+
+    def channel_bytes(self) -> list[int]:
+        return [sum(col) for col in zip(*(s.channel_bytes() for s in self.shards), strict=True)]
+
+    def channel_busy_ns(self) -> list[int]:
+        self._synced()
+        return [sum(col) for col in zip(*(s.channel_busy_ns() for s in self.shards), strict=True)]
+
+    def channel_usage(self, elapsed_ns: int | None = None) -> list[ChannelUsage]:
+        """The shards' rows (a channel is one host's, so one shard's), in channel order."""
+        self._synced()
+        elapsed = self._now if elapsed_ns is None else elapsed_ns
+        rows = [r for s in self.shards for r in s.channel_usage(elapsed)]
+        return sorted(rows, key=lambda r: r.channel)
+
+    def rates(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for s in self.shards:
+            out.update(s.rates())
+        return out
+
+    def stats(self) -> dict[str, object]:
+        """The shards' counters summed (`max_component` their largest), and the split's own figures."""
+        parts = [s.stats() for s in self.shards]
+        out = dict(parts[0])
+        for key, value in parts[0].items():
+            if isinstance(value, int) and not isinstance(value, bool) and key != "ecmp_hash":
+                vals = [int(p.get(key, 0)) for p in parts]  # type: ignore[call-overload]
+                out[key] = max(vals) if key in _COUNTERS_MAX else sum(vals)
+        for key in ("switch_link_bytes_max", "switch_link_bytes_min", "switch_links_idle"):
+            out.pop(key, None)
+        out.update(switch_link_load(self.topology, dict(enumerate(self.channel_bytes()))))
+        out["fluid_shards"] = {
+            "shards": len(self.shards),
+            "shard_cpu_s": [round(x, 6) for x in self.shard_cpu_s],
+            "critical_cpu_s": round(self.critical_cpu_s, 6),
+            "exchanges": self.exchanges,
+            "together_ns": self.together_ns,
+        }
+        return out
+
+
+def _add(groups: dict[int, list[Flow]], key: int, f: Flow) -> None:
+    group = groups.get(key)
+    if group is None:
+        groups[key] = [f]
+    else:
+        group.append(f)
