@@ -220,6 +220,7 @@ class RankClient:
         launch: int | None = None,
         after: Sequence[int] = (),
         redop: str = "sum",
+        pg: int = 0,
     ) -> int:
         """Issue a collective (non-blocking); returns a handle.
 
@@ -229,7 +230,8 @@ class RankClient:
         rank's stream for it (its process group's NCCL stream), on which its collectives run in turn; `launch`:
         the NCCL group launch it belongs to (a coalescing block), whose calls run together (bridge/stream_order.py);
         `after`: handles of this rank's collectives it starts after (those its CUDA stream waits for: stream_deps);
-        `redop`: the reduction of an all-reduce, reduce-scatter or reduce (sent only when not sum: absent = sum).
+        `redop`: the reduction of an all-reduce, reduce-scatter or reduce (sent only when not sum: absent = sum);
+        `pg`: which of this rank's process groups over `group` it runs on, numbered as created (sent only when not 0).
         """
         if kind not in KINDS or kind == "send_recv":
             raise BridgeError(f"rank {self.rank}: unknown collective kind {kind!r}")
@@ -257,6 +259,7 @@ class RankClient:
             **({"launch": int(launch)} if launch is not None else {}),
             **({"after": [int(x) for x in after]} if after else {}),
             **({"redop": redop} if redop != "sum" else {}),
+            **({"pg": int(pg)} if pg else {}),
         )
         return h
 
@@ -287,12 +290,14 @@ class RankClient:
         after: Sequence[int] = (),
         handoff: int | None = None,
         gate: Sequence[int] = (),
+        pg: int = 0,
     ) -> int:
         """Issue a send or a recv (non-blocking), matched by (src, dst, tag, seq); returns a handle. `algo`: as a
         collective's (both ends pass the same); `stream`, `launch`, `after`: as a collective's (the stream its NCCL
         communicator runs it on, its group launch, this rank's calls it starts after). `handoff`: a lone send's
         kernel ns (`handoff()`): the rank's calls after it follow its hand-off, not its flow; `gate`: this rank's
-        earlier sends whose flows end before it hands off (phantora/collectives/slot_window.py)."""
+        earlier sends whose flows end before it hands off (phantora/collectives/slot_window.py); `pg`: which of this
+        rank's process groups holding both ends it runs on, numbered as created (sent only when not 0)."""
         if nbytes < 0 or peer == self.rank:
             raise BridgeError(f"rank {self.rank}: bad transfer (peer={peer}, nbytes={nbytes})")
         self._enter(t_issue_ns, "send" if is_send else "recv")
@@ -314,6 +319,7 @@ class RankClient:
             **({"after": [int(x) for x in after]} if after else {}),
             **({"handoff": int(handoff)} if handoff is not None else {}),
             **({"gate": [int(x) for x in gate]} if gate else {}),
+            **({"pg": int(pg)} if pg else {}),
         )
         return h
 
@@ -361,16 +367,20 @@ class RankClient:
         tag: int | None = None,
         seq: int | None = None,
         comm: Sequence[int] | None = None,
+        pg: int = 0,
     ) -> tuple[int | None, list[int] | None, bool, bool, bool]:
         """As `handoff`, with the send's connection slots: (ns, its steps per channel part or None, whether its
         channels' proxy holds one send at a time: a shared network buffer; collectives/handoff.py `send_slots`,
         and, given the send's `tag` and `seq`, whether the peer has already issued its receive; last, whether NCCL
         moves it zero-copy between registered buffers, so it does not hand off). `comm`: the communicator it runs
-        on (its global ranks), when not the pair's own (eager init: the group's)."""
+        on (its global ranks), when not the pair's own (eager init: the group's); `pg`: the send's process group, as
+        `p2p`'s."""
         self._check(self._clock, "handoff")
         more: dict[str, Any] = {"algo": dict(algo)} if algo else {}
         if tag is not None and seq is not None:
             more.update(tag=int(tag), seq=int(seq))
+            if pg:
+                more["pg"] = int(pg)
         if comm:
             more["comm"] = [int(r) for r in comm]
         self._sock.send(encode("handoff", self._clock, peer=int(peer), nbytes=int(nbytes), **more))

@@ -373,7 +373,16 @@ class CoordinatorCore:
         call = dataclasses.replace(call, redop=redop) if redop != "sum" else call
         self._new_handle(rs, call.handle, call)
         self._ordered(rs, msg, call, "a collective")
-        self._joined(self.matcher.collective(call, group, msg["seq"]), call)
+        self._joined(self.matcher.collective(call, group, msg["seq"], self._pg(rs, msg, "a collective")), call)
+
+    @staticmethod
+    def _pg(rs: RankState, msg: Message, what: str) -> int:
+        """Which of the process groups over its ranks (a transfer: holding both ends) a call runs on (`pg`,
+        optional: absent = 0, the first; runtime/session.py numbers them as the ranks create them)."""
+        pg = msg.get("pg", 0)
+        if not isinstance(pg, int) or isinstance(pg, bool) or pg < 0:
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: {what}'s pg must be an integer >= 0, got {pg!r}")
+        return pg
 
     def _ordered(self, rs: RankState, msg: Message, call: Call, what: str) -> None:
         """Put `call` in its rank's stream order: its `stream`, `launch` and `after` (all optional)."""
@@ -404,7 +413,8 @@ class CoordinatorCore:
         self._new_handle(rs, call.handle, call)
         self._ordered(rs, msg, call, "a send/recv")
         self.p2p_batches.issued(call, msg.get("launch"))
-        self._joined(self.matcher.transfer(call, msg["peer"], msg["tag"], msg["seq"], msg["send"]), call)
+        pg = self._pg(rs, msg, "a send/recv")
+        self._joined(self.matcher.transfer(call, msg["peer"], msg["tag"], msg["seq"], msg["send"], pg), call)
 
     def _algo(self, rs: RankState, raw: Any) -> tuple[tuple[str, Any], ...]:
         """A call's AlgoOptions overrides, hashable: `nccl_env` (the NCCL_* variables the program set before its
@@ -540,7 +550,7 @@ class CoordinatorCore:
         if tag is not None or seq is not None:
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in (tag, seq)):
                 raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: a handoff's tag and seq must be integers")
-            more["ready"] = self.matcher.recv_issued(rs.rank, msg["peer"], tag, seq)
+            more["ready"] = self.matcher.recv_issued(rs.rank, msg["peer"], tag, seq, self._pg(rs, msg, "a handoff"))
         self.send(rs.rank, encode("handed", self.engine.now(), ns=ns, **more))
 
     def _missing(self, rank: int, rv: Rendezvous) -> None:

@@ -1,7 +1,10 @@
 """Rendezvous of collective and point-to-point calls, with mismatch diagnostics.
 
-A collective is identified by (group, seq): the global ranks in group order and the per-group
-sequence number. A transfer is identified by (src, dst, tag, seq), and both its send and its recv
+A collective is identified by (group, seq, pg): the global ranks in group order, the sequence number on its
+process group, and which of the process groups over those ranks it runs on (`pg`: 0 for the first one a rank
+created, 1 for the next, ...; all members number them alike, since they create them together). In NCCL two such
+groups are two communicators, each with its own order, so their calls never meet. A transfer is identified by
+(src, dst, tag, seq, pg), `pg` numbering the process groups that hold both ends, and both its send and its recv
 must arrive. The first call of an identity fixes what the others must agree on (kind, size,
 dtype, root, algorithm options, reduction); any disagreement is a `RunFailed` naming ranks and calls.
 """
@@ -46,10 +49,13 @@ class Call:
 
 
 def describe_key(key: tuple[Any, ...]) -> str:
+    """A rendezvous key as text: ("coll", group, seq, pg) or ("p2p", src, dst, tag, seq, pg)."""
+    pg = key[3] if key[0] == "coll" and len(key) > 3 else key[5] if len(key) > 5 else 0
+    on = f" (its process group {pg} over them)" if pg else ""
     if key[0] == "coll":
-        return f"group {list(key[1])} seq {key[2]}"
-    _, src, dst, tag, seq = key
-    return f"transfer {src} -> {dst} tag {tag} seq {seq}"
+        return f"group {list(key[1])}{on} seq {key[2]}"
+    src, dst, tag, seq = key[1:5]
+    return f"transfer {src} -> {dst}{on} tag {tag} seq {seq}"
 
 
 @dataclass
@@ -87,8 +93,8 @@ class Matcher:
         if bad:
             raise RunFailed(E_PROTOCOL, f"{call.describe()}: {what} names rank {bad[0]}, outside 0..{self.world - 1}")
 
-    def collective(self, call: Call, group: tuple[int, ...], seq: int) -> Rendezvous | None:
-        """Add a collective call; the Rendezvous once every member of the group has called."""
+    def collective(self, call: Call, group: tuple[int, ...], seq: int, pg: int = 0) -> Rendezvous | None:
+        """Add a collective call on process group `pg` over `group`; the Rendezvous once every member has called."""
         self._check_ranks(call, group, "the group")
         if len(set(group)) != len(group):
             raise RunFailed(E_PROTOCOL, f"{call.describe()}: the group {list(group)} repeats a rank")
@@ -99,13 +105,14 @@ class Matcher:
             canon = m.canonical(group)[0]  # the caller already carried its root there (canonical_root)
             if call.root is not None and call.root not in canon:
                 raise RunFailed(E_PROTOCOL, f"{call.describe()}: root {call.root} is not in the group")
-            return self._add(("coll", canon, seq), m.live_members(group), call)
+            return self._add(("coll", canon, seq, pg), m.live_members(group), call)
         if call.root is not None and call.root not in group:
             raise RunFailed(E_PROTOCOL, f"{call.describe()}: root {call.root} is not in the group {list(group)}")
-        return self._add(("coll", group, seq), group, call)
+        return self._add(("coll", group, seq, pg), group, call)
 
-    def transfer(self, call: Call, peer: int, tag: int, seq: int, is_send: bool) -> Rendezvous | None:
-        """Add a send or recv; the Rendezvous once both sides have called."""
+    def transfer(self, call: Call, peer: int, tag: int, seq: int, is_send: bool, pg: int = 0) -> Rendezvous | None:
+        """Add a send or recv on the `pg`-th process group holding both ends; the Rendezvous once both sides have
+        called."""
         self._check_ranks(call, (peer,), "the peer")
         if peer == call.rank:
             raise RunFailed(E_PROTOCOL, f"{call.describe()} with itself as the peer")
@@ -115,8 +122,8 @@ class Matcher:
             src, dst = m.canonical_pair(src, dst)
             if m.live_of(dst) == src:
                 raise RunFailed(E_PROTOCOL, f"{call.describe()}: {_mirrored_pair(m.live, m.world, src, dst)}")
-            return self._add(("p2p", src, dst, tag, seq), (src, m.live_of(dst)), call)
-        return self._add(("p2p", src, dst, tag, seq), (src, dst), call)
+            return self._add(("p2p", src, dst, tag, seq, pg), (src, m.live_of(dst)), call)
+        return self._add(("p2p", src, dst, tag, seq, pg), (src, dst), call)
 
     def _add(self, key: tuple[Any, ...], members: tuple[int, ...], call: Call) -> Rendezvous | None:
         if key in self.done_keys:
@@ -162,10 +169,10 @@ class Matcher:
                 f"{first.describe()}; {call.describe()}",
             )
 
-    def recv_issued(self, src: int, dst: int, tag: int, seq: int) -> bool:
-        """Whether `dst` has issued the receive of transfer (src, dst, tag, seq) and `src` not yet its send (False in a
-        deduplicated run, whose mirrored ranks move no data)."""
-        rv = None if self.mirrors is not None else self.pending.get(("p2p", src, dst, tag, seq))
+    def recv_issued(self, src: int, dst: int, tag: int, seq: int, pg: int = 0) -> bool:
+        """Whether `dst` has issued the receive of transfer (src, dst, tag, seq, pg) and `src` not yet its send (False
+        in a deduplicated run, whose mirrored ranks move no data)."""
+        rv = None if self.mirrors is not None else self.pending.get(("p2p", src, dst, tag, seq, pg))
         return rv is not None and dst in rv.calls and src not in rv.calls
 
     def waiting_for(self, rank: int) -> list[Rendezvous]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from phantora.collectives.launch_group import LaunchGroup
 
 Pair = tuple[int, int]
-PairKey = tuple[int, int, int, int]  # (src, dst, tag, seq): a transfer, as the replay matches it
+PairKey = tuple[int, ...]  # (src, dst, tag, seq), and pg where not 0 (P2P.pg): a transfer, as the replay matches it
 LaunchKey = tuple[int, int]  # (rank, P2P.launch)
 At = tuple[int, int, int, int]  # (src, dst, start offset ns, bytes)
 

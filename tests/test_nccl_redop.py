@@ -195,7 +195,7 @@ def test_the_coordinator_keeps_the_reduction_and_refuses_a_bad_one() -> None:
     assert rec.to_dict()["redop"] == "max" and rec.choice is not None
     h = Harness(world=2)
     _coll(h, 0)
-    assert "op=" not in h.core.matcher.pending[("coll", (0, 1), 0)].calls[0].describe()  # a sum says nothing
+    assert "op=" not in h.core.matcher.pending[("coll", (0, 1), 0, 0)].calls[0].describe()  # a sum says nothing
     with pytest.raises(RunFailed) as err:
         _coll(h, 1, redop="avg")
     assert err.value.code == "mismatch" and "reduction" in err.value.text and "op=avg" in err.value.text

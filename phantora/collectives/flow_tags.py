@@ -39,9 +39,10 @@ def parse_ranks(text: str) -> tuple[int, ...]:
     return tuple(int(r) for r in text.split("."))
 
 
-def call_name(kind: str, seq: int, tag: int = 0) -> str:
-    """A call's name on its ranks: `kind#seq`, with its p2p tag if not 0 (a pairwise collective's are negative)."""
-    return f"{kind}#{seq}" + (f".tag{tag}" if tag else "")
+def call_name(kind: str, seq: int, tag: int = 0, pg: int = 0) -> str:
+    """A call's name on its ranks: `kind#seq`, with its process group if not the first over its ranks (`.pg1`:
+    RankSession.comm_of) and its p2p tag if not 0 (a pairwise collective's are negative)."""
+    return f"{kind}#{seq}" + (f".pg{pg}" if pg else "") + (f".tag{tag}" if tag else "")
 
 
 def record_kind(kind: str, name: str) -> str:

@@ -74,8 +74,10 @@ class ProgramBuilder:
         after: Sequence[int] = (),
         redop: str = "sum",
         nccl_env: NcclEnv | None = None,
+        pg: int = 0,
     ) -> int:
-        """Issue a collective; `root` is group-local; `seq` defaults to the count of earlier calls on this group;
+        """Issue a collective; `root` is group-local; `seq` defaults to the count of earlier calls on this group
+        (process group `pg` over its ranks: Coll.pg);
         `after`: earlier Coll/P2P nodes whose part on this rank must end before it starts (its NCCL stream order);
         `redop`: the reduction of an all-reduce, reduce-scatter or reduce; `nccl_env`: the NCCL_* variables its
         communicator was created with, where the program set its own (None: the run's)."""
@@ -88,9 +90,9 @@ class ProgramBuilder:
         group = tuple(int(r) for r in group)
         if self.rank not in group:
             raise InputError(f"rank {self.rank} issues a collective on {list(group)}, not its group", field="group")
-        s = self._next_seq(("c", group), seq)
+        s = self._next_seq(("c", group, pg), seq)
         slot = self.slot(group)
-        node = Coll(stream, slot, kind, int(nbytes), dtype, root, s, tuple(deps), tuple(after), redop, nccl_env)
+        node = Coll(stream, slot, kind, int(nbytes), dtype, root, s, tuple(deps), tuple(after), redop, nccl_env, pg)
         return self._add(node)
 
     def p2p(
@@ -107,13 +109,15 @@ class ProgramBuilder:
         comm: Sequence[int] | None = None,
         nccl_env: NcclEnv | None = None,
         launch: Hashable = None,
+        pg: int = 0,
     ) -> int:
-        """One side of a transfer to (send) or from (recv) `peer`; `after` and `nccl_env` as a collective's; `conn`:
+        """One side of a transfer to (send) or from (recv) `peer`, on process group `pg` of those holding both (P2P.pg);
+        `after` and `nccl_env` as a collective's; `conn`:
         the communicator it runs on (P2P.conn); `comm`: that communicator's global ranks when it is not the pair's
         own (P2P.comm); `launch`: the NCCL group launch on `comm` it is part of, any name the rank gives it
         (P2P.launch numbers them in order of first use), None: none."""
         pair = (self.rank, int(peer)) if is_send else (int(peer), self.rank)
-        s = self._next_seq(("p", *pair, tag), seq)
+        s = self._next_seq(("p", *pair, tag, pg), seq)
         slot = self.slot(pair)
         on = self.slot(tuple(int(r) for r in comm)) if comm else -1
         if launch is not None and on < 0:
@@ -132,6 +136,7 @@ class ProgramBuilder:
             on,
             nccl_env,
             number,
+            pg,
         )
         return self._add(node)
 

@@ -13,9 +13,9 @@ COMM_RECV_NODE (``comm_src``, ``comm_dst``, ``comm_tag``); Wait and Step -> zero
 A Chakra comm node blocks its dependents, so stream order skips it: the next node of the stream depends
 on the node before the collective, and only the Wait depends on the collective itself. Extra
 attributes (``phantora_type``, ``stream``, ``seq``, ``dtype``, ``root``, ``phantora_redop`` when not sum,
-``phantora_conn``, ``phantora_comm``, ``phantora_launch`` and ``phantora_issue_ns`` for a transfer of an NCCL
-group launch) let
-`read_chakra` rebuild the graph exactly; Chakra consumers ignore attributes they do not know.
+``phantora_pg`` when not the first group over the ranks, ``phantora_conn``, ``phantora_comm``,
+``phantora_launch`` and ``phantora_issue_ns`` for a transfer of an NCCL group launch) let `read_chakra` rebuild
+the graph exactly; Chakra consumers ignore attributes they do not know.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ ISSUE_ATTR = "phantora_issue_ns"  # that transfer's recorded issue ns (recorded.
 JOINED_ATTR = "phantora_joined_ns"  # the latest completion its rank joined before it (recorded.launch_issue_ns)
 RELEASE_ATTR = "phantora_release_ns"  # window mode: the ns its rank was last released at (recorded.launch_release_ns)
 REDOP_ATTR = "phantora_redop"  # a Coll's reduction, when not sum (Coll.redop)
+PG_ATTR = "phantora_pg"  # a Coll's or P2P's process group over its ranks, when not the first (Coll.pg, P2P.pg)
 # NCCL_* variables as JSON [[name, value], ...]: a call's own (Coll/P2P.nccl_env) on its node, the run's in the metadata
 NCCL_ENV_ATTR = "phantora_nccl_env"
 
@@ -204,6 +205,8 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
                 attrs.append(_attr("root", int64_val=n.root))
             if n.redop != "sum":
                 attrs.append(_attr(REDOP_ATTR, string_val=n.redop))
+            if n.pg:
+                attrs.append(_attr(PG_ATTR, int64_val=n.pg))
             attrs += _env_attr(n.nccl_env)
         elif isinstance(n, P2P):
             src, dst = graph.groups[bound[n.slot]]
@@ -219,6 +222,8 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
                 _attr("comm_size", int64_val=n.nbytes),
                 _attr("seq", int64_val=n.seq),
             ]
+            if n.pg:
+                attrs.append(_attr(PG_ATTR, int64_val=n.pg))
             if n.conn:  # a communicator after the rank's first: lone sends on it have their own slots (P2P.conn)
                 attrs.append(_attr(CONN_ATTR, int64_val=n.conn))
             if n.comm >= 0:  # its ranks, when not the pair's own (P2P.comm: whether NCCL uses PXN)
@@ -359,6 +364,7 @@ def _rank_builder(
                 after=after,
                 redop=op,
                 nccl_env=env,
+                pg=int(a.get(PG_ATTR, 0)),
             )
         elif kind == "p2p":
             send = node.type == COMM_SEND_NODE
@@ -377,6 +383,7 @@ def _rank_builder(
                 comm=on,
                 nccl_env=_env_of(a.get(NCCL_ENV_ATTR), src),
                 launch=a.get(LAUNCH_ATTR),
+                pg=int(a.get(PG_ATTR, 0)),
             )
             if LAUNCH_ATTR in a and ISSUE_ATTR in a:
                 release = [int(a[RELEASE_ATTR])] if RELEASE_ATTR in a else []

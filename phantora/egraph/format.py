@@ -25,6 +25,10 @@ Node semantics (all times integer ns; see docs/egraph.md):
   numbers (0: the rank's first; type 8 on disk), and whose ranks its ``comm`` binds, when not the pair's own
   (eager init: the group's; type 9 on disk), since they decide whether NCCL uses PXN, which rules out a
   registered zero-copy send; a ``Coll``'s ``redop`` (type 10 on disk when not sum) is part of NCCL's choice;
+- a ``Coll`` or ``P2P`` names which process group it ran on (``pg``): 0 for the rank's first group over its
+  ranks (a ``P2P``: holding both ends), 1 for the next, ... (each its own NCCL communicator with its own order, whose
+  calls are matched apart: ``seq`` counts per group); type 12 (a ``Coll``) or 13 (a ``P2P``) on disk when not 0, so
+  a recording of one group per rank set is written as before;
 - ``Step`` marks the end of a training step on its stream (it takes no time).
 """
 
@@ -55,6 +59,8 @@ T_P2P_CONN = 8  # a P2P on a communicator other than the rank's first (P2P.conn)
 T_P2P_COMM = 9  # a P2P whose communicator is not its pair's own (P2P.comm): type 8's fields, conn, comm, `after`
 T_COLL_OP = 10  # a Coll whose reduction is not sum (Coll.redop): type 5's fields, `after` (maybe empty), the op code
 T_P2P_GROUP = 11  # a P2P of an NCCL group launch (P2P.launch): type 9's fields, conn, comm, launch, `after`
+T_COLL_PG = 12  # a Coll on a process group after its rank's first over its ranks (Coll.pg): type 10's fields, then pg
+T_P2P_PG = 13  # a P2P on such a process group (P2P.pg): type 11's fields (launch -1: none), then pg
 # recorded: per rank, [issue ns, ns its rank last joined a completion before it] of each P2P node of a group launch
 LAUNCH_ISSUE = "launch_issue_ns"
 # recorded, a window-mode run's only (optional): per rank, the network's ns its rank was last released at (the
@@ -79,6 +85,8 @@ _ARITY = {
     T_P2P_COMM: 9,
     T_COLL_OP: 9,
     T_P2P_GROUP: 10,
+    T_COLL_PG: 10,
+    T_P2P_PG: 11,
 }
 _TYPE_NAMES = {
     T_COMPUTE: "compute",
@@ -93,6 +101,8 @@ _TYPE_NAMES = {
     T_P2P_COMM: "p2p",
     T_COLL_OP: "collective",
     T_P2P_GROUP: "p2p",
+    T_COLL_PG: "collective",
+    T_P2P_PG: "p2p",
 }
 
 
@@ -108,7 +118,7 @@ class Compute:
 
 @dataclass(frozen=True, slots=True)
 class Coll:
-    """Issue of a collective on the group bound to `slot`; matched across ranks by (group, seq)."""
+    """Issue of a collective on the group bound to `slot`; matched across ranks by (group, seq, pg)."""
 
     stream: int
     slot: int
@@ -121,11 +131,12 @@ class Coll:
     after: tuple[int, ...] = ()  # earlier Coll/P2P nodes whose part on this rank must end before it starts
     redop: str = "sum"  # the reduction of an all-reduce, reduce-scatter or reduce (type 10 on disk when not sum)
     nccl_env: NcclEnv | None = None  # the NCCL_* its communicator was created with, where the program set its own
+    pg: int = 0  # which of the rank's process groups over the group's ranks it ran on (0: the first; type 12)
 
 
 @dataclass(frozen=True, slots=True)
 class P2P:
-    """Issue of one side of a transfer; `slot` binds to the pair (src, dst); matched by (src, dst, tag, seq)."""
+    """Issue of one side of a transfer; `slot` binds to the pair (src, dst); matched by (src, dst, tag, seq, pg)."""
 
     stream: int
     slot: int
@@ -141,6 +152,7 @@ class P2P:
     # the rank's NCCL group launch it is part of (a batch_isend_irecv, a coalescing block, a pairwise collective's
     # transfers), numbered in the rank's order of first use, on the communicator `comm`; -1: none (type 11 on disk)
     launch: int = -1
+    pg: int = 0  # which of the rank's process groups holding both ends it ran on (0: the first; type 13 on disk)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +206,10 @@ class Program:
                 root = -1 if n.root is None else n.root
                 kind, dtype = KIND_CODES.index(n.kind), DTYPE_CODES.index(n.dtype)
                 row = [T_COLL, n.stream, n.slot, kind, n.nbytes, dtype, root, n.seq]
-                if n.redop != "sum":
+                if n.pg:
+                    row[0] = T_COLL_PG
+                    row += [list(n.after), REDOP_CODES.index(n.redop), n.pg]
+                elif n.redop != "sum":
                     row[0] = T_COLL_OP
                     row += [list(n.after), REDOP_CODES.index(n.redop)]
                 elif n.after:
@@ -202,7 +217,10 @@ class Program:
                     row.append(list(n.after))
             elif isinstance(n, P2P):
                 row = [T_P2P, n.stream, n.slot, int(n.is_send), n.tag, n.nbytes, n.seq]
-                if n.launch >= 0:
+                if n.pg:
+                    row[0] = T_P2P_PG
+                    row += [n.conn, n.comm, n.launch, list(n.after), n.pg]
+                elif n.launch >= 0:
                     row[0] = T_P2P_GROUP
                     row += [n.conn, n.comm, n.launch, list(n.after)]
                 elif n.comm >= 0:
@@ -268,8 +286,9 @@ class Program:
             if isinstance(n, Coll) and n.redop != "sum" and n.kind not in REDUCING:
                 raise InputError(f"a {n.kind} takes no reduction ({n.redop})", file=source, field=where)
             if isinstance(n, (Coll, P2P)):
-                if n.nbytes < 0 or n.seq < 0 or n.slot < 0 or (isinstance(n, P2P) and n.conn < 0):
-                    raise InputError("negative size, seq, slot or communicator", file=source, field=where)
+                if n.nbytes < 0 or n.seq < 0 or n.slot < 0 or n.pg < 0 or (isinstance(n, P2P) and n.conn < 0):
+                    raise InputError("negative size, seq, slot, process group or communicator", file=source,
+                                     field=where)  # fmt: skip
                 if isinstance(n, P2P) and n.launch >= 0 and n.comm < 0:
                     raise InputError("a group launch's transfer names no communicator", file=source, field=where)
                 for r in n.after:
@@ -322,7 +341,14 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
     f = row[1 : arity + 1]
     after: tuple[int, ...] = ()
     redop = "sum"
-    if code == T_COLL_OP:
+    pg = 0
+    if code in (T_COLL_PG, T_P2P_PG):
+        if not isinstance(f[-1], int) or isinstance(f[-1], bool) or f[-1] <= 0:
+            raise InputError(
+                f"process group {f[-1]!r}: type {code} names one after the first", file=source, field=where
+            )
+        f, pg = f[:-1], f[-1]
+    if code in (T_COLL_OP, T_COLL_PG):
         if not isinstance(f[-1], int) or not 0 <= f[-1] < len(REDOP_CODES):
             raise InputError(f"reduction code {f[-1]!r} is out of range", file=source, field=where)
         f, redop = f[:-1], REDOP_CODES[f[-1]]
@@ -330,7 +356,7 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
         if not isinstance(f[-1], list) or not f[-1] or not all(isinstance(r, int) for r in f[-1]):
             raise InputError("after must be a non-empty list of node indices", file=source, field=where)
         f, after = f[:-1], tuple(f[-1])
-    if code in (T_P2P_CONN, T_P2P_COMM, T_COLL_OP, T_P2P_GROUP):
+    if code in (T_P2P_CONN, T_P2P_COMM, T_COLL_OP, T_P2P_GROUP, T_COLL_PG, T_P2P_PG):
         if not isinstance(f[-1], list) or not all(isinstance(r, int) for r in f[-1]):
             raise InputError("after must be a list of node indices", file=source, field=where)
         f, after = f[:-1], tuple(f[-1])
@@ -339,9 +365,9 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
     try:
         if code == T_COMPUTE:
             return Compute(f[0], names[f[1]], f[2], deps)
-        if code in (T_COLL, T_COLL_AFTER, T_COLL_OP):
+        if code in (T_COLL, T_COLL_AFTER, T_COLL_OP, T_COLL_PG):
             root = None if f[5] < 0 else f[5]
-            return Coll(f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps, after, redop)
+            return Coll(f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps, after, redop, pg=pg)
         if code in (T_P2P, T_P2P_AFTER):
             return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after)
         if code == T_P2P_CONN:
@@ -352,6 +378,11 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
             if f[6] < 0 or f[7] < 0:
                 raise InputError(f"communicator {f[6]} or its slot {f[7]} is negative", file=source, field=where)
             return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after, f[6], f[7])
+        if code == T_P2P_PG:
+            if f[6] < 0 or f[8] < -1 or (f[8] >= 0 and f[7] < 0):
+                raise InputError(f"communicator {f[6]}, its slot {f[7]} or launch {f[8]} is out of range", file=source,
+                                 field=where)  # fmt: skip
+            return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after, f[6], max(f[7], -1), launch=f[8], pg=pg)
         if code == T_P2P_GROUP:
             if f[6] < 0 or f[7] < 0 or f[8] < 0:
                 raise InputError(f"communicator {f[6]}, its slot {f[7]} or launch {f[8]} is negative", file=source,

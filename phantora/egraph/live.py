@@ -55,6 +55,7 @@ class _RecorderListener:
                 before=before,
                 redop=call.redop,
                 nccl_env=call.nccl_env,
+                pg=call.pg,
             )
         else:
             send = call.kind == "send"
@@ -78,6 +79,7 @@ class _RecorderListener:
                 nccl_env=call.nccl_env,
                 launch=launch,
                 released=call.released_ns,
+                pg=call.pg,
             )
             if lone:  # a lone send within its buffer: calls after it follow its hand-off
                 self.rec.eager(call.handle)

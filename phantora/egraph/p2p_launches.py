@@ -61,7 +61,7 @@ def _transfers(graph: ExecGraph) -> list[Transfer]:
             issued, joined = times[r][k] if times else (0, 0)
             release = released[r][k] if released else None
             side = ((r, n.launch), graph.group_of(r, n.comm), issued, joined, n.nbytes, release)
-            ends.setdefault((src, dst, n.tag, n.seq), []).append(side)
+            ends.setdefault((src, dst, n.tag, n.seq) + ((n.pg,) if n.pg else ()), []).append(side)
     out = []
     for key, sides in ends.items():
         if len(sides) == 2 and sides[0][1] == sides[1][1]:  # both ends on one communicator (`grouped_comm`)

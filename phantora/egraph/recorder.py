@@ -104,8 +104,10 @@ class GraphRecorder:
         before: tuple[int, ...] = (),
         redop: str = "sum",
         nccl_env: NcclEnv | None = None,
+        pg: int = 0,
     ) -> None:
-        """A collective issued at `issue_ns`; `root` is a global rank (or None); it starts after the rank's calls
+        """A collective issued at `issue_ns` on process group `pg` over its ranks (Coll.pg); `root` is a global rank
+        (or None); it starts after the rank's calls
         `before` (handles); `redop`: its reduction; `nccl_env`: its communicator's NCCL_* variables where the program
         set its own (None: the run's)."""
         group = tuple(int(r) for r in group)
@@ -117,7 +119,7 @@ class GraphRecorder:
             local = group.index(root)
         after = self._nodes(before)
         idx = self.b.collective(
-            kind, group, nbytes, dtype, local, seq, stream, after=after, redop=redop, nccl_env=nccl_env
+            kind, group, nbytes, dtype, local, seq, stream, after=after, redop=redop, nccl_env=nccl_env, pg=pg
         )
         self._issued(handle, idx)
 
@@ -137,8 +139,10 @@ class GraphRecorder:
         nccl_env: NcclEnv | None = None,
         launch: Hashable = None,
         released: int | None = None,
+        pg: int = 0,
     ) -> None:
-        """One side of a transfer issued at `issue_ns`, starting after the rank's calls `before` (handles); `conn`:
+        """One side of a transfer issued at `issue_ns` on process group `pg` of those holding both ends (P2P.pg),
+        starting after the rank's calls `before` (handles); `conn`:
         the communicator a lone send runs on, as the rank names it (numbered here in order of first use, P2P.conn);
         `comm`: its global ranks when it is not the pair's own (P2P.comm); `nccl_env` as a collective's; `launch`:
         the NCCL group launch on `comm` it is part of, as the rank names it (P2P.launch), its issue time kept, and in
@@ -159,6 +163,7 @@ class GraphRecorder:
             comm=comm or None,
             nccl_env=nccl_env,
             launch=launch,
+            pg=pg,
         )
         if launch is not None:  # the coordinator knows of it from `joined` on (the rank blocked until then)
             self.launch_issue.append([int(issue_ns), self.joined])

@@ -92,11 +92,18 @@ class Instance:
     def launched(self) -> bool:
         return self.start >= 0
 
+    @property
+    def pg(self) -> int:
+        """Which process group over its ranks (a transfer: holding both ends) it runs on (Coll.pg, P2P.pg)."""
+        n = 4 if self.key[0] == "c" else 6
+        return int(self.key[n - 1]) if len(self.key) >= n else 0
+
     def label(self) -> str:
+        on = f" (process group {self.pg})" if self.pg else ""
         if self.key[0] == "p":
-            _, src, dst, tag, seq = self.key
-            return f"send_recv {src}->{dst} tag {tag} #{seq}"
-        return f"{self.kind} on {list(self.group)} #{self.key[2]}"
+            src, dst, tag, seq = self.key[1:5]
+            return f"send_recv {src}->{dst}{on} tag {tag} #{seq}"
+        return f"{self.kind} on {list(self.group)}{on} #{self.key[2]}"
 
 
 @dataclass
@@ -457,10 +464,10 @@ class _Planner:
         those whose markers wait for a call not launched yet (`later`), once those are made (`try_launch`)."""
         group = run.slots[n.slot]
         if isinstance(n, Coll):
-            key: tuple[Any, ...] = ("c", group, n.seq)
+            key: tuple[Any, ...] = ("c", group, n.seq) + ((n.pg,) if n.pg else ())  # a recording's before pg: 0
             sig = (n.kind, n.nbytes, n.dtype, n.root, n.redop)
         else:
-            key = ("p", group[0], group[1], n.tag, n.seq)
+            key = ("p", group[0], group[1], n.tag, n.seq) + ((n.pg,) if n.pg else ())
             sig = ("send_recv", n.nbytes, "uint8", None, "sum")
         inst = self.instances.get(key)
         if inst is None:
@@ -523,12 +530,13 @@ class _Planner:
         collective's transfer `all_to_all#1@0-3/0>2` (its group found among the graph's and the world; else its p2p
         tag, `send#1.tag-123@0>2`)."""
         if inst.key[0] == "c":
-            return collective_tag(call_name(inst.kind, inst.key[2]), inst.group)
-        _, src, dst, tag, seq = inst.key
+            return collective_tag(call_name(inst.kind, inst.key[2], pg=inst.pg), inst.group)
+        src, dst, tag, seq = inst.key[1:5]
         if self.pairwise is None:
             self.pairwise = pairwise_groups([*self.graph.groups, tuple(range(self.graph.world))])  # and the world's
         of = self.pairwise.get(tag) if tag < 0 else None
-        name = collective_tag(call_name(of[0], seq), of[1]) if of else call_name("send", seq, tag)
+        pg = inst.pg
+        name = collective_tag(call_name(of[0], seq, pg=pg), of[1]) if of else call_name("send", seq, tag, pg)
         return transfer_tag(name, src, dst)
 
     def launch(self, inst: Instance) -> None:

@@ -267,6 +267,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._s = session
         self._ranks = tuple(int(r) for r in ranks)
+        # its number among the rank's groups (RankSession.comm_of): which of those over its ranks it is (`_pg`)
+        self._comm = session.new_comm(self._ranks)
+        self._pg = session.comm_of(self._comm)
+        self._peer_pg: dict[int, int] = {}  # global peer -> which of the groups holding this rank and the peer it is
         self._store = store
         self._timeout = timeout
         self._splits = 0  # the splits this rank is a member of (torch names a split's description by it)
@@ -444,6 +448,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             sync=self._sync,
             nccl_env=self._nccl_env,
             redop=redop,
+            pg=self._pg,
         )
         if grouped:
             self._p2p_group(None)
@@ -768,6 +773,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             cuda_stream=sim_streams.current_stream().stream_id,
             eager=eager,
             comm_ranks=self._ranks if lone else None,  # eager init: the group's communicator, not the pair's own
+            pg=self._pair_pg(self._ranks[dst]),
         )
         if lone:
             self._p2p_group(None)
@@ -791,10 +797,19 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             stream=stream,
             launch=launch,
             cuda_stream=sim_streams.current_stream().stream_id,
+            pg=self._pair_pg(self._ranks[src]),
         )
         if lone:
             self._p2p_group(None)
         return self._work(p, tensors)
+
+    def _pair_pg(self, peer: int) -> int:
+        """Which of this rank's groups holding it and global rank `peer` this one is (RankSession.comm_of): its sends
+        and receives with `peer` are numbered apart from other groups' (each its own NCCL communicator)."""
+        pg = self._peer_pg.get(peer)
+        if pg is None:
+            pg = self._peer_pg[peer] = self._s.comm_of(self._comm, peer)
+        return pg
 
     def _p2p_stream(self, peer: int) -> tuple[int, int | None]:
         """The NCCL stream and group launch of a send/recv with group rank `peer`, as ProcessGroupNCCL's

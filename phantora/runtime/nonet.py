@@ -43,6 +43,7 @@ class NoNetworkClient:
         launch: int | None = None,
         after: Sequence[int] = (),
         redop: str = "sum",
+        pg: int = 0,
     ) -> int:
         return self._new(t_issue_ns)
 
@@ -72,6 +73,7 @@ class NoNetworkClient:
         stream: int | None = None,
         launch: int | None = None,
         after: Sequence[int] = (),
+        pg: int = 0,
     ) -> int:
         return self._new(t_issue_ns)
 

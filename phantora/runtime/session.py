@@ -80,6 +80,7 @@ class ClientLike(Protocol):
         launch: int | None = None,
         after: Sequence[int] = (),
         redop: str = "sum",
+        pg: int = 0,
     ) -> int: ...
 
     def lost(self, handle: int) -> list[tuple[int, int]]: ...
@@ -99,6 +100,7 @@ class ClientLike(Protocol):
         launch: int | None = None,
         after: Sequence[int] = (),
         handoff: int | None = None,
+        pg: int = 0,
     ) -> int: ...
 
     def wait(self, handle: int, deadline: float | None = None) -> int: ...
@@ -188,6 +190,7 @@ class Issued:
     # a transfer of an NCCL group (a batch, a coalescing block, a pairwise collective's): the communicator's ranks
     launch_comm: tuple[int, ...] = ()
     released_ns: int | None = None  # window mode: the network's ns the rank was last released at (RankClient)
+    pg: int = 0  # which process group over its ranks (a transfer: holding both ends) it runs on (RankSession.comm_of)
 
 
 class SessionListener(Protocol):
@@ -257,8 +260,9 @@ class RankSession:
         self.aborted: dict[int, str] = {}  # NCCL stream (a communicator) -> why it was aborted (`abort`)
         self.abandoned: list[Pending] = []  # calls of aborted communicators, never joined (`abort`)
         self._ids = itertools.count(1)
-        self._seq: dict[tuple[int, ...], int] = {}
-        self._p2p_seq: dict[tuple[int, int, bool], int] = {}
+        self._seq: dict[tuple[tuple[int, ...], int], int] = {}  # (group, pg) -> its next collective's seq
+        self._p2p_seq: dict[tuple[int, int, bool, int], int] = {}  # (peer, tag, is_send, pg) -> its next seq
+        self.comms: list[tuple[int, ...]] = []  # the global ranks of each process group made here, in creation order
         self._windows: dict[tuple[int | None, int], SlotWindow[int]] = {}  # (communicator, peer) -> its connection's
         # handed-off sends (by Pending id)
         self._handed: dict[int, Pending] = {}  # window key -> a send in a window
@@ -401,10 +405,26 @@ class RankSession:
         self.client.advance_clock(end)
 
     # ----- issuing ---------------------------------------------------------------------------------
-    def next_seq(self, group: tuple[int, ...]) -> int:
-        """The bridge identifies a collective by (group ranks, seq); PGs over the same ranks share it."""
-        seq = self._seq.get(group, 0)
-        self._seq[group] = seq + 1
+    def new_comm(self, ranks: tuple[int, ...]) -> int:
+        """A process group over global `ranks` is made on this rank: its number in creation order (`comm_of`)."""
+        self.comms.append(ranks)
+        return len(self.comms) - 1
+
+    def comm_of(self, comm: int, peer: int | None = None) -> int:
+        """Which process group the one made `comm`-th is among this rank's over the same ranks (0: the first), or,
+        given a `peer`, among those holding both this rank and `peer`: its `pg`. Every member makes a group with
+        the others, in the same order (torch's new_group and split_group are collective), so all members number
+        it alike, as NCCL makes each group its own communicator, whose calls run in its own order."""
+        mine = self.comms[comm]
+        if peer is None:
+            return sum(1 for g in self.comms[:comm] if g == mine)
+        return sum(1 for g in self.comms[:comm] if self.rank in g and peer in g)
+
+    def next_seq(self, group: tuple[int, ...], pg: int = 0) -> int:
+        """The bridge identifies a collective by (group ranks, seq, pg): each process group over those ranks (`pg`,
+        `comm_of`) numbers its own calls, as each is its own NCCL communicator."""
+        seq = self._seq.get((group, pg), 0)
+        self._seq[(group, pg)] = seq + 1
         return seq
 
     def issue(
@@ -426,6 +446,7 @@ class RankSession:
         sync: bool = False,
         nccl_env: NcclEnv | None = None,
         redop: str = "sum",
+        pg: int = 0,
     ) -> Pending:
         """Tell the bridge about a collective, then start the real data movement; return it in flight.
 
@@ -438,11 +459,13 @@ class RankSession:
         `sync` (async_op=False): it runs on that stream, so the stream's later collectives follow it (stream_deps).
         `nccl_env`: the NCCL_* variables its communicator was created with, when the program changed them
         (`program_nccl_env`); the coordinator's model then takes them instead of the run's. `redop`: the reduction
-        of a reducing collective (Collective.redop), which decides some of NCCL's choice.
+        of a reducing collective (Collective.redop), which decides some of NCCL's choice. `pg`: which of this rank's
+        process groups over `group` it runs on (`comm_of`); with transfers, their (`comm_of` with the peer) are given
+        by `transfer_pg`, the peer -> pg of those holding this rank and the peer.
         """
         t = self.clock.issue()
-        seq = self.next_seq(group)
-        label = call_name(name, seq)
+        seq = self.next_seq(group, pg)
+        label = call_name(name, seq, pg=pg)
         after = self.streams.after(cuda_stream)
         if transfers is None:
             # what the network sees: ProcessGroupNCCL::barrier all-reduces one float on the group's stream
@@ -461,6 +484,8 @@ class RankSession:
                 optional["after"] = after
             if redop != "sum":
                 optional["redop"] = redop
+            if pg:
+                optional["pg"] = pg
             h = self.client.collective(
                 group=group,
                 seq=seq,
@@ -478,14 +503,16 @@ class RankSession:
             if self.listeners:
                 call = Issued(h, wire, seq, wire_bytes, t, group, wire_dtype, root)
                 self._tell(
-                    replace(call, stream=stream, launch=launch, after=tuple(after), redop=redop, nccl_env=nccl_env)
+                    replace(
+                        call, stream=stream, launch=launch, after=tuple(after), redop=redop, nccl_env=nccl_env, pg=pg
+                    )
                 )
         else:
             tag = group_tag(group, kind)
             one = launch if launch is not None else -next(self._launches)  # its transfers: one group launch
             named = collective_tag(label, group)  # its transfers' flows: this collective's tag and their pair
             handles = [
-                self._p2p(x.peer, x.is_send, tag, seq, x.nbytes, t, named, nccl_env, stream, one, after)
+                self._p2p(x.peer, x.is_send, tag, seq, x.nbytes, t, named, nccl_env, stream, one, after, pg=pg)
                 for x in transfers
                 if x.nbytes > 0
             ]
@@ -513,8 +540,11 @@ class RankSession:
         eager: bool = False,
         start_copied: Callable[[list[torch.Tensor]], list[Any]] | None = None,
         comm_ranks: Sequence[int] | None = None,
+        pg: int = 0,
     ) -> Pending:
-        """A user send or recv: matched with its peer by (src, dst, tag, seq); `finalize` runs once it is done.
+        """A user send or recv: matched with its peer by (src, dst, tag, seq, pg); `finalize` runs once it is done.
+        `pg`: which of this rank's process groups holding it and `peer` it is issued on (`comm_of`): each numbers
+        its own sends and receives, as each is its own NCCL communicator.
         `nccl_env`: as `issue`'s. `stream`: the NCCL stream it runs on (ProcessGroupNCCL's pointToPoint: its peer
         pair's, or its group's when batched or under eager init), after what the caller's current CUDA stream
         `cuda_stream` waits for (syncStream); `launch`: its batch's NCCL group launch. Its Work's wait() makes the
@@ -536,12 +566,12 @@ class RankSession:
         group's), which decides whether NCCL uses PXN; a send NCCL moves zero-copy between registered buffers
         (`Slots.zero_copy`) does not hand off: it waits for its receiver on its stream."""
         t = self.clock.issue()
-        key = (peer, tag, is_send)
+        key = (peer, tag, is_send, pg)
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
-        label = call_name("send" if is_send else "recv", seq, tag)
+        label = call_name("send" if is_send else "recv", seq, tag, pg)
         after = self.streams.after(cuda_stream)
-        match = (tag, seq) if start_copied is not None else None
+        match = (tag, seq, pg) if start_copied is not None else None
         on = tuple(comm_ranks) if comm_ranks and set(comm_ranks) != {self.rank, peer} else ()  # (): the pair's own
         ns, slots, ready = (None, None, False)
         if eager and is_send:
@@ -559,7 +589,9 @@ class RankSession:
             gate = [self._handed.pop(i) for i in held.admit(ident, slots)]
         handles = [q.handles[0] for q in gate]
         conn = comm if ns is not None else None
-        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after, ns, handles, conn, on)
+        h = self._p2p(
+            peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after, ns, handles, conn, on, pg
+        )
         kind = "send" if is_send else "recv"
         copied = ns is not None and start_copied is not None and not ready
         copies: list[torch.Tensor] = []
@@ -607,18 +639,20 @@ class RankSession:
         peer: int,
         nbytes: int,
         env: NcclEnv | None,
-        match: tuple[int, int] | None = None,
+        match: tuple[int, int, int] | None = None,
         comm: tuple[int, ...] = (),
     ) -> tuple[int | None, Slots | None, bool]:
         """The ns a send of `nbytes` to `peer` on no stream takes from its kernel's start to handing its last byte
         to its connection, and the connection slots it takes (bridge `handoff`, collectives/handoff.py); None
         where the client or the model does not time it (its waits then see its flow's end, as before). With the
-        send's `match` (tag, seq), also whether its receive is already issued (else False). `comm`: its
+        send's `match` (tag, seq, pg), also whether its receive is already issued (else False). `comm`: its
         communicator's ranks when not the pair's own."""
         algo = {"nccl_env": [list(kv) for kv in env]} if env is not None else None
         plan = getattr(self.client, "handoff_plan", None)
         if plan is not None:
             more: dict[str, Any] = {"tag": match[0], "seq": match[1]} if match is not None else {}
+            if match is not None and match[2]:
+                more["pg"] = match[2]
             if comm:
                 more["comm"] = list(comm)
             got = plan(peer=peer, nbytes=nbytes, algo=algo, **more)
@@ -666,10 +700,11 @@ class RankSession:
         gate: Sequence[int] = (),
         conn: int | None = None,
         comm: tuple[int, ...] = (),
+        pg: int = 0,
     ) -> int:
         """One transfer to the bridge (on `stream`, in `launch`, after the rank's calls `after`; a lone send's
         kernel ns `handoff`, which the bridge's stream order follows, after the flows of its earlier sends `gate`
-        on its communicator `conn`); its handle."""
+        on its communicator `conn`; on process group `pg`, `comm_of`); its handle."""
         more: dict[str, Any] = {"algo": {"nccl_env": [list(kv) for kv in env]}} if env is not None else {}
         if stream is not None:
             more["stream"] = stream
@@ -681,6 +716,8 @@ class RankSession:
             more["handoff"] = handoff
         if gate:
             more["gate"] = list(gate)
+        if pg:
+            more["pg"] = pg
         h = self.client.p2p(
             peer=peer, is_send=is_send, tag=tag, seq=seq, nbytes=nbytes, t_issue_ns=t, name=label, **more
         )
@@ -700,6 +737,7 @@ class RankSession:
                 nccl_env=env,
                 launch_comm=tuple(getattr(self.client, "p2p_comm", None) or ()),  # the group open on the client
                 released_ns=getattr(self.client, "released_ns", None),
+                pg=pg,
             )
             self._tell(replace(call, handoff=handoff, conn=conn, comm=comm) if handoff is not None else call)
         return h
