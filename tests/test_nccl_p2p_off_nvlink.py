@@ -101,13 +101,14 @@ def test_p2p_on_keeps_nvlink(env: dict[str, str]) -> None:
 
 
 def test_one_host_of_a_rail_fabric_and_across_hosts() -> None:
-    """A communicator inside one DGX host of a rail fabric gets the PCIe ring, its host's GPUs counted from 0; one
-    across hosts is still refused in one line naming the variable."""
+    """With NCCL_NET_DISABLE_INTRA=1 (no NET between GPUs of one host: test_nccl_net_intra.py has the default), a
+    communicator inside one DGX host of a rail fabric gets the PCIe ring, its host's GPUs counted from 0; one across
+    hosts is refused in one line naming the variable."""
     topo = rail_optimized(2, N, 2)
-    st = settings_from_env({"NCCL_P2P_DISABLE": "1"})
+    st = settings_from_env({"NCCL_P2P_DISABLE": "1", "NCCL_NET_DISABLE_INTRA": "1"})
     second = platform_of(topo, tuple(range(N, 2 * N)), st).pci
     assert second is not None and second.sockets == (0,) * 4 + (1,) * 4
     coll = Collective("all_reduce", tuple(range(2 * N)), 1 << 20, "fp32")
     with pytest.raises(InputError) as err:
-        choose(coll, topo, _opts(NCCL_P2P_DISABLE="1"))
+        choose(coll, topo, _opts(NCCL_P2P_DISABLE="1", NCCL_NET_DISABLE_INTRA="1"))
     assert err.value.field == "NCCL_P2P_DISABLE" and "\n" not in str(err.value)

@@ -112,8 +112,9 @@ def test_a_bad_cpu_model_is_one_line_naming_the_field(make: Callable[..., Topolo
 
 
 def test_cpu_model_sets_the_vendor_and_the_fabrics_hosts() -> None:
-    """A fabric's DGX hosts take `cpu_model` too; it names the vendor NCCL's tuner reads when `cpu` is not given."""
+    """A fabric's DGX hosts take `cpu_model` too; it names the vendor NCCL's tuner reads when `cpu` is not given
+    (NCCL_NET_DISABLE_INTRA=1 keeps the host's SHM ring: test_nccl_net_intra.py has its NET between sockets)."""
     topo = rail_optimized(2, N, 2, gpu="h100", cpu_model="zen")
     assert topo.meta["cpu"] == "amd"
-    p = platform_of(topo, tuple(range(N, 2 * N)), settings_from_env(OFF))
+    p = platform_of(topo, tuple(range(N, 2 * N)), settings_from_env({**OFF, "NCCL_NET_DISABLE_INTRA": "1"}))
     assert p.pci is not None and (p.pci.cpu, p.pci.inter_cpu_bw) == ("amd", AMD)

@@ -1016,7 +1016,7 @@ int64_t PhantoraNetwork::LastSendEndBound() {
       }
       unsent = f.size - std::min(sent, f.size);
     }
-    const std::vector<uint32_t>& ports = routes->Candidates(f.src, f.dst);
+    const std::vector<uint32_t>& ports = routes->Candidates(f.src, f.dst, f.key);
     if (unsent == 0 || ports.empty()) {
       continue;  // (no route: it waits for one, its bytes left out: the bound only falls)
     }

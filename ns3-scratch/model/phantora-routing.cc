@@ -38,6 +38,7 @@ void RouteTable::ClearTables() {
   m_cand.clear();
   m_candDone.clear();
   m_endpointCand.clear();
+  m_endpointNicCand.clear();
 }
 
 void RouteTable::SetLinksDown(const std::vector<uint32_t>& links) {
@@ -207,7 +208,18 @@ const std::vector<uint32_t>& RouteTable::Candidates(uint32_t node, uint32_t dst)
   return slot;
 }
 
-void RouteTable::FillCandidates(uint32_t node, uint32_t dst, std::vector<uint32_t>& out) {
+const std::vector<uint32_t>& RouteTable::Candidates(uint32_t node, uint32_t dst, uint64_t key) {
+  if ((key & kNicRouteBit) == 0 || !IsEndpoint(m_kind[node])) {
+    return Candidates(node, dst);
+  }
+  auto [it, fresh] = m_endpointNicCand.try_emplace((static_cast<uint64_t>(node) << 32) | dst);
+  if (fresh) {
+    FillCandidates(node, dst, it->second, true);
+  }
+  return it->second;
+}
+
+void RouteTable::FillCandidates(uint32_t node, uint32_t dst, std::vector<uint32_t>& out, bool viaNic) {
   const NodeKind kind = m_kind[node];
   out.clear();
   if (node == dst) {
@@ -220,7 +232,7 @@ void RouteTable::FillCandidates(uint32_t node, uint32_t dst, std::vector<uint32_
     }
     return;
   }
-  if (IsEndpoint(kind)) {
+  if (IsEndpoint(kind) && !viaNic) {
     const int64_t nv = SharedNvSwitch(node, dst);
     if (nv >= 0) {
       out.push_back(PortTo(node, static_cast<uint32_t>(nv)));
@@ -265,7 +277,7 @@ uint32_t RouteTable::Choose(const std::vector<uint32_t>& c, uint32_t node, uint3
 }
 
 uint32_t RouteTable::Pick(uint32_t node, uint32_t src, uint32_t dst, uint64_t key) {
-  return Choose(Candidates(node, dst), node, src, dst, key);
+  return Choose(Candidates(node, dst, key), node, src, dst, key);
 }
 
 std::vector<int64_t> RouteTable::Path(uint32_t src, uint32_t dst, uint64_t key) {
@@ -289,7 +301,7 @@ bool RouteTable::PathInto(uint32_t src, uint32_t dst, uint64_t key, std::vector<
   while (node != dst) {
     uint32_t port;
     if (IsEndpoint(m_kind[node])) {
-      FillCandidates(node, dst, m_scratch);  // an endpoint's ports, not kept (Candidates keeps them per pair)
+      FillCandidates(node, dst, m_scratch, (key & kNicRouteBit) != 0);  // an endpoint's ports, not kept
       port = Choose(m_scratch, node, src, dst, key);
     } else {
       port = Pick(node, src, dst, key);

@@ -48,6 +48,9 @@ inline uint32_t HpccEcmpHash(uint32_t src, uint32_t dst, uint64_t key, uint32_t 
  * HpccEcmpHash(src, dst, key, node) % count. Tables are filled lazily per destination. One table
  * serves the whole fabric (shared by Ptr).
  */
+/// In a flow's ECMP key: leave through the NICs even towards an endpoint of a shared NVSwitch (model.py's bit).
+constexpr uint64_t kNicRouteBit = uint64_t{1} << 62;
+
 class RouteTable : public SimpleRefCount<RouteTable> {
  public:
   struct Adj {
@@ -66,6 +69,9 @@ class RouteTable : public SimpleRefCount<RouteTable> {
   bool Reachable(uint32_t src, uint32_t dst);
   /// Equal-cost ports of `node` towards endpoint `dst` (empty if none).
   const std::vector<uint32_t>& Candidates(uint32_t node, uint32_t dst);
+  /// Those of a flow with this key: an endpoint's NIC ports where the key has kNicRouteBit (NCCL's NET transport
+  /// between GPUs of one NVSwitch: phantora.topology.model.NIC_ROUTE_BIT), else Candidates(node, dst).
+  const std::vector<uint32_t>& Candidates(uint32_t node, uint32_t dst, uint64_t key);
   /// Routing's view of the failed links (a scenario's re-convergence): routes avoid exactly these links, as
   /// phantora.topology.model.Topology.with_links_down does (clears the tables).
   void SetLinksDown(const std::vector<uint32_t>& links);
@@ -91,7 +97,7 @@ class RouteTable : public SimpleRefCount<RouteTable> {
  private:
   const std::vector<uint32_t>& Dist(uint32_t dst);
   /// The equal-cost ports of `node` towards `dst`, in the policy's order, computed (not looked up) into `out`.
-  void FillCandidates(uint32_t node, uint32_t dst, std::vector<uint32_t>& out);
+  void FillCandidates(uint32_t node, uint32_t dst, std::vector<uint32_t>& out, bool viaNic = false);
   /// The port of `c` the ECMP policy picks at `node` for this packet; UINT32_MAX if `c` is empty.
   uint32_t Choose(const std::vector<uint32_t>& c, uint32_t node, uint32_t src, uint32_t dst, uint64_t key) const;
   /// Position of each node in the queue of HPCC's BFS from dst (kInf: never queued).
@@ -110,6 +116,7 @@ class RouteTable : public SimpleRefCount<RouteTable> {
   std::vector<std::vector<std::vector<uint32_t>>> m_cand;      ///< switches: [node][dst], filled lazily
   std::vector<std::vector<uint8_t>> m_candDone;
   std::unordered_map<uint64_t, std::vector<uint32_t>> m_endpointCand;  ///< endpoints: (node << 32 | dst)
+  std::unordered_map<uint64_t, std::vector<uint32_t>> m_endpointNicCand;  ///< the same through the NICs only
   std::vector<uint32_t> m_scratch;  ///< PathInto's endpoint candidates
 };
 

@@ -15,10 +15,11 @@ from phantora.collectives.nccl import channel_split, part_loops, tree_channels
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import chunk_bytes, p2p_chunk_bytes, tree_line_sweeps
+from phantora.collectives.nccl.net_split import through_nics
 from phantora.collectives.nccl.p2p import p2p_channels
 from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
 from phantora.collectives.nccl.part_loops import part_chunks
-from phantora.collectives.nccl.platform import platform_of
+from phantora.collectives.nccl.platform import nccl_view, platform_of
 from phantora.collectives.nccl.proxy import RING_CHUNK_STEPS
 from phantora.collectives.nccl.pxn import comm_relay, pxn_relay
 from phantora.collectives.nccl.shape import shape
@@ -60,6 +61,9 @@ def decompose(
     message takes under NCCL_IB_QPS_PER_CONNECTION); None starts them at 0 for this call alone.
     """
     opts, choice = resolve(coll, topo, opts)
+    base = topo
+    if opts.model == "nccl":  # NCCL's nodes: a host's sockets apart where its GPU pairs run NET (net_split.py)
+        topo = nccl_view(topo, coll.comm or coll.ranks, nccl_settings(opts))
     if choice is not None and choice.works > 1:  # a group's calls as one symmetric kernel: their bytes together
         coll = dataclasses.replace(coll, nbytes=coll.nbytes * choice.works)
     nodes = [topo.node_of_rank(r) for r in coll.ranks]
@@ -77,6 +81,8 @@ def decompose(
         return b.finish()
     _build(b, coll, topo, opts, nodes, choice.kernel if choice is not None else "")
     dag = b.finish()
+    if topo is not base:
+        dag.flows = through_nics(dag.flows, topo, base)
     if choice is not None:
         chunked = opts.granularity == "chunked" and opts.algorithm in CHUNKED_ALGORITHMS
         pipelined = opts.algorithm in ("tree", "chain")

@@ -45,6 +45,7 @@ from phantora.netsim.observe import (
     QueueSample,
     Trim,
 )
+from phantora.topology.model import via_nic
 
 if TYPE_CHECKING:
     from phantora.netsim.effective import EffectiveSettings
@@ -78,8 +79,8 @@ class WideDeps:
 
 def flow_side(f: Flow, nvswitch: Callable[[int, int], object]) -> int:
     """FLUID for a marker (no bytes, or to itself) or a flow through one NVSwitch (`nvswitch(src, dst)`: the
-    topology's `shared_nvswitch`, not None); PACKET otherwise."""
-    if f.size == 0 or f.src == f.dst or nvswitch(f.src, f.dst) is not None:
+    topology's `shared_nvswitch`, not None, and its key not routed through the NICs); PACKET otherwise."""
+    if f.size == 0 or f.src == f.dst or (not via_nic(f.key) and nvswitch(f.src, f.dst) is not None):
         return FLUID
     return PACKET
 
@@ -538,8 +539,6 @@ class FluidNvlinkSimulator:
         out["fluid_flows"] = self._fluid_flows
         out["fluid_events"] = fluid.get("events", 0)
         out["hybrid_steps"] = self._steps
-        if "fluid_shards" in fluid:  # (the fluid side split by host: `phantora.netsim.fluid_shards`)
-            out["fluid_shards"] = fluid["fluid_shards"]
         used = out.get("approximations")
         used = list(used) if isinstance(used, list) else []
         out["approximations"] = used if "nvlink=fluid" in used else ["nvlink=fluid", *used]

@@ -14,7 +14,7 @@ from typing import Any
 
 from phantora.collectives.flow_tags import record_kind
 from phantora.collectives.launch_group import shared
-from phantora.collectives.layout import host_blocks
+from phantora.collectives.layout import host_blocks, ring_order
 from phantora.collectives.nccl import coll_group, pci_paths
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.ce_coll import ce_choice
@@ -22,7 +22,7 @@ from phantora.collectives.nccl.channels import comm_channels, nvls_heads, ring_g
 from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring_simple_chunk
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
-from phantora.collectives.nccl.platform import Platform, platform_of
+from phantora.collectives.nccl.platform import Platform, nccl_view, platform_of
 from phantora.collectives.nccl.redop import least_preferred, skipped
 from phantora.collectives.nccl.register import (
     efficiency_nvls,
@@ -65,6 +65,15 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
     st = settings(opts)
     p = platform_of(topo, coll.ranks, st)
     check_transports(p, st)
+    view = nccl_view(topo, coll.comm or coll.ranks, st)
+    if view is not topo:  # GPU pairs of one host over NET: NCCL's nodes are its sockets (net_split.py)
+        got = _choose(coll, topo, opts, st, p)
+        return None if got is None else _net_transports(got, coll, view, topo)
+    return _choose(coll, topo, opts, st, p)
+
+
+def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSettings, p: Platform) -> Choice | None:
+    """`choose` on the platform `p` of `coll`'s ranks under the settings `st`."""
     if opts.algorithm == "auto" and opts.protocol == "auto":
         ce = ce_choice(coll, p, st)  # NCCL's copy engines, ahead of its tuner and symmetric kernels (ce_coll.py)
         if ce is not None and coll.group_calls > 1:
@@ -272,16 +281,38 @@ def _with_transports(choice: Choice, p: Platform, kind: str) -> Choice:
     )
 
 
+def _net_transports(choice: Choice, coll: Collective, view: Topology, topo: Topology) -> Choice:
+    """`choice` recording how many of its connections run NET (between NCCL nodes: `net_split.py`) and SHM
+    (inside one): the ring's hops (ring, tree), the (src, dst) of a send/recv, every pair of an all-to-all."""
+    nodes = [topo.node_of_rank(r) for r in coll.ranks]
+    host = [view.nodes[n].host for n in nodes]
+    n = len(nodes)
+    if choice.algorithm in ("ring", "tree"):
+        order = ring_order(host_blocks(view, nodes), 0)
+        pairs = [(order[i], order[(i + 1) % n]) for i in range(n)]
+    elif coll.kind == "all_to_all":
+        pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    elif choice.algorithm == "p2p":
+        pairs = [(0, 1)]
+    else:
+        return choice
+    net = sum(host[a] != host[b] for a, b in pairs)
+    counts = tuple((k, v) for k, v in (("NET", net), ("SHM", len(pairs) - net)) if v)
+    return dataclasses.replace(choice, transport=counts, path="NET" if net else "SYS")
+
+
 def check_transports(p: Platform, st: NcclSettings) -> None:
-    """A clear error where NCCL_P2P_DISABLE / NCCL_P2P_LEVEL / NCCL_SHM_DISABLE ask for what is not modelled: no
-    P2P between NVLink GPUs of a communicator spanning hosts (one host's are `nvlink_pci.py`'s PCIe ring), or
-    neither P2P nor SHM on a PCIe host."""
+    """A clear error where NCCL_P2P_DISABLE / NCCL_P2P_LEVEL / NCCL_SHM_DISABLE ask for what is not modelled: SHM
+    between NVLink GPUs of a communicator spanning hosts (NCCL_NET_DISABLE_INTRA=1, NICs no faster than the CPU
+    link, or no NICs; where NCCL runs such pairs NET, net_split.py models it), or neither P2P nor SHM on a PCIe
+    host."""
     if p.intra == "nvlink" and p.ppn > 1 and p2p_off(st):
         env = dict(st.raw)
         var = "NCCL_P2P_DISABLE" if env.get("NCCL_P2P_DISABLE", "").strip() == "1" else "NCCL_P2P_LEVEL"
         raise InputError(
-            f"{var}={env.get(var, '').strip()} on NVLink GPUs of a communicator across hosts: NCCL would move their "
-            "traffic inside each host through host memory (SHM), which is modelled for one host's GPUs only",
+            f"{var}={env.get(var, '').strip()} on NVLink GPUs of a communicator across hosts, where NCCL keeps their "
+            "pairs inside each host on SHM (NCCL_NET_DISABLE_INTRA=1, or NICs no faster than the CPU link): not "
+            "modelled (only one host's SHM ring, and NET between sockets, are)",
             field=var,
         )
     if p.pci is not None:

@@ -59,7 +59,9 @@ def _found(p: Platform) -> tuple[int, float]:
             n = math.floor(p.gpu_intra_bw / s + 1e-9) if s <= p.gpu_intra_bw else 0
         else:
             n = p.nics_per_node * math.floor(p.nic_bw / s + 1e-9) if s <= p.nic_bw else 0
-            if p.ppn > 1:  # a channel crosses the node on NVLink: every GPU but the last forwards it once
+            if p.node_bw:  # a socket of an NVLink host over SHM, its NICs beside its GPUs (net_split.py)
+                n = min(n, math.floor(p.node_bw / s + 1e-9))
+            elif p.ppn > 1:  # a channel crosses the node on NVLink: every GPU but the last forwards it once
                 n = min(n, math.floor(p.gpu_intra_bw / (s * (p.ppn - 1) / p.ppn) + 1e-9))
         n = min(n, T.RING_GRAPH_MAX_CHANNELS)
         if n * s > best[0] * best[1] + 1e-9:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from phantora.collectives.layout import host_blocks
+from phantora.collectives.nccl import net_split
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.cpu_vendor import vendor_named
 from phantora.collectives.nccl.nvlink_pci import host_pci, p2p_off
@@ -38,6 +39,7 @@ class Platform:
     cpu: str = "intel"  # intel | amd | arm: the hosts' CPU as NCCL classes it (`cpu_vendor`); see tables.X86_CPUS
     sm_clock_ghz: float = 0.0  # the GPU's SM (boost) clock; 0: unknown (the kernels' cycle costs then take H100's)
     pci: PciHost | None = None  # one PCIe host's sockets, switches and P2P settings (pci_paths.py), if described
+    node_bw: float = 0.0  # NCCL nodes that are sockets of NVLink hosts (net_split.py): what their ring carries
 
     @property
     def index2(self) -> int:
@@ -61,12 +63,14 @@ def platform_of(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None 
     compcap = major * 10 + minor if major else 90
     arch = arch_of(compcap)
     nodes = [topo.node_of_rank(r) for r in ranks]
-    blocks = host_blocks(topo, nodes)
+    pcie_bw = max(T.PCI_BW, gpu.host_bw / 1e9 * T.PCI_BW / 16.0)  # PCIe Gen3 x16 = 12 GB/s
+    split = net_split.domains(topo, nodes, st, gpu.name, pcie_bw)  # NCCL nodes of NET pairs (net_split.py)
+    blocks = host_blocks(topo, nodes) if split is None else _blocks(split)
     ppn = max(len(b) for b in blocks)
     nvswitch = any(topo.shared_nvswitch(nodes[b[0]], nodes[b[1]]) is not None for b in blocks if len(b) > 1)
     nvlink_bps = _nvlink_bps(topo, nodes[0])
-    pcie_bw = max(T.PCI_BW, gpu.host_bw / 1e9 * T.PCI_BW / 16.0)  # PCIe Gen3 x16 = 12 GB/s
     off = bool(nvlink_bps) and len(blocks) == 1 and ppn > 1 and p2p_off(st)  # NCCL's PCIe ring (nvlink_pci.py)
+    off = off or split is not None  # SHM inside each NCCL node, NET between them
     if nvlink_bps and not off:
         links = nvlink_bps / 8e9 / T.NVLINK_RAW_PER_LINK[arch]
         intra, intra_bw = "nvlink", links * T.NVLINK_BW_PER_LINK[arch]
@@ -87,7 +91,32 @@ def platform_of(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None 
         cpu=cpu_vendor(topo),
         sm_clock_ghz=gpu.clock_hz / 1e9,
         pci=_pci_host(topo, nodes, gpu.name, intra_bw, st, off) if intra == "pci" and len(blocks) == 1 else None,
+        node_bw=net_split.node_ring_bw(ppn, net_split.cpu_vendor(topo, gpu.name), pcie_bw) if split else 0.0,
     )
+
+
+def nccl_view(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None) -> Topology:
+    """`topo` as NCCL's nodes group `ranks`: its split view where NCCL runs GPU pairs of one host over NET
+    (`net_split.split_view`: one host per NCCL node), else `topo` itself."""
+    from phantora.perfmodel.gpus import get_gpu
+
+    if st is None or not p2p_off(st) or len(ranks) < 2:
+        return topo
+    try:
+        gpu = get_gpu(topo.gpu_model or DEFAULT_GPU)
+    except InputError:
+        gpu = get_gpu(DEFAULT_GPU)
+    nodes = [topo.node_of_rank(r) for r in ranks]
+    split = net_split.domains(topo, nodes, st, gpu.name, max(T.PCI_BW, gpu.host_bw / 1e9 * T.PCI_BW / 16.0))
+    return topo if split is None else net_split.split_view(topo, nodes, split)
+
+
+def _blocks(parts: tuple[tuple[int, int], ...]) -> list[list[int]]:
+    """Positions grouped by their NCCL node, nodes in order of first appearance (as `host_blocks`)."""
+    out: dict[tuple[int, int], list[int]] = {}
+    for pos, part in enumerate(parts):
+        out.setdefault(part, []).append(pos)
+    return list(out.values())
 
 
 def _pci_host(

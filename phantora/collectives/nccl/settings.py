@@ -48,6 +48,7 @@ ENV_VARS = (
     "NCCL_P2P_DISABLE",
     "NCCL_P2P_LEVEL",
     "NCCL_SHM_DISABLE",
+    "NCCL_NET_DISABLE_INTRA",
     "PHANTORA_NCCL_VERSION",
     "PHANTORA_NCCL_REGISTER",
     "NCCL_LOCAL_REGISTER",
@@ -99,6 +100,7 @@ class NcclSettings:
     # while its (major, minor) is nccl_version's (tuning.running_release, old_tuners.py)
     p2p_level: int = UNSET  # NCCL_P2P_DISABLE=1 (PATH_LOC) or NCCL_P2P_LEVEL: the farthest path P2P may take
     shm: bool = True  # NCCL_SHM_DISABLE=1 turns the SHM transport (GPU pairs without P2P) off
+    net_intra: bool = True  # NCCL_NET_DISABLE_INTRA=1: no NET between GPUs of one host (net_split.py)
     register: int = 0  # PHANTORA_NCCL_REGISTER: the buffers' registration, as nccl-tests -R sets it (register.py)
     local_register: bool = True  # NCCL_LOCAL_REGISTER=0: NCCL ignores ncclCommRegister'd buffers
     win_enable: bool = True  # NCCL_WIN_ENABLE=0: no symmetric windows (no symmetric kernels)
@@ -319,6 +321,7 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         nccl_release=nccl_release_of(env),
         p2p_level=p2p_level_of(env.get("NCCL_P2P_DISABLE"), env.get("NCCL_P2P_LEVEL")),
         shm=_flag(env, "NCCL_SHM_DISABLE") == 0,
+        net_intra=_int(env, "NCCL_NET_DISABLE_INTRA", 0, low=-(2**31)) != 1,  # paths.cc: exactly 1 turns it off
         register=register_of(env),
         local_register=_int(env, "NCCL_LOCAL_REGISTER", 1) != 0,
         win_enable=_int(env, "NCCL_WIN_ENABLE", 1) != 0,

@@ -1,0 +1,185 @@
+"""P2P off on NVLink hosts that have NICs: NCCL's NET transport between the sockets of one host (net_split.py).
+
+NVIDIA/nccl v2.30.7-1 paths.cc `ncclTopoCheckNet` (called by p2p.cc's and shm.cc's canConnect): a pair runs NET when
+both GPUs reach a NIC at PXB or closer faster than each other. With NCCL_P2P_DISABLE=1 a pair is diverted through the
+receiver's CPU: `min(x16, inter-CPU)` across sockets (H100 on Sapphire Rapids: min(48, 22) = 22), the x16 inside one
+(48); the GPU reaches its NIC at min(x16, 400G / 8 = 50) = 48. So the cross-socket pairs run NET (48 > 22), the
+same-socket ones SHM (48 is not above 48), `ncclTopoTrimSystem` leaves each rank its socket: 2 NCCL nodes a host.
+NCCL_NET_DISABLE_INTRA=1 turns the rule off (one host: the SHM ring of nvlink_pci.py).
+
+Each NCCL node's ring enters its first GPU from that GPU's NIC (down its PCIe switch), crosses the socket's other 3
+GPUs over SHM (each hop up to the CPU and down, 6/5 on Intel's PCIe links) and leaves the last through its NIC:
+switch 0's uplink carries hops 0->1 and 1->2, 2 x 6/5 = 2.4 GB/s per GB/s of ring, so the ring carries 48 / 2.4 = 20.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.nccl import choose
+from phantora.collectives.nccl.channels import ring_graph
+from phantora.collectives.nccl.platform import platform_of
+from phantora.collectives.nccl.settings import nccl_env, settings_from_env
+from phantora.errors import InputError
+from phantora.netsim.flow import FlowSimulator
+from phantora.topology import dgx_host, rail_optimized
+from phantora.topology.model import via_nic
+
+N = 8
+GEN5 = 16 * 240 / 80.0  # ncclTopoAddPci: width x speed / 80 = 48 GB/s
+NIC = 400 / 8  # topo.cc: speed (Mb/s) / 8000 = 50 GB/s
+INTEL = 6 / 5
+NODE_RING = GEN5 / (2 * INTEL)  # switch 0's uplink: hops 0->1 and 1->2 at 6/5: 20 GB/s
+SKL_QPI = 10.0  # topo.h SKL_QPI_BW
+GIB = 1 << 30
+P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
+
+
+def _opts(**env: str) -> AlgoOptions:
+    return AlgoOptions(nccl_env=nccl_env(env))
+
+
+def _run_ns(topo: object, flows: list) -> int:
+    sim = FlowSimulator(topo)  # type: ignore[arg-type]
+    sim.submit(flows, at=0)
+    return max(c.end_ns for c in sim.drain())
+
+
+def _ring_time_us(choice: dict, n: int, size: int, busbw: float) -> float:
+    """NCCL's ring all-reduce: its latency plus 2 (n - 1) / n of the bytes at the bus bandwidth."""
+    return float(choice["model_lat_us"]) + size * 2 * (n - 1) / n / (1000 * busbw)
+
+
+@pytest.mark.parametrize("env", [P2P_OFF, {"NCCL_P2P_LEVEL": "LOC"}])
+def test_one_fabric_host_is_two_nccl_nodes(env: dict[str, str]) -> None:
+    """A communicator of one DGX host of a rail fabric: 2 nodes of 4 GPUs (its sockets), SHM inside, no NVSwitch
+    (no NVLS), the NICs' 50 GB/s between; the node's ring carries 20 GB/s, found as one channel of 20."""
+    p = platform_of(rail_optimized(2, N, 2), tuple(range(N)), settings_from_env(env))
+    assert (p.nnodes, p.ppn, p.intra, p.nvswitch, p.pci) == (2, 4, "pci", False, None)
+    assert (p.nic_bw, p.nics_per_node) == (NIC, 4)
+    assert p.node_bw == pytest.approx(NODE_RING)
+    g = ring_graph(p)
+    assert g.nchannels * g.bw_intra == pytest.approx(NODE_RING)
+
+
+def test_nodes_across_hosts_and_without_shm() -> None:
+    """Two hosts: 4 NCCL nodes. NCCL_SHM_DISABLE=1 too: no pair has P2P or SHM, every GPU its own node."""
+    topo = rail_optimized(2, N, 2)
+    assert platform_of(topo, tuple(range(2 * N)), settings_from_env(P2P_OFF)).nnodes == 4
+    p = platform_of(topo, tuple(range(N)), settings_from_env({**P2P_OFF, "NCCL_SHM_DISABLE": "1"}))
+    assert (p.nnodes, p.ppn) == (N, 1)
+
+
+def test_all_reduce_net_hops_cross_the_spine_and_carry_the_rings_bytes() -> None:
+    """1 GiB on one host: Ring / Simple, 2 channels, the second a copy of the one the search found (connectRings), so
+    both run the ring 0..7: its NET hops 3 -> 4 and 7 -> 0 each send 2 (n - 1) / n of the buffer through the
+    sender's NIC, onto its rail leaf, a spine and the peer's rail leaf. The bus bandwidth is the node ring's 20 GB/s
+    (under the NICs' 50)."""
+    topo = rail_optimized(2, N, 2)
+    dag = decompose(Collective("all_reduce", tuple(range(N)), GIB, "fp32"), topo, _opts(**P2P_OFF))
+    choice = dag.choice or {}
+    assert (choice["algorithm"], choice["protocol"], choice["channels"]) == ("Ring", "Simple", 2)
+    assert choice["transport"] == {"NET": 2, "SHM": 6} and choice["path"] == "NET"
+    sent: dict[tuple[int, int], int] = {}
+    for f in dag.flows:
+        if via_nic(f.key):
+            sent[f.src, f.dst] = sent.get((f.src, f.dst), 0) + f.size
+            hops = [topo.nodes[topo.channel_ends(ch)[1]].name for ch in topo.route(f.src, f.dst, f.key)]
+            assert hops[0] == f"rail{f.src}" and hops[1].startswith("spine") and hops[2] == f"rail{f.dst}"
+    assert sorted(sent) == [(3, 4), (7, 0)]
+    for got in sent.values():
+        assert got == pytest.approx(2 * (N - 1) / N * GIB, rel=1e-6)
+    t_us = _run_ns(topo, dag.flows) / 1000
+    assert t_us == pytest.approx(_ring_time_us(choice, N, GIB, NODE_RING), rel=0.005)
+
+
+def test_two_hosts_run_at_the_node_ring() -> None:
+    """16 GPUs on 2 hosts: 4 NCCL nodes, the ring's 4 node-to-node hops NET (2 inside a host through the NICs, 2
+    between the hosts; both channels run one ring), 1 GiB at the node ring's 20 GB/s."""
+    topo = rail_optimized(2, N, 2)
+    n = 2 * N
+    dag = decompose(Collective("all_reduce", tuple(range(n)), GIB, "fp32"), topo, _opts(**P2P_OFF))
+    choice = dag.choice or {}
+    assert choice["transport"] == {"NET": 4, "SHM": 12}
+    inside = {(f.src, f.dst) for f in dag.flows if via_nic(f.key)}
+    assert inside == {(3, 4), (N + 3, N + 4)}  # each host's socket-to-socket hop; 7 -> 8, 15 -> 0 cross hosts
+    t_us = _run_ns(topo, dag.flows) / 1000
+    assert t_us == pytest.approx(_ring_time_us(choice, n, GIB, NODE_RING), rel=0.005)
+
+
+def test_net_beats_a_slow_cpu_link_and_disable_intra_gives_it_back() -> None:
+    """On Skylake (SKL_QPI_BW 10) the one-host SHM ring is bound by the CPU link: 3 channels of 3 GB/s, 9 GB/s
+    (nvlink_pci.py). The NET split does not cross it: 20 GB/s. NCCL_NET_DISABLE_INTRA=1 gives the SHM ring back,
+    flows, choice and time alike."""
+    topo = rail_optimized(1, N, 2, cpu_model="skl")
+    coll = Collective("all_reduce", tuple(range(N)), GIB, "fp32")
+    net = decompose(coll, topo, _opts(**P2P_OFF))
+    shm = decompose(coll, topo, _opts(**P2P_OFF, NCCL_NET_DISABLE_INTRA="1"))
+    assert (net.choice or {})["transport"] == {"NET": 2, "SHM": 6}
+    assert (shm.choice or {})["transport"] == {"SHM": N} and (shm.choice or {})["path"] == "SYS"
+    assert not any(via_nic(f.key) for f in shm.flows)
+    assert _run_ns(topo, net.flows) / 1000 == pytest.approx(
+        _ring_time_us(net.choice or {}, N, GIB, NODE_RING), rel=5e-3
+    )
+    assert _run_ns(topo, shm.flows) / 1000 == pytest.approx(_ring_time_us(shm.choice or {}, N, GIB, 9.0), rel=5e-3)
+    old = decompose(coll, dgx_host(N, gpu="h100", cpu_model="skl"), _opts(**P2P_OFF))
+    assert [(f.src, f.dst, f.size) for f in old.flows] == [(f.src, f.dst, f.size) for f in shm.flows]
+
+
+def test_slow_nics_keep_the_shm_ring_and_refuse_across_hosts() -> None:
+    """100G NICs (12.5 GB/s) are no faster than Sapphire Rapids' 22 across the sockets: no pair runs NET, the host
+    keeps its SHM ring; across hosts that is still refused, in one line naming the variable."""
+    topo = rail_optimized(2, N, 2, nic_rate="100Gbps")
+    p = platform_of(topo, tuple(range(N)), settings_from_env(P2P_OFF))
+    assert p.nnodes == 1 and p.pci is not None
+    with pytest.raises(InputError) as err:
+        choose(Collective("all_reduce", tuple(range(2 * N)), 1 << 20, "fp32"), topo, _opts(**P2P_OFF))
+    assert err.value.field == "NCCL_P2P_DISABLE" and "\n" not in str(err.value)
+    with pytest.raises(InputError, match="NCCL_NET_DISABLE_INTRA"):
+        choose(
+            Collective("all_reduce", tuple(range(2 * N)), 1 << 20, "fp32"),
+            rail_optimized(2, N, 2),
+            _opts(**P2P_OFF, NCCL_NET_DISABLE_INTRA="1"),
+        )
+
+
+def test_dgx_host_without_nics_keeps_its_shm_ring() -> None:
+    p = platform_of(dgx_host(N, gpu="h100"), tuple(range(N)), settings_from_env(P2P_OFF))
+    assert p.nnodes == 1 and p.pci is not None and p.node_bw == 0.0
+
+
+def test_a_socket_alone_keeps_its_shm_ring() -> None:
+    """A communicator inside one socket has no pair at NET: one node, its PCIe ring."""
+    p = platform_of(rail_optimized(1, N, 2), (0, 1, 2, 3), settings_from_env(P2P_OFF))
+    assert p.nnodes == 1 and p.pci is not None and p.pci.sockets == (0,) * 4
+
+
+@pytest.mark.slow
+@pytest.mark.ns3
+def test_ns3_sends_the_net_hops_through_the_nics(ns3_lib: object) -> None:
+    """ns-3 routes a NET hop as the flow engine does (GPU 3 -> rail leaf 3 -> spine -> rail leaf 4 -> GPU 4, not the
+    NVSwitch), and a 64 MiB all-reduce on one host ends within 2% of the flow engine's time at the packets' goodput,
+    both at the node ring's closed form within 3% (its latency and the packets' headers apart)."""
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+    from phantora.netsim.packet import Ns3Simulator
+    from tests.engine_pair import flow_and_ns3_end_ns
+
+    topo = rail_optimized(1, N, 2)
+    size = 64 << 20
+    dag = decompose(Collective("all_reduce", tuple(range(N)), size, "fp32"), topo, _opts(**P2P_OFF))
+    net = [f for f in dag.flows if via_nic(f.key)]
+    assert {(f.src, f.dst) for f in net} == {(3, 4), (7, 0)}
+    sim = make_engine(EngineSpec(network="ns3"), topo)
+    try:
+        packet = sim if isinstance(sim, Ns3Simulator) else sim.packet  # type: ignore[attr-defined]
+        for f in net:
+            assert packet.route(f.src, f.dst, f.key) == topo.route(f.src, f.dst, f.key)
+            assert len(topo.route(f.src, f.dst, f.key)) == 4  # up to its rail leaf, a spine, the peer's rail leaf
+    finally:
+        sim.close()
+    ends = flow_and_ns3_end_ns(topo, dag.flows)
+    assert ends["ns3"] == pytest.approx(ends["flow"], rel=0.02)
+    want_us = _ring_time_us(dag.choice or {}, N, size, NODE_RING)
+    assert ends["ns3"] / 1000 == pytest.approx(want_us, rel=0.03)
