@@ -183,3 +183,37 @@ def test_ns3_sends_the_net_hops_through_the_nics(ns3_lib: object) -> None:
     assert ends["ns3"] == pytest.approx(ends["flow"], rel=0.02)
     want_us = _ring_time_us(dag.choice or {}, N, size, NODE_RING)
     assert ends["ns3"] / 1000 == pytest.approx(want_us, rel=0.03)
+
+
+LIVE = """
+    import os
+    import torch, torch.distributed as dist
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl")
+    x = torch.ones(16 * 1024 * 1024, device="cuda")  # 64 MiB
+    dist.all_reduce(x)
+    torch.cuda.synchronize()
+"""
+
+
+@pytest.mark.slow
+def test_a_live_all_reduce_records_net_between_the_sockets(tmp_path: object) -> None:
+    """A torch program on the 8 GPUs of one rail-fabric host with NCCL_P2P_DISABLE=1: the all-reduce's recorded
+    choice names NET for the ring's 2 socket-to-socket hops and SHM for the other 6, and the run's flows send those
+    hops through the NICs (flows.csv would show them on the rail leaves). Slow: a live 8-rank run."""
+    import textwrap
+    from pathlib import Path
+
+    from phantora.launcher import RunConfig, launch
+
+    out = Path(str(tmp_path))
+    script = out / "allreduce.py"
+    script.write_text(textwrap.dedent(LIVE))
+    topo = rail_optimized(1, N, 2)
+    cfg = RunConfig(str(script), [], topo, nproc=N, tensors="phantom", out_dir=out / "run", timeout_s=600,
+                    env=P2P_OFF)  # fmt: skip
+    rep = launch(cfg)
+    recs = [c for c in rep.cosim.collectives if c["kind"] == "all_reduce"]
+    assert recs and all(c["nccl"]["transport"] == {"NET": 2, "SHM": 6} for c in recs)
+    assert all(c["nccl"]["path"] == "NET" for c in recs)
+    assert rep.summary["nccl"]["env"]["NCCL_P2P_DISABLE"] == "1"
