@@ -338,18 +338,21 @@ class RankClient:
         )
         return h
 
-    def post_value(self, *, group: Sequence[int], key: int, data: bytes, reads: bool = True) -> None:
+    def post_value(self, *, group: Sequence[int], key: int, data: bytes, reads: bool = True, pg: int = 0) -> None:
         """An object collective's bytes for `group` under `key` (bridge.values), posted before its timed
-        collectives; `reads` False: this rank will not read the group's values back (a send). Takes no time."""
+        collectives; `reads` False: this rank will not read the group's values back (a send); `pg`: its process
+        group over `group` (a collective's `pg`; sent only when not 0). Takes no time."""
         self._check(self._clock, "post_value")
         members = [int(r) for r in group]
-        self._sock.send(encode("value", self._clock, group=members, key=int(key), data=data, reads=reads))
+        more = {"pg": int(pg)} if pg else {}
+        self._sock.send(encode("value", self._clock, group=members, key=int(key), data=data, reads=reads, **more))
 
-    def take_values(self, *, group: Sequence[int], key: int) -> list[bytes | None]:
+    def take_values(self, *, group: Sequence[int], key: int, pg: int = 0) -> list[bytes | None]:
         """The bytes each member of `group` posted under `key` (None: none), asked once the timed collectives that
-        followed the posts are done (so every member has posted). Takes no time."""
+        followed the posts are done (so every member has posted); `pg` as `post_value`'s. Takes no time."""
         self._check(self._clock, "take_values")
-        self._sock.send(encode("values", self._clock, group=[int(r) for r in group], key=int(key)))
+        more = {"pg": int(pg)} if pg else {}
+        self._sock.send(encode("values", self._clock, group=[int(r) for r in group], key=int(key), **more))
         return list(self._await("valued")["data"])
 
     def handoff(self, *, peer: int, nbytes: int, algo: dict[str, Any] | None = None) -> int | None:

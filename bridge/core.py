@@ -525,11 +525,12 @@ class CoordinatorCore:
 
     def _on_value(self, rs: RankState, msg: Message) -> None:
         """An object collective's bytes, posted before its timed collectives (bridge.values)."""
-        self.values.post(rs.rank, msg["group"], msg["key"], msg["data"], bool(msg.get("reads", True)))
+        pg = self._pg(rs, msg, "a value")
+        self.values.post(rs.rank, msg["group"], msg["key"], msg["data"], bool(msg.get("reads", True)), pg)
 
     def _on_values(self, rs: RankState, msg: Message) -> None:
         """The posted bytes of a group's members, asked once its timed collectives are done: answered at once."""
-        data = self.values.take(rs.rank, msg["group"], msg["key"])
+        data = self.values.take(rs.rank, msg["group"], msg["key"], self._pg(rs, msg, "a values request"))
         self.send(rs.rank, encode("valued", self.engine.now(), data=data))
 
     def _on_handoff(self, rs: RankState, msg: Message) -> None:

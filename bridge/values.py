@@ -26,45 +26,47 @@ class _Entry:
 
 
 class ValueBoard:
-    """Posted values by (canonical group, key); an entry is dropped once its readers have read it."""
+    """Posted values by (canonical group, key, pg: the process group over its ranks); an entry is dropped once its
+    readers have read it."""
 
     def __init__(self, mirrors: Mirrors) -> None:
         self.mirrors = mirrors
-        self._board: dict[tuple[tuple[int, ...], int], _Entry] = {}
+        self._board: dict[tuple[tuple[int, ...], int, int], _Entry] = {}
 
-    def _key(self, group: list[int], key: int) -> tuple[tuple[int, ...], int]:
+    def _key(self, group: list[int], key: int, pg: int = 0) -> tuple[tuple[int, ...], int, int]:
         g = tuple(int(r) for r in group)
-        return (self.mirrors.canonical(g)[0] if self.mirrors.active else g), key
+        return (self.mirrors.canonical(g)[0] if self.mirrors.active else g), key, pg
 
-    def _entry(self, group: list[int], key: int) -> _Entry:
-        k = self._key(group, key)
+    def _entry(self, group: list[int], key: int, pg: int = 0) -> _Entry:
+        k = self._key(group, key, pg)
         entry = self._board.get(k)
         if entry is None:
             entry = self._board[k] = _Entry(readers=set(self.mirrors.live_members(k[0])))
         return entry
 
-    def post(self, rank: int, group: list[int], key: int, data: bytes, reads: bool = True) -> None:
-        """Live `rank`'s bytes for its calls on `group` under `key`; `reads` False: it will not read them back."""
+    def post(self, rank: int, group: list[int], key: int, data: bytes, reads: bool = True, pg: int = 0) -> None:
+        """Live `rank`'s bytes for its calls on `group`'s process group `pg` under `key`; `reads` False: it will not
+        read them back."""
         live = self.mirrors.live_of(rank)
-        entry = self._entry(group, key)
+        entry = self._entry(group, key, pg)
         if live in entry.data:
             raise RunFailed(E_PROTOCOL, f"rank {rank} posted a value twice under key {key} of group {group}")
         entry.data[live] = data
         if not reads:
             entry.readers.discard(live)
-            self._drop_if_read(group, key, entry)
+            self._drop_if_read(group, key, entry, pg)
 
-    def take(self, rank: int, group: list[int], key: int) -> list[bytes | None]:
+    def take(self, rank: int, group: list[int], key: int, pg: int = 0) -> list[bytes | None]:
         """The bytes of each member of `group` (a mirror's: its live rank's; None: not posted)."""
-        entry = self._entry(group, key)
+        entry = self._entry(group, key, pg)
         out = [entry.data.get(self.mirrors.live_of(int(g))) for g in group]
         entry.readers.discard(self.mirrors.live_of(rank))
-        self._drop_if_read(group, key, entry)
+        self._drop_if_read(group, key, entry, pg)
         return out
 
-    def _drop_if_read(self, group: list[int], key: int, entry: _Entry) -> None:
+    def _drop_if_read(self, group: list[int], key: int, entry: _Entry, pg: int = 0) -> None:
         if not entry.readers:
-            self._board.pop(self._key(group, key), None)
+            self._board.pop(self._key(group, key, pg), None)
 
     def __len__(self) -> int:
         return len(self._board)

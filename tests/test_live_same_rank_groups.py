@@ -11,7 +11,9 @@ Closed form: each all-reduce runs alone on the network (B ends before rank 1 iss
 model time for its size on the same two GPUs as `phantora nccl-tests all_reduce_perf -g 2` prints it
 (`model_time_us`, latency plus bytes over the algorithm bandwidth, and `fill_us`, the pipeline's fill): 8.265 us
 (Ring LL, 8 channels) and 35.511 + 2.828 us (Ring Simple, 24 channels) on testbed16's H100 host (2026-12-02).
-The recording keeps each call's group (`Coll.pg`, node type 12) and replays each to its live end.
+The recording keeps each call's group (`Coll.pg`, node type 12) and replays each to its live end. Sends and
+receives on A and B in crossed orders meet their own group's, and so do the values phantom mode carries for
+small integer tensors (tensor_values: keyed by group and `pg`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,15 @@ SCRIPT = """
     for w in works:
         w.wait()
     torch.cuda.synchronize()
+    ia = torch.full((2,), 1 + me, dtype=torch.int64).cuda()  # values phantom mode carries: A sums 1 + 2
+    ib = torch.full((2,), 10 * (1 + me), dtype=torch.int64).cuda()  # B sums 10 + 20
+    if me == 0:
+        works = [dist.all_reduce(ia, group=a, async_op=True), dist.all_reduce(ib, group=b, async_op=True)]
+    else:
+        works = [dist.all_reduce(ib, group=b, async_op=True), dist.all_reduce(ia, group=a, async_op=True)]
+    for w in works:
+        w.wait()
+    print("VALUES", me, ia.tolist(), ib.tolist(), flush=True)
     dist.destroy_process_group()
 """
 SIZES = {"all_reduce#0.pg1": 64 * 1024, "all_reduce#0.pg2": 4 * 1024 * 1024}  # A's, B's
@@ -66,7 +77,8 @@ SENDS = {"send#0.pg1": 64 * 1024, "send#0.pg2": 4 * 1024 * 1024}  # A's, B's: pg
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict], ExecGraph]:
-    """The live run's all-reduce records (cosim.json) by name, and its recording, saved and loaded."""
+    """The live run's all-reduce records (cosim.json) by name, and its recording, saved and loaded; the ranks' logs
+    under the key "logs"."""
     d = tmp_path_factory.mktemp("pgs")
     script = d / "two_groups.py"
     script.write_text(textwrap.dedent(SCRIPT))
@@ -75,7 +87,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict],
     _, graph = record_run(cfg, d / "g")
     save(graph, d / "again")
     recs = json.loads((d / "o" / "cosim.json").read_text())["collectives"]
-    return {r["name"]: r for r in recs if r["name"] in SIZES or r["name"] in SENDS}, load(d / "again")
+    out = {r["name"]: r for r in recs if r["name"] in SIZES or r["name"] in SENDS}
+    out["logs"] = {"text": "".join(f.read_text() for f in sorted((d / "o" / "logs").iterdir()) if f.is_file())}
+    return out, load(d / "again")
 
 
 def _nccl_model_us(tmp_path, nbytes: int) -> float:
@@ -90,7 +104,7 @@ def _nccl_model_us(tmp_path, nbytes: int) -> float:
 
 def test_each_group_s_call_is_matched_with_its_own_and_takes_its_size_s_time(recorded, tmp_path, capsys) -> None:
     recs, _ = recorded
-    assert sorted(recs) == sorted([*SIZES, *SENDS])  # each call ran once, on its own group
+    assert sorted(recs) == sorted([*SIZES, *SENDS, "logs"])  # each call ran once, on its own group
     for name, nbytes in SIZES.items():
         r = recs[name]
         assert (r["kind"], r["nbytes"]) == ("all_reduce", nbytes)
@@ -108,13 +122,21 @@ def test_a_groups_send_meets_that_groups_receive(recorded) -> None:
         assert (recs[name]["kind"], recs[name]["nbytes"], recs[name]["group"]) == ("send_recv", nbytes, [0, 1])
 
 
+def test_each_groups_carried_values_stay_its_own(recorded) -> None:
+    """Phantom mode carries small integer tensors' values (tensor_values), keyed by the call's group and `pg` too:
+    A sums 1 + 2 = 3 and B 10 + 20 = 30 on both ranks (before, keyed by the ranks alone, the crossed order gave rank 0
+    A = 21 and B = 12)."""
+    lines = sorted(ln for ln in recorded[0]["logs"]["text"].splitlines() if ln.startswith("VALUES"))
+    assert lines == ["VALUES 0 [3, 3] [30, 30]", "VALUES 1 [3, 3] [30, 30]"]
+
+
 def test_the_recording_keeps_the_groups_and_replays_each_call_as_live(recorded, tmp_path) -> None:
     """Saved and loaded, and through a Chakra export and import (`phantora_pg`), the replay ends each call at its
     live end."""
     recs, graph = recorded
     assert len(graph.programs) == 2  # the ranks issue in different orders
     pgs = sorted(n.pg for p in graph.programs for n in p.nodes if isinstance(n, Coll))
-    assert pgs == [0, 0, 1, 1, 2, 2]  # the barrier on the world's group, A on the second over (0, 1), B on the third
+    assert pgs == [0, 0, 1, 1, 1, 1, 2, 2, 2, 2]  # the barrier on the world's group, A's on the next, B's the third
     assert sorted(n.pg for p in graph.programs for n in p.nodes if isinstance(n, P2P)) == [1, 1, 2, 2]
     codes = {row[0] for p in graph.programs for row in _rows(p)}
     assert {T_COLL_PG, T_P2P_PG} <= codes

@@ -467,12 +467,15 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         if self._gloo is not None:
             return lambda: [self._pairs.start(dst, lambda: self._data.send(tensors, dst, tag))]
         if tensor_values.carried(tensors):
-            tensor_values.send(self._ranks[self.rank()], self._ranks[dst], tensors, tag)
+            tensor_values.send(
+                self._ranks[self.rank()], self._ranks[dst], tensors, tag, self._pair_pg(self._ranks[dst])
+            )
         return _nothing
 
     def _p2p_finish(self, tensors: list[torch.Tensor], src: int, tag: int) -> Callable[[], None] | None:
         if self._gloo is None and tensor_values.carried(tensors):
-            return tensor_values.recv(self._ranks[src], self._ranks[self.rank()], tensors, tag)
+            me, peer = self._ranks[self.rank()], self._ranks[src]
+            return tensor_values.recv(peer, me, tensors, tag, self._pair_pg(peer))
         return None
 
     # ----- all-reduce, broadcast, reduce ---------------------------------------------------------
@@ -486,7 +489,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             return [self._data.allreduce(tensors, o)]
 
         fin = _finisher(tensors, self.size(), how)
-        values = self._values(tensors, lambda: tensor_values.all_reduce(self._ranks, tensors, _reduce_op(opts)))
+        values = self._values(
+            tensors, lambda: tensor_values.all_reduce(self._ranks, tensors, _reduce_op(opts), self._pg)
+        )
         size, op_name = nbytes(tensors), redop_name(_reduce_op(opts), tensors[0])
         return self._coll(
             "all_reduce", size, tensors[0], tensors, start, tensors, finalize=fin, values=values, redop=op_name
@@ -518,7 +523,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             o.rootRank = root
             return [self._data.broadcast(tensors, o)]
 
-        values = self._values(tensors, lambda: tensor_values.broadcast(self._ranks, self.rank(), root, tensors))
+        values = self._values(
+            tensors, lambda: tensor_values.broadcast(self._ranks, self.rank(), root, tensors, self._pg)
+        )
         return self._coll("broadcast", nbytes(tensors), tensors[0], tensors, start, tensors, root=root, values=values)
 
     def reduce(self, tensors: Any, opts: Any = None) -> PhantoraWork:
@@ -546,14 +553,16 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             return [self._data.allgather(output_lists, inputs, AllgatherOptions())]
 
-        values = self._values(outs + inputs, lambda: tensor_values.all_gather(self._ranks, inputs, outs))
+        values = self._values(outs + inputs, lambda: tensor_values.all_gather(self._ranks, inputs, outs, self._pg))
         return self._coll("all_gather", nbytes(outs), inputs[0], outs + inputs, start, outs, values=values)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> PhantoraWork:
         def start() -> list[Any]:  # NCCL asks only that the sizes agree (accelerate gathers (1, n) into (2n,))
             return [self._data._allgather_base(output.view(-1), input.reshape(-1), AllgatherOptions())]
 
-        values = self._values([output, input], lambda: tensor_values.all_gather(self._ranks, [input], [output]))
+        values = self._values(
+            [output, input], lambda: tensor_values.all_gather(self._ranks, [input], [output], self._pg)
+        )
         return self._coll("all_gather", nbytes([output]), input, [output, input], start, [output], values=values)
 
     _allgather_base = all_gather_single
@@ -683,7 +692,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         member's part for each, in rank order) is cut only when the plan runs."""
         if self._gloo is not None or not tensor_values.integral(tensors):
             return None
-        return lambda: tensor_values.all_to_all(self._ranks, self.rank(), parts(), outputs)
+        return lambda: tensor_values.all_to_all(self._ranks, self.rank(), parts(), outputs, self._pg)
 
     def _all_to_all_transfers(self, send: Sequence[int], recv: Sequence[int]) -> list[Transfer] | None:
         """An all-to-all given its parts (`send`, `recv`: bytes a group rank) as NCCL runs it: one group of transfers,
@@ -802,6 +811,11 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         if lone:
             self._p2p_group(None)
         return self._work(p, tensors)
+
+    def values_pg(self, peer: int | None = None) -> int:
+        """Which of the rank's groups over these ranks this is (with a global `peer`: of those holding the rank and
+        `peer`): the key space of its carried values (tensor_values, object_values)."""
+        return self._pg if peer is None else self._pair_pg(peer)
 
     def _pair_pg(self, peer: int) -> int:
         """Which of this rank's groups holding it and global rank `peer` this one is (RankSession.comm_of): its sends

@@ -19,7 +19,7 @@ class NoNetworkClient:
         self.clock = 0
         self._issued: dict[int, int] = {}
         self.results: dict[str, Any] | None = None
-        self._values: dict[tuple[tuple[int, ...], int], bytes] = {}
+        self._values: dict[tuple[tuple[int, ...], int, int], bytes] = {}
 
     def _new(self, t: int) -> int:
         h = len(self._issued) + 1
@@ -47,12 +47,12 @@ class NoNetworkClient:
     ) -> int:
         return self._new(t_issue_ns)
 
-    def post_value(self, *, group: Sequence[int], key: int, data: bytes, reads: bool = True) -> None:
+    def post_value(self, *, group: Sequence[int], key: int, data: bytes, reads: bool = True, pg: int = 0) -> None:
         """An object collective's bytes (bridge.values): one process holds only its own."""
-        self._values[(tuple(group), key)] = data
+        self._values[(tuple(group), key, pg)] = data
 
-    def take_values(self, *, group: Sequence[int], key: int) -> list[bytes | None]:
-        mine = self._values.pop((tuple(group), key), None)
+    def take_values(self, *, group: Sequence[int], key: int, pg: int = 0) -> list[bytes | None]:
+        mine = self._values.pop((tuple(group), key, pg), None)
         return [mine if r == self.rank else None for r in group]
 
     def lost(self, handle: int) -> list[tuple[int, int]]:

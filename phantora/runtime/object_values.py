@@ -26,7 +26,7 @@ from torch.distributed import distributed_c10d as c10d
 
 from phantora.runtime import session as _session
 from phantora.runtime.simcuda.devices import NotSimulatedError
-from phantora.runtime.tensor_values import next_key, quiet
+from phantora.runtime.tensor_values import Key, next_key, quiet
 
 _MARK = "_phantora_object_values"
 _next_key = next_key  # per group (or (src, dst) pair), shared with the tensors that carry values
@@ -44,6 +44,18 @@ def _client() -> Any:
 
 def _members(group: Any) -> tuple[int, ...]:
     return tuple(dist.get_process_group_ranks(group or c10d._get_default_group()))
+
+
+def _pg(group: Any, peer: int | None = None) -> int:
+    """Which of the rank's process groups over `group`'s ranks it is (with a global `peer`: of those holding this
+    rank and `peer`), as phantora's backend numbers it (`PhantoraProcessGroup.values_pg`); 0 for another backend."""
+    of = getattr(group or c10d._get_default_group(), "values_pg", None)
+    return int(of(peer)) if of is not None else 0
+
+
+def _opt(key: Key) -> dict[str, int]:
+    """The client's `pg` argument of `key`, given only when not the first process group."""
+    return {"pg": key[1]} if key[1] else {}
 
 
 def pickled(obj: Any, group: Any = None) -> bytes:
@@ -66,17 +78,17 @@ def _sizes(n: int = 1) -> torch.Tensor:
     return _meta(n, torch.int64)
 
 
-def _exchange(group: Any, data: bytes | None, reads: bool = True) -> tuple[tuple[int, ...], int]:
+def _exchange(group: Any, data: bytes | None, reads: bool = True) -> tuple[tuple[int, ...], Key]:
     """Post this rank's bytes (None: none) for its next object collective on `group`; the group and key."""
     members = _members(group)
-    key = _next_key(members)
+    key = _next_key(members, _pg(group))
     if data is not None:
-        _client().post_value(group=members, key=key, data=data, reads=reads)
+        _client().post_value(group=members, key=key[0], data=data, reads=reads, **_opt(key))
     return members, key
 
 
-def _take(members: tuple[int, ...], key: int) -> list[bytes | None]:
-    return list(_client().take_values(group=members, key=key))
+def _take(members: tuple[int, ...], key: Key) -> list[bytes | None]:
+    return list(_client().take_values(group=members, key=key[0], **_opt(key)))
 
 
 def _root(group: Any, rank: int | None, group_rank: int | None, what: str) -> int:
@@ -189,9 +201,9 @@ def send_object_list(
     peer = _root(group, dst, group_dst, "send_object_list")
     members = _members(group)
     pair = (dist.get_rank(), members[peer])
-    key = _next_key(pair)
+    key = _next_key(pair, _pg(group, members[peer]))
     data = _pack(object_list, group)
-    _client().post_value(group=pair, key=key, data=data, reads=False)
+    _client().post_value(group=pair, key=key[0], data=data, reads=False, **_opt(key))
     dist.send(_sizes(len(object_list)), group=group, group_dst=peer)
     total = sum(len(p) for p in msgpack.unpackb(data, raw=False))
     dist.send(_meta(total, torch.uint8), group=group, group_dst=peer)
@@ -211,7 +223,7 @@ def recv_object_list(
     peer = _root(group, src, group_src, "recv_object_list")
     members = _members(group)
     pair = (members[peer], dist.get_rank())
-    key = _next_key(pair)
+    key = _next_key(pair, _pg(group, members[peer]))
     dist.recv(_sizes(len(object_list)), group=group, group_src=peer)
     parts = _unpack(_take(pair, key)[0], "recv_object_list")
     dist.recv(_meta(sum(len(p) for p in parts), torch.uint8), group=group, group_src=peer)

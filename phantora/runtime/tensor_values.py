@@ -18,9 +18,11 @@ travel beside it through the coordinator (bridge.values, msgpack on the wire):
   as a GPU buffer holds what it received. If a sender had none, the receiver's tensors are left as they are.
 
 The keys (`next_key`) are shared with the object collectives (object_values): one sequence per group (or
-(src, dst) pair), so that the two never post under the same key. A send and its recv take theirs from a sequence
-of their own per (src, dst, tag), as the simulator matches them, in negative keys (`_p2p_key`): a recv of another
-tag, or a collective of the 2-rank group (src, dst), issued in another order on the two ranks, never takes them.
+(src, dst) pair) and process group over it (`pg`, RankSession.comm_of: two groups over the same ranks are two
+communicators, posting apart), so that the two never post under the same key. A send and its recv take theirs from
+a sequence of their own per (src, dst, tag, pg), as the simulator matches them, in negative keys (`_p2p_key`): a
+recv of another tag, or a collective of the 2-rank group (src, dst), issued in another order on the two ranks, never
+takes them.
 """
 
 from __future__ import annotations
@@ -40,16 +42,18 @@ from phantora.runtime.simcuda.tensor import SimCudaTensor
 LIMIT = 1 << 22  # bytes in all: counts, votes, RNG states, routing maps (kept_values.NUMEL booleans); see the doc
 _quiet = 0  # > 0 inside `quiet()`: object_values' own timed collectives carry nothing themselves
 _wrappers: dict[int, torch.Tensor] = {}  # inside `wrapped_as`: the device tensor of each datum, by id
-_keys: dict[tuple[int, ...], int] = {}  # per group (or (src, dst) pair): value-carrying collectives issued so far
+_keys: dict[tuple[tuple[int, ...], int], int] = {}  # per (group or (src, dst) pair, pg): value-carrying calls so far
 
 Finish = Callable[[], None]
+Key = tuple[int, int]  # (the number of a call's values on its group, its process group `pg` over those ranks)
 
 
-def next_key(group: tuple[int, ...]) -> int:
-    """The key of this rank's next value-carrying call on `group` (the same sequence on every member)."""
-    n = _keys.get(group, 0)
-    _keys[group] = n + 1
-    return n
+def next_key(group: tuple[int, ...], pg: int = 0) -> Key:
+    """The key of this rank's next value-carrying call on `group`'s process group `pg` (RankSession.comm_of: 0 for
+    the first over those ranks), the same sequence on every member."""
+    n = _keys.get((group, pg), 0)
+    _keys[(group, pg)] = n + 1
+    return n, pg
 
 
 @contextlib.contextmanager
@@ -150,18 +154,24 @@ def _client() -> Any:
     return client
 
 
-def _post(group: tuple[int, ...], key: int, data: bytes, reads: bool) -> None:
+def _post(group: tuple[int, ...], key: Key, data: bytes, reads: bool) -> None:
     """Post now: the caller issues the collective after (see the module doc)."""
-    _client().post_value(group=group, key=key, data=data, reads=reads)
+    _client().post_value(group=group, key=key[0], data=data, reads=reads, **_pg(key))
 
 
-def _take(group: tuple[int, ...], key: int) -> list[list[bytes] | None]:
-    return [_decode(v) for v in _client().take_values(group=group, key=key)]
+def _take(group: tuple[int, ...], key: Key) -> list[list[bytes] | None]:
+    return [_decode(v) for v in _client().take_values(group=group, key=key[0], **_pg(key))]
 
 
-def broadcast(ranks: tuple[int, ...], me: int, root: int, tensors: list[torch.Tensor]) -> Finish | None:
-    """The root's values into every member's tensors (the root posts them now; the others' finish)."""
-    key = next_key(ranks)
+def _pg(key: Key) -> dict[str, int]:
+    """The client's `pg` argument of `key`: given only when not the first process group (older clients lack it)."""
+    return {"pg": key[1]} if key[1] else {}
+
+
+def broadcast(ranks: tuple[int, ...], me: int, root: int, tensors: list[torch.Tensor], pg: int = 0) -> Finish | None:
+    """The root's values into every member's tensors (the root posts them now; the others' finish); `pg`: its
+    process group over `ranks` (every function here takes it: `next_key`)."""
+    key = next_key(ranks, pg)
     if me == root:
         _post(ranks, key, _values(tensors), reads=False)
         return None
@@ -176,23 +186,23 @@ def broadcast(ranks: tuple[int, ...], me: int, root: int, tensors: list[torch.Te
     return finish
 
 
-def _p2p_key(src: int, dst: int, tag: int) -> int:
+def _p2p_key(src: int, dst: int, tag: int, pg: int = 0) -> Key:
     """The key of the next send or recv of (src, dst, tag): one sequence per tag, as the simulator matches a
     send with its recv, and negative, apart from the group sequences (`next_key`) of a 2-rank group (src, dst) and
-    of object_values' sends on the pair."""
-    seq = next_key((src, dst, -1, tag))  # -1: no group of ranks is this tuple
-    return -1 - ((seq << 32) | (tag & 0xFFFFFFFF))
+    of object_values' sends on the pair; `pg`: the process group of those holding both (RankSession.comm_of)."""
+    seq = next_key((src, dst, -1, tag), pg)[0]  # -1: no group of ranks is this tuple
+    return -1 - ((seq << 32) | (tag & 0xFFFFFFFF)), pg
 
 
-def send(src: int, dst: int, tensors: list[torch.Tensor], tag: int = 0) -> None:
+def send(src: int, dst: int, tensors: list[torch.Tensor], tag: int = 0, pg: int = 0) -> None:
     """A send's values, posted now for the pair (src, dst) (global ranks) under its tag's next key."""
-    _post((src, dst), _p2p_key(src, dst, tag), _values(tensors), reads=False)
+    _post((src, dst), _p2p_key(src, dst, tag, pg), _values(tensors), reads=False)
 
 
-def recv(src: int, dst: int, tensors: list[torch.Tensor], tag: int = 0) -> Finish:
-    """A recv's values (the send of the same pair and tag, in order), written once it completes."""
+def recv(src: int, dst: int, tensors: list[torch.Tensor], tag: int = 0, pg: int = 0) -> Finish:
+    """A recv's values (the send of the same pair, tag and process group, in order), written once it completes."""
     pair = (src, dst)
-    key = _p2p_key(src, dst, tag)
+    key = _p2p_key(src, dst, tag, pg)
     into = targets(tensors)
 
     def finish() -> None:
@@ -220,10 +230,10 @@ def _reducer(op: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     raise NotSimulatedError(f"all_reduce of integer tensors with {op} in phantom mode: SUM, AVG, PRODUCT, MIN, MAX")
 
 
-def all_reduce(ranks: tuple[int, ...], tensors: list[torch.Tensor], op: Any) -> Finish:
+def all_reduce(ranks: tuple[int, ...], tensors: list[torch.Tensor], op: Any, pg: int = 0) -> Finish:
     """Every member's values, reduced by `op` into every member's tensors (if every member had values)."""
     reduce = _reducer(op)
-    key = next_key(ranks)
+    key = next_key(ranks, pg)
     into = targets(tensors)
     _post(ranks, key, _values(tensors), reads=True)
 
@@ -247,9 +257,9 @@ def _write_in_rank_order(into: list[torch.Tensor], parts: list[bytes]) -> None:
         write(into[0], b"".join(parts))
 
 
-def all_gather(ranks: tuple[int, ...], inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> Finish:
+def all_gather(ranks: tuple[int, ...], inputs: list[torch.Tensor], outputs: list[torch.Tensor], pg: int = 0) -> Finish:
     """Every member's input values, concatenated in rank order into `outputs` (one per member, or one flat)."""
-    key = next_key(ranks)
+    key = next_key(ranks, pg)
     into = targets(outputs)
     _post(ranks, key, _values(inputs), reads=True)
 
@@ -268,12 +278,14 @@ def split_rows(t: torch.Tensor, rows: Sequence[int]) -> list[torch.Tensor]:
     return [p.reshape(-1) for p in d.split(list(rows))] if d.dim() else [d.reshape(-1)]
 
 
-def all_to_all(ranks: tuple[int, ...], me: int, parts: list[torch.Tensor], outputs: list[torch.Tensor]) -> Finish:
+def all_to_all(
+    ranks: tuple[int, ...], me: int, parts: list[torch.Tensor], outputs: list[torch.Tensor], pg: int = 0
+) -> Finish:
     """Member j's `parts[i]` into member i's outputs, from each member in rank order (`outputs`: one per member,
     or one flat), as NCCL's all-to-all leaves them; only if every member had values. Parts may differ in size
     (uneven splits), so members cannot agree on "small" alone: every member of an integral all-to-all posts (its
     values if small, else none) and takes, which keeps the group's keys in step."""
-    key = next_key(ranks)
+    key = next_key(ranks, pg)
     into = targets(outputs)
     _post(ranks, key, _values(parts) if _small(parts + outputs) else msgpack.packb(None), reads=True)
 
