@@ -217,3 +217,22 @@ def test_a_live_all_reduce_records_net_between_the_sockets(tmp_path: object) -> 
     assert recs and all(c["nccl"]["transport"] == {"NET": 2, "SHM": 6} for c in recs)
     assert all(c["nccl"]["path"] == "NET" for c in recs)
     assert rep.summary["nccl"]["env"]["NCCL_P2P_DISABLE"] == "1"
+
+
+@pytest.mark.parametrize("lb", ["ecmp", "spray"])
+def test_a_nic_keyed_flow_never_takes_its_pairs_cached_nvlink_route(lb: str) -> None:
+    """GPU 3 -> GPU 4 of one host twice at once, 100 MB each: over the NVSwitch (a plain key), then through the NICs
+    (`NIC_ROUTE_BIT`). The flow engine caches one route per pair where a pair has one path; the NIC flow must still
+    leave by its NIC (400G, and 400G uplinks on 2 hosts x 2 spines: 100 MB in 2 ms), not share the NVLink route the
+    first flow cached (0.22 ms)."""
+    from phantora.netsim.base import Flow
+    from phantora.topology.model import NIC_ROUTE_BIT
+
+    topo = rail_optimized(2, N, 2)
+    size = 100_000_000
+    sim = FlowSimulator(topo, lb=lb)
+    sim.submit([Flow(0, 3, 4, size, key=7), Flow(1, 3, 4, size, key=7 | NIC_ROUTE_BIT)], at=0)
+    ends = {c.flow_id: c.end_ns for c in sim.drain()}
+    nic_ns = size * 8 / 400e9 * 1e9
+    assert ends[1] == pytest.approx(nic_ns, rel=0.01)
+    assert ends[0] < nic_ns / 5

@@ -50,7 +50,7 @@ from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates
 from phantora.netsim.maxmin_carry import CarriedMaxMin
 from phantora.netsim.multipath import MultiRoute, multipath
 from phantora.netsim.observe import ChannelUsage, switch_link_load
-from phantora.topology.model import Topology
+from phantora.topology.model import NIC_ROUTE_BIT, Topology
 
 _TX_END, _ARRIVE, _START = 0, 1, 2  # an ns's events run in this order, each kind by flow id (and version)
 _VER_BITS = 32  # a transmit end's entry: (flow id << _VER_BITS) | its version (versions stay below 2^32)
@@ -189,7 +189,7 @@ class FlowSimulator:
             raise InputError(f"unknown load balancing {lb!r} (known: {', '.join(LB_MODELS)})", field="lb")
         self.lb = lb
         self._multi = lb in ("spray", "spray_rr", "adaptive", "reps", "oblivious")
-        self._multi_routes: dict[tuple[int, int], MultiRoute] = {}
+        self._multi_routes: dict[tuple[int, int, bool], MultiRoute] = {}
         self._pools: dict[tuple[int, ...], int] = {}  # adaptive: a layer of 2+ channels -> its pooled channel id
         self._pools_of: dict[int, list[int]] = {}  # adaptive: channel -> the pooled channels holding it
         self._free_caps: list[int] = []  # pseudo-channels of rate caps, free for reuse (the last freed first)
@@ -441,7 +441,8 @@ class FlowSimulator:
     def route(self, f: Flow) -> tuple[tuple[int, ...], int]:
         """Channels and propagation latency (ns) of a flow's path, cached per (src, dst), or per (src, dst, ECMP key)
         where the pair has more than one path (`Topology.one_path`)."""
-        hit = self._routes.get((f.src, f.dst))  # (a pair is a key only where it has one path: no look-up of that)
+        nic = f.key is not None and f.key & NIC_ROUTE_BIT  # through the NICs: never the pair's NVSwitch route
+        hit = None if nic else self._routes.get((f.src, f.dst))  # (a pair is a key only where it has one path)
         if hit is not None:
             return hit
         key = self.topology.route_cache_key(f.src, f.dst, f.id if f.key is None else f.key)
@@ -455,12 +456,13 @@ class FlowSimulator:
 
     def multi_route(self, f: Flow) -> MultiRoute:
         """The flow's per-hop even split over its equal-cost paths (lb=spray|adaptive), cached per (src, dst)."""
-        key = (f.src, f.dst)
+        nic = f.key is not None and bool(f.key & NIC_ROUTE_BIT)
+        key = (f.src, f.dst, nic)
         hit = self._multi_routes.get(key)
         if hit is None:
             if len(self._multi_routes) >= _ROUTE_CACHE_MAX:
                 self._multi_routes.clear()
-            hit = self._multi_routes[key] = multipath(self.topology, f.src, f.dst)
+            hit = self._multi_routes[key] = multipath(self.topology, f.src, f.dst, nic)
             if self.lb == "adaptive":
                 for layer in hit.layers:
                     if len(layer) > 1 and layer not in self._pools:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from phantora.topology.model import Topology
+from phantora.topology.model import NIC_ROUTE_BIT, Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,14 +24,15 @@ class MultiRoute:
     latency_ns: int  # the longest equal-cost path's propagation latency (the last byte may take it)
 
 
-def multipath(topo: Topology, src: int, dst: int) -> MultiRoute:
+def multipath(topo: Topology, src: int, dst: int, via_nic: bool = False) -> MultiRoute:
     """The per-hop even split of a flow src -> dst over the topology's equal-cost next hops.
 
-    Traffic between two endpoints of one NVSwitch keeps its single route (as `Topology.route` gives it)."""
-    if topo.shared_nvswitch(src, dst) is not None:
+    Traffic between two endpoints of one NVSwitch keeps its single route (as `Topology.route` gives it), unless
+    `via_nic` (its key has `NIC_ROUTE_BIT`): then it spreads over the fabric's paths from src's NIC."""
+    if not via_nic and topo.shared_nvswitch(src, dst) is not None:
         path = topo.route(src, dst)
         return MultiRoute(tuple(path), (1.0,) * len(path), tuple((c,) for c in path), topo.path_latency_ns(path))
-    topo.route(src, dst)  # raises a clear InputError when dst is unreachable
+    topo.route(src, dst, NIC_ROUTE_BIT if via_nic else 0)  # raises a clear InputError when dst is unreachable
     frontier: dict[int, tuple[float, int]] = {src: (1.0, 0)}  # node -> (share of the flow, latency so far)
     channels: list[int] = []
     share: list[float] = []
