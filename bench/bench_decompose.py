@@ -222,7 +222,8 @@ def run(
         "rounds": int(dec.get("rounds", 0)),
         "round_wall": float(dec.get("round_wall_s", 0.0)),
         "critical_cpu": float(dec.get("critical_cpu_s", 0.0)),  # per round its busiest worker's CPU, summed
-        "meanwhile": float(dec.get("meanwhile_cpu_s", 0.0)),  # the driver's CPU while its workers ran
+        # the driver's CPU while its workers ran: the caller's own work and a drain's completions built
+        "meanwhile": float(dec.get("meanwhile_cpu_s", 0.0)) + float(dec.get("built_cpu_s", 0.0)),
         "overlap": float(dec.get("overlap_cpu_s", 0.0)),  # per round max(busiest worker, the driver meanwhile)
         "critical_wall": float(dec.get("critical_wall_s", 0.0)),  # per round its slowest worker's wall, summed
         "between": float(dec.get("between_wall_s", 0.0)),  # the driver alone, between rounds

@@ -81,6 +81,7 @@ def flows_from_columns(cols: Any) -> list[Flow]:
 def completions_to_columns(done: Sequence[Completion]) -> dict[str, list[Any]]:
     """Completions as columns; lost ranges only for the rows that lost bytes."""
     if isinstance(done, CompletionColumns):  # (kept as columns: no object built)
+        done.ready()
         lost = [[i, [list(r) for r in done.lost[i]]] for i in sorted(done.lost) if done.lost[i]]
         return {
             "id": done.ids, "start": done.starts, "end": done.ends, "size": done.sizes, "src": done.srcs,
@@ -105,19 +106,26 @@ def completions_from_columns(cols: Any) -> list[Completion]:
 
 def completion_columns(cols: Any) -> CompletionColumns:
     """Columns -> completions kept as columns (`CompletionColumns`: each object built when read; route (a)'s
-    driver reads only ids and ends for its books); ProtocolError if malformed."""
-    n = _checked(cols, DONE_INT_COLUMNS, ("tag", "lost"))
-    if set(map(type, cols["tag"])) - {str}:  # (at C speed: the driver reads every completion of the run)
-        raise ProtocolError("completion columns: 'tag' must hold strings", code=E_MALFORMED)
-    lost: dict[int, tuple[tuple[int, int], ...]] = {}
-    for row in cols["lost"]:
-        ok = isinstance(row, list) and len(row) == 2 and type(row[0]) is int and 0 <= row[0] < n
-        ranges = row[1] if ok else None
-        if not (isinstance(ranges, list) and all(isinstance(r, list) and len(r) == 2 and _ints(r) for r in ranges)):
-            raise ProtocolError(f"completion columns: bad lost ranges {row!r:.80}", code=E_MALFORMED)
-        lost[row[0]] = tuple((int(a), int(b)) for a, b in ranges)
+    driver reads only ids and ends for its books); ProtocolError if malformed: the ids, ends and every column's
+    length now, the other columns before the first object is built (`CompletionColumns.ready`: a driver checks them
+    while its workers run the next round)."""
+    n = _checked(cols, ("id", "end"), (*DONE_INT_COLUMNS, "tag", "lost"))
+
+    def unchecked() -> dict[int, tuple[tuple[int, int], ...]]:
+        _checked(cols, tuple(c for c in DONE_INT_COLUMNS if c not in ("id", "end")), ())
+        if set(map(type, cols["tag"])) - {str}:  # (at C speed: the driver reads every completion of the run)
+            raise ProtocolError("completion columns: 'tag' must hold strings", code=E_MALFORMED)
+        lost: dict[int, tuple[tuple[int, int], ...]] = {}
+        for row in cols["lost"]:
+            ok = isinstance(row, list) and len(row) == 2 and type(row[0]) is int and 0 <= row[0] < n
+            ranges = row[1] if ok else None
+            if not (isinstance(ranges, list) and all(isinstance(r, list) and len(r) == 2 and _ints(r) for r in ranges)):
+                raise ProtocolError(f"completion columns: bad lost ranges {row!r:.80}", code=E_MALFORMED)
+            lost[row[0]] = tuple((int(a), int(b)) for a, b in ranges)
+        return lost
+
     columns = (cols["id"], cols["start"], cols["end"], cols["size"], cols["src"], cols["dst"], cols["tag"])
-    return CompletionColumns(*columns, lost)
+    return CompletionColumns(*columns, unchecked=unchecked)
 
 
 def _by_column(cls: type[Any], setters: tuple[Any, ...], n: int, columns: tuple[Iterable[Any], ...]) -> list[Any]:

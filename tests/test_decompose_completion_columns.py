@@ -1,7 +1,8 @@
 """Route (a)'s driver keeps a reply's completions as columns (issue 38, item 2: `CompletionColumns`): its books read
-ids and ends, the `Completion` objects are built when handed out, and `drain` builds them while the workers run the
-next round. Every object must be the one its row describes, in the driver's order; a drain must return what one
-engine returns, field for field and in order, and what stepping one completion time at a time returns."""
+ids and ends, the `Completion` objects are built (and the other columns checked) when handed out, and `drain` builds
+them while the workers run the next round. Every object must be the one its row describes, in the driver's order; a
+drain must return what one engine returns, field for field and in order, and what stepping one completion time at a
+time returns."""
 
 from __future__ import annotations
 
@@ -62,8 +63,18 @@ def test_columns_from_the_wire_are_kept_and_checked() -> None:
     assert cols.built() == done
     assert completions_to_columns(cols) == completions_to_columns(done)  # (columns out without building)
     bad = completions_to_columns(done)
-    bad["tag"][1] = 5
+    bad["end"][1] = 1.5  # (the books read ids and ends: checked at once)
+    with pytest.raises(ProtocolError, match="bad column 'end'"):
+        completion_columns(bad)
+    bad = completions_to_columns(done)
+    bad["tag"][1] = 5  # (the other columns before the first object is built)
+    late = completion_columns(bad)
+    assert late.ids == [7, 3, 9]
     with pytest.raises(ProtocolError, match="'tag' must hold strings"):
+        late.built([0])
+    bad = completions_to_columns(done)
+    bad["size"].pop()
+    with pytest.raises(ProtocolError, match="different lengths"):
         completion_columns(bad)
 
 

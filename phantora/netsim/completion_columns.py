@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import repeat
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import compress, repeat
 from typing import Any, overload
 
 from phantora.netsim.base import _COMPLETION_SET, _NEW, Completion, Lost
@@ -24,7 +24,7 @@ Ref = Completion | tuple["CompletionColumns", int]
 class CompletionColumns(Sequence[Completion]):
     """Completions as columns (lists, one per field of `Completion`; `lost` only for the rows that lost bytes)."""
 
-    __slots__ = ("dsts", "ends", "ids", "lost", "sizes", "srcs", "starts", "tags")
+    __slots__ = ("_unchecked", "dsts", "ends", "ids", "lost", "sizes", "srcs", "starts", "tags")
 
     def __init__(
         self,
@@ -36,10 +36,21 @@ class CompletionColumns(Sequence[Completion]):
         dsts: list[int],
         tags: list[str],
         lost: dict[int, Lost] | None = None,
+        unchecked: Callable[[], dict[int, Lost]] | None = None,
     ) -> None:
+        """`unchecked`: the columns the books do not read (all but ids and ends) are not checked yet; it checks them
+        (raising what it raises) and returns the lost ranges, before the first object is built (`ready`)."""
         self.ids, self.starts, self.ends, self.sizes = ids, starts, ends, sizes
         self.srcs, self.dsts, self.tags = srcs, dsts, tags
         self.lost: dict[int, Lost] = lost or {}
+        self._unchecked = unchecked
+
+    def ready(self) -> CompletionColumns:
+        """These columns, every one checked (`unchecked` run once)."""
+        if self._unchecked is not None:
+            self.lost = self._unchecked()
+            self._unchecked = None
+        return self
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -62,6 +73,7 @@ class CompletionColumns(Sequence[Completion]):
 
     def built(self, rows: Sequence[int] | None = None) -> list[Completion]:
         """The `Completion` objects of `rows` (every row when None), in that order."""
+        self.ready()
         cols: tuple[list[Any], ...] = (self.ids, self.starts, self.ends, self.sizes, self.srcs, self.dsts, self.tags)
         n = len(self.ids)
         if rows is not None and not (len(rows) == n and all(map(operator.eq, rows, range(n)))):
@@ -91,9 +103,28 @@ def by_column(cls: type[Any], setters: tuple[Any, ...], n: int, columns: tuple[I
 
 def completions_of(refs: Sequence[Ref]) -> list[Completion]:
     """The completions of buffered refs, in order: a ref still (batch, row) built from its batch, a batch at a time."""
+    n = len(refs)
+    kinds = set(map(type, refs))
+    if tuple not in kinds:  # (every one built already: a marker's, or an engine's whose replies are objects)
+        return list(refs)  # type: ignore[arg-type]
+    if Completion in kinds:  # (markers among them: per ref)
+        return _mixed(refs)
+    batches, rows = zip(*refs, strict=True)  # (at C speed: `drain` hands out tens of thousands at once)
+    first = batches[0]
+    if batches.count(first) == n:
+        return first.built(rows)
+    out: list[Any] = [None] * n
+    for batch in {id(b): b for b in batches}.values():
+        mine = list(map(operator.is_, batches, repeat(batch)))
+        at = list(compress(range(n), mine))
+        deque(map(out.__setitem__, at, batch.built(list(compress(rows, mine)))), maxlen=0)
+    return out
+
+
+def _mixed(refs: Sequence[Ref]) -> list[Completion]:
     out: list[Any] = list(refs)
     groups: dict[int, tuple[CompletionColumns, list[int], list[int]]] = {}
-    for k, ref in enumerate(refs):  # (per completion: a tuple test and two appends; the objects at C speed below)
+    for k, ref in enumerate(refs):
         if type(ref) is tuple:
             batch, row = ref
             g = groups.get(id(batch))
