@@ -418,12 +418,20 @@ class CoordinatorCore:
 
     def _algo(self, rs: RankState, raw: Any) -> tuple[tuple[str, Any], ...]:
         """A call's AlgoOptions overrides, hashable: `nccl_env` (the NCCL_* variables the program set before its
-        group's communicator was created, runtime/program_env.py) as pairs, left out where they are the run's."""
+        group's communicator was created, runtime/program_env.py) as pairs, left out where they are the run's;
+        `group_sizes` (a coalesced call's calls' bytes) as a tuple."""
         if raw is None:
             return ()
         if not isinstance(raw, dict):
             raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: a call's algo must be a map, got {raw!r}")
         out = dict(raw)
+        sizes = out.get("group_sizes")  # a coalesced call's calls' bytes (Collective.group_sizes)
+        if sizes is not None:
+            if not isinstance(sizes, list) or not all(
+                isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in sizes
+            ):
+                raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: group_sizes must be byte counts, got {sizes!r}")
+            out["group_sizes"] = tuple(sizes)
         env = out.get("nccl_env")
         if env is not None:
             if not isinstance(env, list) or not all(

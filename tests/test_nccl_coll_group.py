@@ -179,3 +179,148 @@ def test_nccl_tests_m_prints_the_groups_time_per_call(tmp_path):
     assert four["choice"]["group_calls"] == 4
     assert four["time_us"] < 0.5 * one["time_us"]
     assert four["time_us"] == pytest.approx((lat_us + 4 * per_call_us) / 4, rel=0.05)
+
+
+def test_a_coalesced_call_carries_its_calls_to_the_planner():
+    """A live coalesced call (torch's allreduce_coalesced: one NCCL group of one all-reduce a tensor) reaches the
+    planner as its total with the calls' bytes in its `algo` map: 4 x 8 KiB plan as a group of 4 equal calls."""
+    from phantora.collectives.mirrors import Mirrors
+    from phantora.collectives.plan import CallSpec, CollectivePlanner
+
+    planner = CollectivePlanner(H100, opts(), Mirrors(8, 8))
+    call = CallSpec("all_reduce", RANKS, 32 * KiB, "fp32", algo={"group_sizes": (8 * KiB,) * 4})
+    plan = planner.plan(call, "coalesced")
+    grouped = decompose(Collective("all_reduce", RANKS, 8 * KiB, "fp32", group_calls=4), H100, opts())
+    assert (plan.choice or {})["group_calls"] == 4
+    assert [(f.src, f.dst, f.size, f.rate_bps) for f in plan.flows] == [
+        (f.src, f.dst, f.size, f.rate_bps) for f in grouped.flows
+    ]
+
+
+def test_calls_nccl_aggregates_apart_share_the_groups_bandwidth_time():
+    """2.30: all-reduces of 64 KiB and 8 MiB (over 4 x apart) are two aggregates, each its tuner's pick (Ring LL,
+    NVLS Simple, as each alone). One launch: on an idle host the group ends at the later latency plus the sum of
+    their bandwidth times (bytes / algbw each), not at the sum of the two calls' times; 2.21 aggregates them."""
+    small, big = 64 * KiB, 8 * MiB
+    _, a = _end_us(Collective("all_reduce", RANKS, small, "bf16"))
+    _, b = _end_us(Collective("all_reduce", RANKS, big, "bf16"))
+    group = Collective("all_reduce", RANKS, small + big, "bf16", group_sizes=(small, big))
+    group_us, got = _end_us(group)
+    assert [(x["algorithm"], x["protocol"]) for x in got["aggregates"]] == [
+        (a["algorithm"], a["protocol"]),
+        (b["algorithm"], b["protocol"]),
+    ]
+    assert got["group_calls"] == 2
+    lat = max(c["model_lat_us"] + c.get("fill_us", 0.0) for c in (a, b))
+    bw = small / (a["model_algbw_gbs"] * 1e3) + big / (b["model_algbw_gbs"] * 1e3)
+    assert group_us == pytest.approx(lat + bw, rel=0.02)
+    _, old = _end_us(group, PHANTORA_NCCL_VERSION="2.21.5")
+    assert "aggregates" not in old and old["group_calls"] == 2
+
+
+def test_a_recorded_coalesced_call_keeps_its_calls(tmp_path):
+    """The execution graph stores a coalesced call's calls' bytes (node type 14) and reads them back, on a later
+    process group too (its pg kept); sizes that do not add up to the call are refused in one line."""
+    from phantora.egraph import ProgramBuilder
+    from phantora.egraph.format import T_COLL_GROUP, Coll, Program
+
+    b = ProgramBuilder(0)
+    b.collective("reduce_scatter", [0, 1], 3000, dtype="fp32", group_sizes=(1000, 2000), redop="max")
+    prog, _ = b.build()
+    assert Program.decode(prog.encode()).nodes == prog.nodes
+    node = prog.nodes[0]
+    assert isinstance(node, Coll) and node.group_sizes == (1000, 2000) and node.redop == "max"
+    assert T_COLL_GROUP == 14
+    b2 = ProgramBuilder(0)
+    b2.collective("all_gather", [0, 1], 3000, group_sizes=(1000, 2000), pg=1)
+    later, _ = b2.build()
+    assert Program.decode(later.encode()).nodes == later.nodes and later.nodes[0].pg == 1
+    with pytest.raises(InputError, match="group sizes"):
+        ProgramBuilder(0).collective("all_reduce", [0, 1], 3000, group_sizes=(1000, 1000))
+
+
+def test_a_replayed_coalesced_call_runs_as_its_group(tmp_path):
+    """A graph whose ranks issue one coalesced all-reduce of 64 KiB and 8 MiB replays as that group (two aggregates
+    in one launch), the same end as the group decomposed alone, not as one call of the total; so does its Chakra
+    export read back."""
+    from phantora.egraph import replay_graph
+    from phantora.egraph.builder import ProgramBuilder
+    from phantora.egraph.chakra import export_chakra, read_chakra
+    from phantora.egraph.format import Program, assemble
+
+    sizes = (64 * KiB, 8 * MiB)
+    parts = []
+    for r in RANKS:
+        b = ProgramBuilder(r)
+        b.wait([b.collective("all_reduce", RANKS, sum(sizes), dtype="bf16", group_sizes=sizes)])
+        prog, groups = b.build()
+        parts.append((Program.decode(prog.encode()), groups))
+    graph = assemble(parts)
+    export_chakra(graph, tmp_path / "chakra")
+    group_us, _ = _end_us(Collective("all_reduce", RANKS, sum(sizes), "bf16", group_sizes=sizes))
+    whole_us, _ = _end_us(Collective("all_reduce", RANKS, sum(sizes), "bf16"))
+    assert abs(group_us - whole_us) > 0.01 * whole_us
+    for g in (graph, read_chakra(tmp_path / "chakra")):  # a Chakra export keeps it (phantora_group_sizes)
+        res = replay_graph(g, H100, FlowSimulator(H100))
+        assert max(c.end_ns for c in res.completions) / 1000 == pytest.approx(group_us, abs=1e-3)
+
+
+LIVE = """
+    import torch, torch.distributed as dist
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank)
+    xs = [torch.ones(2048, device="cuda") for _ in range(4)]  # 4 x 8 KiB of fp32
+
+    def block():
+        with _coalescing_manager(async_ops=True) as cm:
+            for x in xs:
+                dist.all_reduce(x, async_op=True)
+        cm.wait()
+
+    for _ in range(2):
+        block()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        block()
+    end.record()
+    torch.cuda.synchronize()
+    print("RESULT", rank, start.elapsed_time(end) * 1000 / 10, float(xs[0][0]), flush=True)
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_live_coalescing_block_takes_nccl_tests_group_time(tmp_path, capsys):
+    """4 ranks of an 8-H100 host, a `_coalescing_manager` block of 4 all-reduces of 8 KiB (torch's fast path:
+    allreduce_coalesced, one NCCL group): a block takes what `all_reduce_perf -m 4 -G 1 --np 4` prints for 4 calls
+    (the group's GPU time), it is recorded with its calls' sizes, and its replay takes the same time."""
+    import textwrap
+
+    from phantora.cli import main
+    from phantora.egraph import replay_graph
+    from phantora.egraph.format import Coll
+    from phantora.egraph.live import record_run
+    from phantora.launcher import RunConfig
+    from phantora.topology.generators import dgx_host
+
+    argv = ["nccl-tests", "all_reduce_perf", "-b", "8K", "-e", "8K", "-m", "4", "-G", "1", "--np", "4", "-n", "5"]
+    assert main([*argv, "--out", str(tmp_path / "nt")]) == 0
+    capsys.readouterr()
+    row = json.loads((tmp_path / "nt" / "results.json").read_text())["sizes"][0]
+    group_us = 4 * row["time_us"]
+    script = tmp_path / "coalesce.py"
+    script.write_text(textwrap.dedent(LIVE))
+    topo = dgx_host(8, gpu="h100")
+    cfg = RunConfig(str(script), topology=topo, nproc=4, trace="none", timeout_s=600, out_dir=tmp_path / "run")
+    rep, graph = record_run(cfg, tmp_path / "graph")
+    lines = [ln.split() for r in range(4) for ln in rep.logs[f"rank {r}"].splitlines() if ln.startswith("RESULT")]
+    assert len(lines) == 4 and all(float(ln[3]) == 4.0**12 for ln in lines)  # the sums went through
+    assert all(float(ln[2]) == pytest.approx(group_us, rel=0.005) for ln in lines)
+    colls = [n for p in graph.programs for n in p.nodes if isinstance(n, Coll) and n.kind == "all_reduce"]
+    assert colls and all(n.group_sizes == (8 * KiB,) * 4 for n in colls)
+    res = replay_graph(graph, topo, FlowSimulator(topo))
+    busy = res.comm["all_reduce"]
+    assert busy["busy_ns"] / busy["count"] / 1000 == pytest.approx(group_us, rel=0.005)

@@ -37,7 +37,7 @@ def channel_shares(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[
     n = coll.size
     comm = plan_channels(TO_NCCL[opts.algorithm], platform_of(topo, coll.ranks, st), st)
     count = channel_split.count_bytes(coll.kind, n, coll.nbytes)
-    if coll.group_calls > 1:  # a group's equal calls dealt one after another (nccl.coll_group.deal), carried together
+    if len(coll.group_sizes) > 1:  # a group's calls dealt one after another (nccl.coll_group.deal), carried together
         parts = _group_parts(coll, opts, st.nccl_version, channels, max(comm, channels))
     else:
         parts = channel_split.split(st.nccl_version, coll.kind, opts.protocol, n, count, channels, max(comm, channels))
@@ -54,11 +54,14 @@ def channel_shares(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[
 def _group_parts(
     coll: Collective, opts: AlgoOptions, version: tuple[int, int], channels: int, max_channels: int
 ) -> tuple[int, ...] | None:
-    """Each used channel's bytes of count over `coll`'s `group_calls` equal calls (`coll.nbytes` their total) as
-    NCCL 2.22+ deals them one after another onto the channels, lowest channel first; None before 2.22."""
-    m, n = coll.group_calls, coll.size
-    one = channel_split.count_bytes(coll.kind, n, coll.nbytes // m)
-    dealt = coll_group.deal(version, coll.kind, opts.protocol, n, [one] * m, channels, max_channels)
+    """Each used channel's bytes of count over `coll`'s group of calls (`group_sizes`, one aggregate; `coll.nbytes`
+    their total) as NCCL 2.22+ deals them one after another onto the channels, lowest channel first; None before
+    2.22."""
+    n, sizes = coll.size, coll.group_sizes
+    calls = [(coll.kind, coll.redop, coll.dtype, s) for s in sizes]
+    order = [i for agg in coll_group.aggregates(version, calls) for i in agg]  # NCCL's plan order
+    counts = [channel_split.count_bytes(coll.kind, n, sizes[i]) for i in order]
+    dealt = coll_group.deal(version, coll.kind, opts.protocol, n, counts, channels, max_channels)
     if dealt is None:
         return None
     return tuple(b for b in coll_group.channel_bytes(dealt) if b > 0) or (0,)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +12,7 @@ from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, commu
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.launch_group import shared
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
-from phantora.collectives.nccl import channel_split, part_loops, tree_channels
+from phantora.collectives.nccl import channel_split, coll_group, part_loops, tree_channels
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import chunk_bytes, p2p_chunk_bytes, tree_line_sweeps
@@ -32,6 +33,7 @@ from phantora.collectives.ring import ring_collective
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.collectives.sym import ce_flows, sym_flows
 from phantora.collectives.tree import tree_flows
+from phantora.netsim.base import Flow
 from phantora.topology.model import Topology
 
 BARRIER_SLICE_BYTES = 1  # a barrier is a tree all-reduce of one byte
@@ -60,12 +62,17 @@ def decompose(
     `sent` carries the network connections' message counters from one call to the next (which queue pair a
     message takes under NCCL_IB_QPS_PER_CONNECTION); None starts them at 0 for this call alone.
     """
+    if coll.group_sizes and opts.model == "nccl":  # a group whose calls NCCL aggregates apart: each on its own
+        several = group_aggregates(coll, topo, opts)
+        if several is not None:
+            return _aggregates_dag(several, topo, opts, first_flow_id, tag, sent)
     opts, choice = resolve(coll, topo, opts)
     base = topo
     if opts.model == "nccl":  # NCCL's nodes: a host's sockets apart where its GPU pairs run NET (net_split.py)
         topo = nccl_view(topo, coll.comm or coll.ranks, nccl_settings(opts))
-    if choice is not None and choice.works > 1:  # a group's calls as one symmetric kernel: their bytes together
-        coll = dataclasses.replace(coll, nbytes=coll.nbytes * choice.works)
+    if choice is not None and choice.works > 1 and not coll.group_sizes:  # a group's calls: their bytes together
+        sizes = (coll.nbytes,) * choice.works
+        coll = dataclasses.replace(coll, nbytes=sum(sizes), group_calls=1, group_sizes=sizes)
     nodes = [topo.node_of_rank(r) for r in coll.ranks]
     b = DagBuilder(nodes, coll.ranks, first_flow_id, f"{tag}/" if tag else "", comm=_communicator(coll, opts))
     if sent is not None:
@@ -103,6 +110,79 @@ def decompose(
 
 
 P2P_KINDS = ("all_to_all", "send_recv")
+
+
+def group_aggregates(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[Collective] | None:
+    """`coll`'s group of calls (`group_sizes`) as the aggregates NCCL makes of them (nccl/coll_group.py), each a
+    collective of its calls, when there are several and NCCL runs its legacy kernels on them; else None (one
+    aggregate: `decompose` runs it whole)."""
+    if coll.kind not in coll_group.KINDS or coll.size < 2 or len(coll.group_sizes) < 2:
+        return None
+    st = nccl_settings(opts)
+    calls = [(coll.kind, coll.redop, coll.dtype, s) for s in coll.group_sizes]
+    aggs = coll_group.aggregates(st.nccl_version, calls)
+    if len(aggs) < 2:
+        return None
+    whole = resolve(coll, topo, opts)[1]
+    if whole is not None and whole.algorithm in ("sym", "ce"):
+        return None
+    out = []
+    for members in aggs:
+        sizes = tuple(coll.group_sizes[i] for i in members)
+        out.append(dataclasses.replace(coll, nbytes=sum(sizes), group_sizes=sizes if len(sizes) > 1 else ()))
+    return out
+
+
+def _aggregates_dag(
+    parts: list[Collective],
+    topo: Topology,
+    opts: AlgoOptions,
+    first_flow_id: int,
+    tag: str,
+    sent: MessageCounters | None,
+) -> FlowDag:
+    """One group's aggregates in one launch: each decomposed with its own choice, all started together. NCCL deals
+    their traffic over the plan's channels, so the group's bandwidth time is the sum of theirs (bytes / algbw each):
+    each aggregate's flows are capped to spread its bytes over that sum, not over its own time. The choice recorded
+    is the largest aggregate's, with the group's calls and every aggregate's pick."""
+    dags: list[FlowDag] = []
+    next_id = first_flow_id
+    for i, part in enumerate(parts):
+        dag = decompose(part, topo, opts, next_id, f"{tag}/agg{i}" if tag else f"agg{i}", sent)
+        dags.append(dag)
+        next_id = dag.next_id
+    times = [_bandwidth_ns(part, dag) for part, dag in zip(parts, dags, strict=True)]
+    total = sum(times)
+    flows: list[Flow] = []
+    last: dict[int, list[int]] = {}
+    for dag, t in zip(dags, times, strict=True):
+        scale = t / total if total > 0 else 1.0
+        flows.extend(
+            dataclasses.replace(f, rate_bps=math.ceil(f.rate_bps * scale)) if f.rate_bps else f for f in dag.flows
+        )
+        for r, ids in dag.rank_last.items():
+            last.setdefault(r, []).extend(ids)
+    for r in parts[0].ranks:
+        last.setdefault(r, [])
+    biggest = max(range(len(parts)), key=lambda i: parts[i].nbytes)
+    choice = dict(dags[biggest].choice or {})
+    choice["group_calls"] = sum(max(1, len(p.group_sizes)) for p in parts)
+    choice["aggregates"] = [
+        {
+            "algorithm": (d.choice or {}).get("algorithm"),
+            "protocol": (d.choice or {}).get("protocol"),
+            "calls": max(1, len(p.group_sizes)),
+            "bytes": p.nbytes,
+        }
+        for p, d in zip(parts, dags, strict=True)
+    ]
+    return FlowDag(flows, last, next_id, choice)
+
+
+def _bandwidth_ns(part: Collective, dag: FlowDag) -> float:
+    """An aggregate's bandwidth time under NCCL's model: its bytes over the choice's algorithm bandwidth."""
+    algbw = float((dag.choice or {}).get("model_algbw_gbs", 0.0))
+    return part.nbytes / algbw if algbw > 0 else 0.0
 
 
 def _communicator(coll: Collective, opts: AlgoOptions) -> int:

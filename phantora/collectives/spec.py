@@ -95,6 +95,9 @@ class Collective:
     # kernels on the calls' aggregate, its tuner's choice for their total (nccl/coll_group.py). The choice's `works`
     # says so and its flows carry them all (decompose.py); all-to-all and send/recv take no group_calls
     group_calls: int = 1
+    # the bytes of each call of its NCCL group, given one by one (a torch coalesced call: its tensors'; decompose
+    # sets it for group_calls too), all of this kind, reduction and dtype; nbytes is their sum. () for a lone call
+    group_sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -140,6 +143,17 @@ class Collective:
                 f"inflight_at {[list(p) for p in self.inflight_at]} must name distinct pairs of inflight, with bytes "
                 ">= 0",
                 field="inflight_at",
+            )
+        if self.group_sizes and (
+            self.group_calls != 1
+            or sum(self.group_sizes) != self.nbytes
+            or min(self.group_sizes) < 0
+            or self.kind in ("all_to_all", "send_recv", "barrier")
+        ):
+            raise InputError(
+                f"group_sizes {list(self.group_sizes)} must be the >= 0 bytes of a {self.kind}'s calls, summing to "
+                f"its {self.nbytes} bytes, without group_calls (all-to-all, send/recv and barrier take none)",
+                field="group_sizes",
             )
         if self.root is not None and not 0 <= self.root < len(self.ranks):
             raise InputError(f"root {self.root} is not a group-local index of {len(self.ranks)} ranks", field="root")

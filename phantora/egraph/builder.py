@@ -75,12 +75,14 @@ class ProgramBuilder:
         redop: str = "sum",
         nccl_env: NcclEnv | None = None,
         pg: int = 0,
+        group_sizes: Sequence[int] = (),
     ) -> int:
         """Issue a collective; `root` is group-local; `seq` defaults to the count of earlier calls on this group
         (process group `pg` over its ranks: Coll.pg);
         `after`: earlier Coll/P2P nodes whose part on this rank must end before it starts (its NCCL stream order);
         `redop`: the reduction of an all-reduce, reduce-scatter or reduce; `nccl_env`: the NCCL_* variables its
-        communicator was created with, where the program set its own (None: the run's)."""
+        communicator was created with, where the program set its own (None: the run's); `group_sizes`: a coalesced
+        call's calls' bytes (one NCCL group of them, summing to `nbytes`; () for one call)."""
         if kind not in KIND_CODES:
             raise InputError(f"unknown collective kind {kind!r} (known: {', '.join(KIND_CODES)})", field="kind")
         if dtype not in DTYPE_CODES:
@@ -92,7 +94,11 @@ class ProgramBuilder:
             raise InputError(f"rank {self.rank} issues a collective on {list(group)}, not its group", field="group")
         s = self._next_seq(("c", group, pg), seq)
         slot = self.slot(group)
-        node = Coll(stream, slot, kind, int(nbytes), dtype, root, s, tuple(deps), tuple(after), redop, nccl_env, pg)
+        sizes = tuple(int(b) for b in group_sizes) if len(group_sizes) > 1 else ()
+        if sizes and (sum(sizes) != int(nbytes) or min(sizes) < 0 or kind in ("all_to_all", "barrier")):
+            raise InputError(f"group sizes {list(sizes)} for a {kind} of {nbytes} B", field="group_sizes")
+        deps, after = tuple(deps), tuple(after)
+        node = Coll(stream, slot, kind, int(nbytes), dtype, root, s, deps, after, redop, nccl_env, pg, sizes)
         return self._add(node)
 
     def p2p(

@@ -29,6 +29,8 @@ Node semantics (all times integer ns; see docs/egraph.md):
   ranks (a ``P2P``: holding both ends), 1 for the next, ... (each its own NCCL communicator with its own order, whose
   calls are matched apart: ``seq`` counts per group); type 12 (a ``Coll``) or 13 (a ``P2P``) on disk when not 0, so
   a recording of one group per rank set is written as before;
+- a ``Coll``'s ``group_sizes`` (type 14 on disk) are the bytes of each call of a coalesced call (one NCCL group of
+  calls, which NCCL schedules as one launch: part of its choice);
 - ``Step`` marks the end of a training step on its stream (it takes no time).
 """
 
@@ -61,6 +63,7 @@ T_COLL_OP = 10  # a Coll whose reduction is not sum (Coll.redop): type 5's field
 T_P2P_GROUP = 11  # a P2P of an NCCL group launch (P2P.launch): type 9's fields, conn, comm, launch, `after`
 T_COLL_PG = 12  # a Coll on a process group after its rank's first over its ranks (Coll.pg): type 10's fields, then pg
 T_P2P_PG = 13  # a P2P on such a process group (P2P.pg): type 11's fields (launch -1: none), then pg
+T_COLL_GROUP = 14  # a coalesced Coll (Coll.group_sizes): type 12's fields (its pg maybe 0), then the calls' sizes
 # recorded: per rank, [issue ns, ns its rank last joined a completion before it] of each P2P node of a group launch
 LAUNCH_ISSUE = "launch_issue_ns"
 # recorded, a window-mode run's only (optional): per rank, the network's ns its rank was last released at (the
@@ -87,6 +90,7 @@ _ARITY = {
     T_P2P_GROUP: 10,
     T_COLL_PG: 10,
     T_P2P_PG: 11,
+    T_COLL_GROUP: 11,
 }
 _TYPE_NAMES = {
     T_COMPUTE: "compute",
@@ -103,6 +107,7 @@ _TYPE_NAMES = {
     T_P2P_GROUP: "p2p",
     T_COLL_PG: "collective",
     T_P2P_PG: "p2p",
+    T_COLL_GROUP: "collective",
 }
 
 
@@ -132,6 +137,8 @@ class Coll:
     redop: str = "sum"  # the reduction of an all-reduce, reduce-scatter or reduce (type 10 on disk when not sum)
     nccl_env: NcclEnv | None = None  # the NCCL_* its communicator was created with, where the program set its own
     pg: int = 0  # which of the rank's process groups over the group's ranks it ran on (0: the first; type 12)
+    # a coalesced call's calls' bytes, summing to nbytes (Collective.group_sizes; type 14 on disk); () for one call
+    group_sizes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +213,10 @@ class Program:
                 root = -1 if n.root is None else n.root
                 kind, dtype = KIND_CODES.index(n.kind), DTYPE_CODES.index(n.dtype)
                 row = [T_COLL, n.stream, n.slot, kind, n.nbytes, dtype, root, n.seq]
-                if n.pg:
+                if n.group_sizes:
+                    row[0] = T_COLL_GROUP
+                    row += [list(n.after), REDOP_CODES.index(n.redop), n.pg, list(n.group_sizes)]
+                elif n.pg:
                     row[0] = T_COLL_PG
                     row += [list(n.after), REDOP_CODES.index(n.redop), n.pg]
                 elif n.redop != "sum":
@@ -285,6 +295,16 @@ class Program:
                 raise InputError(f"negative duration {n.dur_ns}", file=source, field=where)
             if isinstance(n, Coll) and n.redop != "sum" and n.kind not in REDUCING:
                 raise InputError(f"a {n.kind} takes no reduction ({n.redop})", file=source, field=where)
+            if (
+                isinstance(n, Coll)
+                and n.group_sizes
+                and (len(n.group_sizes) < 2 or sum(n.group_sizes) != n.nbytes or n.kind in ("all_to_all", "barrier"))
+            ):
+                raise InputError(
+                    f"group sizes {list(n.group_sizes)}: two or more calls' bytes summing to the {n.kind}'s {n.nbytes}",
+                    file=source,
+                    field=where,
+                )
             if isinstance(n, (Coll, P2P)):
                 if n.nbytes < 0 or n.seq < 0 or n.slot < 0 or n.pg < 0 or (isinstance(n, P2P) and n.conn < 0):
                     raise InputError("negative size, seq, slot, process group or communicator", file=source,
@@ -342,13 +362,20 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
     after: tuple[int, ...] = ()
     redop = "sum"
     pg = 0
+    sizes: tuple[int, ...] = ()
+    if code == T_COLL_GROUP:
+        if not isinstance(f[-1], list) or not all(isinstance(b, int) and b >= 0 for b in f[-1]):
+            raise InputError("group sizes must be a list of byte counts", file=source, field=where)
+        if not isinstance(f[-2], int) or isinstance(f[-2], bool) or f[-2] < 0:
+            raise InputError(f"process group {f[-2]!r} must be >= 0", file=source, field=where)
+        f, pg, sizes = f[:-2], f[-2], tuple(f[-1])
     if code in (T_COLL_PG, T_P2P_PG):
         if not isinstance(f[-1], int) or isinstance(f[-1], bool) or f[-1] <= 0:
             raise InputError(
                 f"process group {f[-1]!r}: type {code} names one after the first", file=source, field=where
             )
         f, pg = f[:-1], f[-1]
-    if code in (T_COLL_OP, T_COLL_PG):
+    if code in (T_COLL_OP, T_COLL_PG, T_COLL_GROUP):
         if not isinstance(f[-1], int) or not 0 <= f[-1] < len(REDOP_CODES):
             raise InputError(f"reduction code {f[-1]!r} is out of range", file=source, field=where)
         f, redop = f[:-1], REDOP_CODES[f[-1]]
@@ -356,7 +383,7 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
         if not isinstance(f[-1], list) or not f[-1] or not all(isinstance(r, int) for r in f[-1]):
             raise InputError("after must be a non-empty list of node indices", file=source, field=where)
         f, after = f[:-1], tuple(f[-1])
-    if code in (T_P2P_CONN, T_P2P_COMM, T_COLL_OP, T_P2P_GROUP, T_COLL_PG, T_P2P_PG):
+    if code in (T_P2P_CONN, T_P2P_COMM, T_COLL_OP, T_P2P_GROUP, T_COLL_PG, T_P2P_PG, T_COLL_GROUP):
         if not isinstance(f[-1], list) or not all(isinstance(r, int) for r in f[-1]):
             raise InputError("after must be a list of node indices", file=source, field=where)
         f, after = f[:-1], tuple(f[-1])
@@ -365,9 +392,12 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
     try:
         if code == T_COMPUTE:
             return Compute(f[0], names[f[1]], f[2], deps)
-        if code in (T_COLL, T_COLL_AFTER, T_COLL_OP, T_COLL_PG):
+        if code in (T_COLL, T_COLL_AFTER, T_COLL_OP, T_COLL_PG, T_COLL_GROUP):
             root = None if f[5] < 0 else f[5]
-            return Coll(f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps, after, redop, pg=pg)
+            return Coll(
+                f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps, after, redop, pg=pg,
+                group_sizes=sizes,
+            )  # fmt: skip
         if code in (T_P2P, T_P2P_AFTER):
             return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after)
         if code == T_P2P_CONN:

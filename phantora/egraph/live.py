@@ -56,6 +56,7 @@ class _RecorderListener:
                 redop=call.redop,
                 nccl_env=call.nccl_env,
                 pg=call.pg,
+                group_sizes=call.group_sizes,
             )
         else:
             send = call.kind == "send"

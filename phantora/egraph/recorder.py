@@ -105,11 +105,12 @@ class GraphRecorder:
         redop: str = "sum",
         nccl_env: NcclEnv | None = None,
         pg: int = 0,
+        group_sizes: tuple[int, ...] = (),
     ) -> None:
         """A collective issued at `issue_ns` on process group `pg` over its ranks (Coll.pg); `root` is a global rank
         (or None); it starts after the rank's calls
         `before` (handles); `redop`: its reduction; `nccl_env`: its communicator's NCCL_* variables where the program
-        set its own (None: the run's)."""
+        set its own (None: the run's); `group_sizes`: a coalesced call's calls' bytes."""
         group = tuple(int(r) for r in group)
         self._catch_up(stream, int(issue_ns))
         local = None
@@ -119,8 +120,9 @@ class GraphRecorder:
             local = group.index(root)
         after = self._nodes(before)
         idx = self.b.collective(
-            kind, group, nbytes, dtype, local, seq, stream, after=after, redop=redop, nccl_env=nccl_env, pg=pg
-        )
+            kind, group, nbytes, dtype, local, seq, stream, after=after, redop=redop, nccl_env=nccl_env, pg=pg,
+            group_sizes=group_sizes,
+        )  # fmt: skip
         self._issued(handle, idx)
 
     def p2p(

@@ -77,6 +77,7 @@ class Instance:
     root: int | None
     redop: str = "sum"  # a reducing collective's reduction (Collective.redop)
     nccl_env: NcclEnv | None = None  # its communicator's NCCL_* where the live program set its own (Coll.nccl_env)
+    group_sizes: tuple[int, ...] = ()  # a coalesced call's calls' bytes (Coll.group_sizes)
     issue: dict[int, int] = field(default_factory=dict)  # rank -> issue marker
     start: int = -1  # start marker, once launched
     flows: range = range(0)
@@ -465,14 +466,15 @@ class _Planner:
         group = run.slots[n.slot]
         if isinstance(n, Coll):
             key: tuple[Any, ...] = ("c", group, n.seq) + ((n.pg,) if n.pg else ())  # a recording's before pg: 0
-            sig = (n.kind, n.nbytes, n.dtype, n.root, n.redop)
+            sig = (n.kind, n.nbytes, n.dtype, n.root, n.redop, n.group_sizes)
         else:
             key = ("p", group[0], group[1], n.tag, n.seq) + ((n.pg,) if n.pg else ())
-            sig = ("send_recv", n.nbytes, "uint8", None, "sum")
+            sig = ("send_recv", n.nbytes, "uint8", None, "sum", ())
         inst = self.instances.get(key)
         if inst is None:
-            inst = self.instances[key] = Instance(key, sig[0], group, sig[1], sig[2], sig[3], sig[4])
-        elif (inst.kind, inst.nbytes, inst.dtype, inst.root, inst.redop) != sig:
+            inst = Instance(key, sig[0], group, sig[1], sig[2], sig[3], sig[4], group_sizes=sig[5])
+            self.instances[key] = inst
+        elif (inst.kind, inst.nbytes, inst.dtype, inst.root, inst.redop, inst.group_sizes) != sig:
             first = min(inst.issue)
             raise InputError(
                 f"collective mismatch on {inst.label()}: rank {first} issued {inst.kind} of {inst.nbytes} B "
@@ -547,7 +549,7 @@ class _Planner:
         inst.start = self.marker(anchor, gate, 0, f"c{len(self.order)}/start")
         first = len(self.flows)
         coll = self.grouped(inst) or Collective(
-            inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root, redop=inst.redop
+            inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root, redop=inst.redop, group_sizes=inst.group_sizes
         )
         opts = self.opts.of(inst.nccl_env)
         dag = self.dags.gated(coll, opts, first, self.tag(inst), (inst.start,))

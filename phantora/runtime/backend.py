@@ -67,6 +67,12 @@ def nbytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _call_sizes(calls: Sequence[Sequence[torch.Tensor]]) -> tuple[int, ...]:
+    """The bytes of each NCCL call of a coalesced call (ProcessGroupNCCL's `collectiveCoalesced`: one ncclAllReduce,
+    ncclAllGather or ncclReduceScatter a tensor, in one NCCL group); () for one call (a lone collective)."""
+    return tuple(nbytes(c) for c in calls) if len(calls) > 1 else ()
+
+
 def _flat(x: Any) -> list[torch.Tensor]:
     if isinstance(x, torch.Tensor):
         return [x]
@@ -423,6 +429,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         transfers: Sequence[Transfer] | None = None,
         values: Callable[[], Callable[[], None] | None] | None = None,
         redop: str = "sum",
+        group_sizes: Sequence[int] = (),
     ) -> PhantoraWork:
         self._alive(self._stream)
         if self._gloo is None:  # phantom mode: timing only, and the values of small integer tensors (tensor_values)
@@ -449,6 +456,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             nccl_env=self._nccl_env,
             redop=redop,
             pg=self._pg,
+            group_sizes=group_sizes,
         )
         if grouped:
             self._p2p_group(None)
@@ -510,9 +518,11 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
         fin = _finisher(tensors, self.size(), how)
         op_name = redop_name(_reduce_op(opts), tensors[0])
+        sizes = _call_sizes([[t] for t in tensors])
         return self._coll(
-            "all_reduce", nbytes(tensors), tensors[0], tensors, start, tensors, finalize=fin, redop=op_name
-        )
+            "all_reduce", nbytes(tensors), tensors[0], tensors, start, tensors, finalize=fin, redop=op_name,
+            group_sizes=sizes,
+        )  # fmt: skip
 
     def broadcast(self, tensors: Any, opts: Any = None) -> PhantoraWork:
         tensors = _flat(tensors)
@@ -577,7 +587,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
                 self._data.allgather([ol], [i], AllgatherOptions()) for ol, i in zip(output_lists, inputs, strict=True)
             ]
 
-        return self._coll("all_gather", nbytes(outs), inputs[0], outs + list(inputs), start, outs)
+        sizes = _call_sizes(output_lists)
+        return self._coll("all_gather", nbytes(outs), inputs[0], outs + list(inputs), start, outs, group_sizes=sizes)
 
     def all_gather_single_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
@@ -585,7 +596,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             return [self._data._allgather_base(o, i, AllgatherOptions()) for o, i in zip(outputs, inputs, strict=True)]
 
-        return self._coll("all_gather", nbytes(outputs), inputs[0], list(outputs) + list(inputs), start, list(outputs))
+        tensors, sizes = list(outputs) + list(inputs), _call_sizes([[o] for o in outputs])
+        return self._coll("all_gather", nbytes(outputs), inputs[0], tensors, start, list(outputs), group_sizes=sizes)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -638,9 +650,11 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         fin = _finisher(outputs, self.size(), how)
         tensors = list(outputs) + list(inputs)
         op_name = redop_name(_reduce_op(opts), inputs[0])
+        sizes = _call_sizes([[i] for i in inputs])
         return self._coll(
-            "reduce_scatter", nbytes(inputs), inputs[0], tensors, start, list(outputs), finalize=fin, redop=op_name
-        )
+            "reduce_scatter", nbytes(inputs), inputs[0], tensors, start, list(outputs), finalize=fin, redop=op_name,
+            group_sizes=sizes,
+        )  # fmt: skip
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 

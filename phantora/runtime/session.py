@@ -191,6 +191,7 @@ class Issued:
     launch_comm: tuple[int, ...] = ()
     released_ns: int | None = None  # window mode: the network's ns the rank was last released at (RankClient)
     pg: int = 0  # which process group over its ranks (a transfer: holding both ends) it runs on (RankSession.comm_of)
+    group_sizes: tuple[int, ...] = ()  # a coalesced call's calls' bytes (Collective.group_sizes)
 
 
 class SessionListener(Protocol):
@@ -447,6 +448,7 @@ class RankSession:
         nccl_env: NcclEnv | None = None,
         redop: str = "sum",
         pg: int = 0,
+        group_sizes: Sequence[int] = (),
     ) -> Pending:
         """Tell the bridge about a collective, then start the real data movement; return it in flight.
 
@@ -461,7 +463,8 @@ class RankSession:
         (`program_nccl_env`); the coordinator's model then takes them instead of the run's. `redop`: the reduction
         of a reducing collective (Collective.redop), which decides some of NCCL's choice. `pg`: which of this rank's
         process groups over `group` it runs on (`comm_of`); with transfers, their (`comm_of` with the peer) are given
-        by `transfer_pg`, the peer -> pg of those holding this rank and the peer.
+        by `transfer_pg`, the peer -> pg of those holding this rank and the peer. `group_sizes`: a coalesced call's
+        calls' bytes (Collective.group_sizes: one NCCL group of them), sent in its `algo` map.
         """
         t = self.clock.issue()
         seq = self.next_seq(group, pg)
@@ -475,6 +478,9 @@ class RankSession:
             extras = self.traffic.extras(wire, wire_dtype, wire_bytes)
             if nccl_env is not None:
                 extras = {**extras, "nccl_env": [list(kv) for kv in nccl_env]}
+            sizes = tuple(int(b) for b in group_sizes) if len(group_sizes) > 1 and kind != "barrier" else ()
+            if sizes:
+                extras = {**extras, "group_sizes": list(sizes)}
             optional: dict[str, Any] = {"algo": extras} if extras else {}
             if stream is not None:
                 optional["stream"] = stream
@@ -504,7 +510,14 @@ class RankSession:
                 call = Issued(h, wire, seq, wire_bytes, t, group, wire_dtype, root)
                 self._tell(
                     replace(
-                        call, stream=stream, launch=launch, after=tuple(after), redop=redop, nccl_env=nccl_env, pg=pg
+                        call,
+                        stream=stream,
+                        launch=launch,
+                        after=tuple(after),
+                        redop=redop,
+                        nccl_env=nccl_env,
+                        pg=pg,
+                        group_sizes=sizes,
                     )
                 )
         else:

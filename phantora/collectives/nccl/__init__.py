@@ -98,9 +98,10 @@ def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSetting
         if sym is not None:
             return sym
     calls, pipe = 1, 1
-    if coll.group_calls > 1 and coll.kind in coll_group.KINDS:  # NCCL's legacy kernels on the group's aggregate
-        calls, pipe = coll.group_calls, _group_pipe_ops(coll, p, st)
-        coll = dataclasses.replace(coll, nbytes=coll.nbytes * calls, group_calls=1)
+    sizes = call_sizes(coll)
+    if len(sizes) > 1 and coll.kind in coll_group.KINDS:  # NCCL's legacy kernels on the group's aggregate
+        calls, pipe = len(sizes), _group_pipe_ops(coll, sizes, p, st)
+        coll = dataclasses.replace(coll, nbytes=sum(sizes), group_calls=1, group_sizes=())
     skip = {a for a in skipped(coll.kind, coll.redop, coll.dtype, st.nccl_version) if st.algo_enabled(coll.kind, a)}
     if opts.algorithm != "auto":
         skip &= {TO_NCCL.get(opts.algorithm, opts.algorithm)}
@@ -133,18 +134,24 @@ def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSetting
     return dataclasses.replace(choice, works=calls) if calls > 1 else choice
 
 
-def _group_pipe_ops(coll: Collective, p: Platform, st: NcclSettings) -> int:
-    """numPipeOps of `coll`'s `group_calls` equal calls, one aggregate of a group of only them (coll_group.py);
-    a group past what one launch is modelled for is refused."""
-    if coll.group_calls > coll_group.MAX_CALLS:
+def call_sizes(coll: Collective) -> tuple[int, ...]:
+    """The bytes of each call of `coll`'s NCCL group (`group_sizes`, or `group_calls` calls of nbytes); () alone."""
+    if coll.group_sizes:
+        return coll.group_sizes
+    return (coll.nbytes,) * coll.group_calls if coll.group_calls > 1 else ()
+
+
+def _group_pipe_ops(coll: Collective, sizes: tuple[int, ...], p: Platform, st: NcclSettings) -> int:
+    """numPipeOps of the calls of `sizes` bytes, one aggregate of a group of only them (coll_group.py); a group past
+    what one launch is modelled for is refused."""
+    if len(sizes) > coll_group.MAX_CALLS:
         raise InputError(
-            f"{coll.group_calls} collectives in one NCCL group: more than {coll_group.MAX_CALLS} (one launch) are "
+            f"{len(sizes)} collectives in one NCCL group: more than {coll_group.MAX_CALLS} (one launch) are "
             "not modelled",
-            field="-m",
+            field="-m" if coll.group_calls > 1 else "group_sizes",
         )
-    m = coll.group_calls
     channels = comm_channels(p, ring_graph(p), st)
-    return coll_group.pipe_ops(st.nccl_version, [coll.nbytes] * m, m, p.nranks, channels)
+    return coll_group.pipe_ops(st.nccl_version, sizes, len(sizes), p.nranks, channels)
 
 
 def runs_as_one(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:
