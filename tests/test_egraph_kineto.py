@@ -93,15 +93,17 @@ def test_import_gives_the_expected_nodes_and_deps(tmp_path: Path) -> None:
     graph, rep = import_kineto(write(tmp_path, [rank_trace(0, 200), rank_trace(1, 300)]), gaps="drop")
     assert (rep.kernels, rep.collectives, rep.sync_deps, rep.nccl_issue_deps) == (6, 2, 4, 0)
     nodes = graph.program_of(0).nodes
-    assert [type(n).__name__ for n in nodes] == ["Compute", "Coll", "Wait", "Compute", "Compute", "Step"]
-    fwd, ar, wait, bwd, opt, step = nodes
+    # The all-reduce's wait comes where first needed: before the optimizer that waits for it, after the backward
+    # GEMM that overlaps it (so async calls on several streams all issue before any wait blocks the rank).
+    assert [type(n).__name__ for n in nodes] == ["Compute", "Coll", "Compute", "Wait", "Compute", "Step"]
+    fwd, ar, bwd, wait, opt, step = nodes
     assert fwd == Compute(0, "ampere_sgemm_128x64_nn", 200_000)
     assert isinstance(ar, Coll) and (ar.kind, ar.nbytes, ar.dtype, ar.stream) == ("all_reduce", NELEMS * 4, "fp32", 1)
     assert ar.deps == (0,)  # the NCCL stream waits for the forward GEMM (Stream Wait Event)
     assert isinstance(wait, Wait) and wait.refs == (1,) and wait.stream == 1
     assert bwd.stream == 0 and bwd.deps == ()
-    assert opt.deps == (2,)  # the optimizer waits for the all-reduce's completion
-    assert isinstance(step, Step) and set(step.deps) == {2, 4}
+    assert opt.deps == (3,)  # the optimizer waits for the all-reduce's completion
+    assert isinstance(step, Step) and set(step.deps) == {3, 4}
     assert graph.group_of(0, ar.slot) == (0, 1)
 
 

@@ -9,7 +9,10 @@ What is read (see docs/egraph.md for what cannot be inferred):
   nelems``, ``Out msg nelems``, ``dtype``, ``Group size``, ``Process Group Ranks``) or, failing that,
   from the CPU op that launched it (same ``External id``); the reduction from the device op in the kernel's name
   (``_Sum_``, ``_MinMax_``, ``_PreMulSum_`` ...; sum if it names none). The kernel's own duration is dropped:
-  communication is re-simulated. The NCCL stream waits for the collective's completion.
+  communication is re-simulated. The NCCL stream waits for the collective's completion, from its next op on
+  (the wait is added where first needed, so a rank's async calls on several streams all issue first).
+- Process groups: calls are numbered per process group (``Process Group Name``; several groups over the same
+  ranks are several communicators, kineto_pg.py), not per set of ranks.
 - Order: GPU work on one stream runs in launch order, which is correlation order.
 - Cross-stream dependencies: each ``cuda_sync`` "Stream Wait Event" (torch.profiler with
   ``enable_cuda_sync_events``) makes the first op launched on ``stream`` after the wait depend on the
@@ -41,6 +44,7 @@ from typing import Any
 from phantora.collectives.spec import DTYPE_BYTES, REDUCING
 from phantora.egraph.builder import ProgramBuilder, build_graph
 from phantora.egraph.format import ExecGraph
+from phantora.egraph.kineto_pg import PgTable, pg_name
 from phantora.errors import InputError
 from phantora.perfmodel.dtypes import short_dtype
 
@@ -181,6 +185,7 @@ class _RankImport:
         self.launch_ts: dict[int, int] = {}
         self.cpu_comm: dict[int, dict[str, Any]] = {}  # External id -> args of the CPU op with comm metadata
         self.step_starts: list[int] = []
+        self.pgs = PgTable()  # the job's process groups (`note_groups` fills a shared one before `build`)
         self._scan(obj["traceEvents"])
 
     def _scan(self, events: list[Any]) -> None:
@@ -223,6 +228,19 @@ class _RankImport:
                     self.cpu_comm[args["External id"]] = args
         self.ops.sort(key=lambda o: o.corr)
         self.step_starts.sort()
+
+    def note_groups(self, pgs: PgTable) -> None:
+        """Add the process groups this trace's calls name to `pgs`, and number this rank's calls by it."""
+        self.pgs = pgs
+        for op in self.ops:
+            name = self._pg_name(op) if self._is_comm(op) else None
+            if name is not None:
+                pgs.add(name, _ranks(self._comm_args(op), self.world, self.src, op.where))
+
+    def _pg_name(self, op: _Op) -> str | None:
+        ext = op.args.get("External id")
+        cpu = self.cpu_comm.get(ext, {}) if isinstance(ext, int) else {}
+        return pg_name(op.args) or pg_name(cpu)
 
     def _comm_args(self, op: _Op) -> dict[str, Any]:
         if "In msg nelems" in op.args or "Out msg nelems" in op.args:
@@ -277,7 +295,7 @@ class _RankImport:
         b = ProgramBuilder(self.rank)
         cross = self._cross_deps()
         streams: dict[int, int] = {}
-        end_node: dict[int, int] = {}  # op index -> node that ends it
+        end_node = _Ends(b)  # op index -> node that ends it
         rec_end: dict[int, int] = {}  # op index -> recorded end (ns)
         stream_last: dict[int, int] = {}  # dense stream -> last op index on it
         origin = min((op.ts for op in self.ops), default=0)  # a stream's first op keeps its offset from here
@@ -289,6 +307,8 @@ class _RankImport:
             if cur_step is not None and k != cur_step:
                 self._step(b, stream_last, end_node)
             cur_step = k
+            if st in stream_last:
+                end_node.need(stream_last[st])  # the stream's next op follows its collective's end
             deps = [end_node[j] for j in cross.get(i, [])]
             ready = max([rec_end[j] for j in cross.get(i, [])] + [rec_end.get(stream_last.get(st, -1), origin)])
             gap = op.ts - ready
@@ -297,7 +317,7 @@ class _RankImport:
                 deps = []
                 self.rep.idle_ns += gap
             if self._is_comm(op):
-                end_node[i] = self._collective(b, op, st, deps)
+                end_node.later(i, self._collective(b, op, st, deps), st)
             else:
                 end_node[i] = b.compute(op.name, op.dur, st, deps)
                 self.rep.kernels += 1
@@ -312,7 +332,7 @@ class _RankImport:
         t = self.launch_ts.get(op.corr, op.ts)
         return max(0, bisect.bisect_right(self.step_starts, t) - 1)
 
-    def _step(self, b: ProgramBuilder, stream_last: dict[int, int], end_node: dict[int, int]) -> None:
+    def _step(self, b: ProgramBuilder, stream_last: dict[int, int], end_node: _Ends) -> None:
         deps = sorted({end_node[i] for i in stream_last.values()})
         b.step(stream=STEP_STREAM, deps=deps)
         self.rep.steps += 1
@@ -346,20 +366,47 @@ class _RankImport:
             if kind == "send_recv" or not isinstance(args.get(key), int):
                 raise InputError(f"a transfer needs args['{key}']", file=self.src, field=f"{op.where}.args")
             peer = group[args[key]] if args[key] < len(group) else args[key]
-            h = b.p2p(peer, kind == "send", nbytes, 0, None, st, deps)
+            pg = self.pgs.p2p_pg_of(self._pg_name(op), self.rank, int(peer), group)
+            h = b.p2p(peer, kind == "send", nbytes, 0, None, st, deps, pg=pg)
             self.rep.transfers += 1
         else:
             root = None
             if kind in ("broadcast", "reduce"):
                 root_rank = args.get("Root Rank", args.get("Src Rank", group[0]))
                 root = group.index(root_rank) if root_rank in group else 0
+            pg = self.pgs.pg_of(self._pg_name(op), group)
             if self.source_rank is not None:
                 group = _spmd_group(group, self.source_rank, self.rank, self.world, self.src, op.where)
             if self.rank not in group:
                 raise InputError(f"rank {self.rank} runs a collective on {list(group)}", file=self.src, field=op.where)
-            h = b.collective(kind, group, nbytes, dtype, root, None, st, deps, redop=_redop(op.name, kind))
+            h = b.collective(kind, group, nbytes, dtype, root, None, st, deps, redop=_redop(op.name, kind), pg=pg)
             self.rep.collectives += 1
-        return b.wait([h], st)
+        return h
+
+
+class _Ends:
+    """Op index -> the node that ends it; a collective's wait is added on its stream when first asked for."""
+
+    def __init__(self, b: ProgramBuilder) -> None:
+        self.b = b
+        self.node: dict[int, int] = {}
+        self.pending: dict[int, tuple[int, int]] = {}  # op index -> (collective node, stream)
+
+    def __setitem__(self, i: int, node: int) -> None:
+        self.node[i] = node
+
+    def later(self, i: int, call: int, stream: int) -> None:
+        self.pending[i] = (call, stream)
+
+    def __getitem__(self, i: int) -> int:
+        return self.need(i)
+
+    def need(self, i: int) -> int:
+        """The node ending op `i` (its collective's wait, added now if it is not yet)."""
+        if i in self.pending:
+            call, stream = self.pending.pop(i)
+            self.node[i] = self.b.wait([call], stream)
+        return self.node[i]
 
 
 def _block(rank: int, stride: int, size: int) -> tuple[int, ...]:
@@ -418,12 +465,18 @@ def import_kineto(
             field="distributedInfo",
         )
     rep = KinetoReport(ranks=world)
-    builders: list[ProgramBuilder | None] = [None] * world
-    for (src, obj), r in zip(objs, ranks, strict=True):
-        builders[r] = _RankImport(obj, src, r, world, gaps, rep).build()
+    pgs = PgTable()
+    imports: list[_RankImport | None] = [None] * world
+    for (src, obj), info, r in zip(objs, infos, ranks, strict=True):
+        pgs.add_config(info, src)
+        imports[r] = _RankImport(obj, src, r, world, gaps, rep)
+    for imp in imports:
+        if imp is not None:
+            imp.note_groups(pgs)
+    builders = [imp.build() for imp in imports if imp is not None]
     rep.notes = list(NOTES)
     meta = {"source": "kineto", "files": [s for s, _ in objs], "gaps": gaps}
-    graph = build_graph([b for b in builders if b is not None], meta=meta)
+    graph = build_graph(builders, meta=meta)
     return graph, rep
 
 
@@ -457,6 +510,9 @@ def _import_replicated(paths: Sequence[str | Path], gaps: str, rank: int) -> tup
         raise InputError(f"rank {rank} is outside the recorded world of {world}", file=src, field="distributedInfo")
     rep = KinetoReport(ranks=world, replicated_from=rank)
     traced = _RankImport(obj, src, rank, world, gaps, rep)
+    pgs = PgTable()
+    pgs.add_config(obj.get("distributedInfo") or {}, src)
+    traced.note_groups(pgs)
     builders = [traced.as_rank(r, rep if r == rank else KinetoReport()).build() for r in range(world)]
     rep.notes = [
         f"SPMD assumption: the trace of rank {rank} stands for all {world} ranks (distributedInfo.world_size): "
