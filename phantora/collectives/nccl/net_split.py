@@ -52,20 +52,36 @@ def domains(
     host of the group whole (P2P on, the rule off, no NICs, no pair at NET)."""
     if st is None or not p2p_off(st) or not st.net_intra:
         return None
+    memo: dict[tuple[object, ...], tuple[tuple[int, int], ...] | None]
+    memo = topo.__dict__.setdefault("_nccl_net_domains", {})  # per topology: a run asks for each collective
+    key = (tuple(nodes), st.shm, gpu, link_bw)
+    if key not in memo:
+        memo[key] = _domains(topo, nodes, st.shm, gpu, link_bw)
+    return memo[key]
+
+
+def _domains(
+    topo: Topology, nodes: Sequence[int], shm: bool, gpu: str, link_bw: float
+) -> tuple[tuple[int, int], ...] | None:
+    """`domains` once its settings ask for P2P off and the NET rule on (`shm`: not NCCL_SHM_DISABLE=1)."""
     if not all(topo.nodes[n].kind == "gpu" and topo.nodes[n].host is not None for n in nodes):
         return None
     if any(nic_gbs(topo, n) <= 0 for n in nodes) or not _nvlink(topo, nodes):
         return None
     out = []
+    model = cpu_model(topo, gpu)
+    gpus_of: dict[int, list[int]] = {}
+    for m in topo.nodes:
+        if m.kind == "gpu" and m.host is not None:
+            gpus_of.setdefault(m.host, []).append(m.id)
     for n in nodes:
         host = topo.nodes[n].host
         assert host is not None
-        if not st.shm:
+        if not shm:
             out.append((host, n))
             continue
-        local = [m.id for m in topo.nodes if m.kind == "gpu" and m.host == host]
+        local = gpus_of[host]
         sockets = SOCKETS if len(local) % SOCKETS == 0 else 1
-        model = cpu_model(topo, gpu)
         net = min(link_bw, nic_gbs(topo, n))
         cross = net > min(link_bw, inter_cpu_bw(model))  # ncclTopoCheckNet on a cross-socket pair
         out.append((host, local.index(n) // (len(local) // sockets) if cross and sockets > 1 else 0))
