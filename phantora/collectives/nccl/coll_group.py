@@ -43,7 +43,9 @@ SORTED_FROM = (2, 22)  # v2.22.3-1: ncclPrepareTasks sorts, bins and aggregates 
 PIPE_ONE_FROM = (2, 20)  # v2.20.3-1: an aggregate is rated with numPipeOps 1
 AGG_CHANNEL_SIZE = 2 << 20  # NCCL_AGG_CHANNEL_SIZE, v2.19
 MIN_CHANNEL_SIZE = 8 * 64  # NCCL_MIN_CHANNEL_SIZE: NCCL_LL_THREAD_THRESHOLD x 64, v2.19
-MAX_CALLS = 1024  # the calls of one group modelled as one launch (NCCL splits a plan only past its work FIFO)
+# the calls of one group modelled (as one launch; NCCL starts another plan once a plan's work batches overflow its
+# kernel arguments or its works half its work FIFO: ncclTestBudget, not restated)
+MAX_CALLS = 1024
 
 
 def batch_colls(version: tuple[int, int]) -> int:
