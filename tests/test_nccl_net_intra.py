@@ -158,12 +158,15 @@ def test_a_socket_alone_keeps_its_shm_ring() -> None:
 @pytest.mark.slow
 @pytest.mark.ns3
 def test_ns3_sends_the_net_hops_through_the_nics(ns3_lib: object) -> None:
-    """ns-3 routes a NET hop as the flow engine does (GPU 3 -> rail leaf 3 -> spine -> rail leaf 4 -> GPU 4, not the
-    NVSwitch), and a 64 MiB all-reduce on one host ends within 2% of the flow engine's time at the packets' goodput,
-    both at the node ring's closed form within 3% (its latency and the packets' headers apart)."""
+    """ns-3 routes a NET hop as the flow engine does (GPU 3 -> rail leaf 3 -> spine -> rail leaf 4 -> GPU 4, not
+    the NVSwitch), with NVLink in packets too or on the fluid side (nvlink=fluid: the NET hops on its packet side,
+    the SHM hops on its fluid NVLink side), and a 64 MiB all-reduce on one host ends within 2% of the flow engine's
+    time at the packets' goodput, both at the node ring's closed form within 3%."""
     from phantora.netsim.engine_spec import EngineSpec
     from phantora.netsim.factory import make_engine
+    from phantora.netsim.hybrid import FLUID, PACKET, FluidNvlinkSimulator
     from phantora.netsim.packet import Ns3Simulator
+    from phantora.netsim.packet_config import PacketConfig
     from tests.engine_pair import flow_and_ns3_end_ns
 
     topo = rail_optimized(1, N, 2)
@@ -171,14 +174,21 @@ def test_ns3_sends_the_net_hops_through_the_nics(ns3_lib: object) -> None:
     dag = decompose(Collective("all_reduce", tuple(range(N)), size, "fp32"), topo, _opts(**P2P_OFF))
     net = [f for f in dag.flows if via_nic(f.key)]
     assert {(f.src, f.dst) for f in net} == {(3, 4), (7, 0)}
-    sim = make_engine(EngineSpec(network="ns3"), topo)
-    try:
-        packet = sim if isinstance(sim, Ns3Simulator) else sim.packet  # type: ignore[attr-defined]
-        for f in net:
-            assert packet.route(f.src, f.dst, f.key) == topo.route(f.src, f.dst, f.key)
-            assert len(topo.route(f.src, f.dst, f.key)) == 4  # up to its rail leaf, a spine, the peer's rail leaf
-    finally:
-        sim.close()
+    for nvlink in ("packet", "fluid"):
+        sim = make_engine(EngineSpec(network="ns3", packet=PacketConfig(nvlink=nvlink)), topo)
+        try:
+            packet = sim
+            if nvlink == "fluid":
+                assert isinstance(sim, FluidNvlinkSimulator)
+                assert {sim.side_of(f) for f in net} == {PACKET}
+                assert {sim.side_of(f) for f in dag.flows if not via_nic(f.key) and f.size} == {FLUID}
+                packet = sim.packet
+            assert isinstance(packet, Ns3Simulator)
+            for f in net:
+                assert packet.route(f.src, f.dst, f.key) == topo.route(f.src, f.dst, f.key)
+                assert len(topo.route(f.src, f.dst, f.key)) == 4  # up its rail leaf, a spine, the peer's rail leaf
+        finally:
+            sim.close()
     ends = flow_and_ns3_end_ns(topo, dag.flows)
     assert ends["ns3"] == pytest.approx(ends["flow"], rel=0.02)
     want_us = _ring_time_us(dag.choice or {}, N, size, NODE_RING)
