@@ -23,13 +23,17 @@ a virtual machine may not give): with `--marks`, each subcommand calls ``os.getp
 else here calls it), so under ``valgrind --tool=callgrind --dump-before=getppid --callgrind-out-file=cg.%p`` each
 part is one dump file; ``cgparts FILES`` reads their totals (instructions executed, user mode). The parts: `engine`
 set-up | submit + drain | rest; `dump` and `driver` set-up | first submit until the books | the books (they run while
-the workers place their flows) | the rest of the submit and the drain | rest; `replay` set-up | one part per message |
+the workers place their flows) | the rest of the submit and the drain | rest; `driver --starting` splits that rest
+into the first round's messages | then between rounds and the driver's own work during each later round
+(`_while_round`: a drain's completions built), one part each, alternating; `replay` set-up | one part per message |
 rest (the replies are checked there, after the rounds: the worker's parts hold only what it does). ``cgcrit DIR
 --driver D --worker W0 W1 --engine E`` (each a directory of such dump files) sums the critical path on free cores:
-the driver's first submit + max(its books, the busiest worker's first round) + per later round its busiest worker +
-the driver's rest (the driver waits while its workers run a round: nothing else of it overlaps them); with
-``--started`` (a `driver --starting` run: the pool said its workers were still starting, so the driver kept its books
-before the first round) the first submit and the books are left out: they ran beside the workers' start.
+the driver's first submit + max(its books, the busiest worker's first round) + per later round the most of its
+busiest worker and the driver's own work during it + the driver's rest between rounds; with ``--started`` (a `driver
+--starting` run: the pool said its workers were still starting, so the driver kept its books before the first
+round) the first submit, the books and the first round's messages are left out: they ran beside the workers' start.
+It also prints every instruction from the workers' start over as many cores as workers (the driver's own work
+during a round is free only on a core of its own).
 """
 
 from __future__ import annotations

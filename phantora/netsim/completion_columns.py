@@ -73,6 +73,8 @@ class CompletionColumns(Sequence[Completion]):
 
     def built(self, rows: Sequence[int] | None = None) -> list[Completion]:
         """The `Completion` objects of `rows` (every row when None), in that order."""
+        if rows is not None and not rows:
+            return []
         self.ready()
         cols: tuple[list[Any], ...] = (self.ids, self.starts, self.ends, self.sizes, self.srcs, self.dsts, self.tags)
         n = len(self.ids)

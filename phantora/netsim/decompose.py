@@ -426,11 +426,8 @@ class DecomposedSimulator(RunsByCompletion):
                         lbs[j] = t
             markers = []
             rel = self._rel
-            waited = rel.waited_on(ids)
-            if isinstance(done, CompletionColumns):  # (only the few a gate or marker waits on built)
-                released = rel.complete(done.built(list(compress(range(len(ids)), waited))))
-            else:
-                released = rel.complete(list(compress(done, waited)))
+            waited = list(rel.waited_on(ids))  # (a gate or marker waits on few: by id and end, nothing built)
+            released = rel.ended(compress(ids, waited), compress(stamps, waited)) if any(waited) else []
             k = 0
             while k < len(released):
                 g, p = released[k]

@@ -117,6 +117,13 @@ class Releases:
             self._arrive(c.flow_id, c.end_ns, out)
         return out
 
+    def ended(self, fids: Iterable[int], ends: Iterable[int]) -> list[tuple[Flow, int]]:
+        """`complete` from the flows' ids and ends (no `Completion` needed)."""
+        out: list[tuple[Flow, int]] = []
+        for fid, end in zip(fids, ends, strict=True):
+            self._arrive(fid, end, out)
+        return out
+
     def open(self, gates: Iterable[tuple[int, int]]) -> list[tuple[Flow, int]]:
         """Open the gates of gated flows, (flow id, ns) each; return (flow, posted ns) of those released."""
         out: list[tuple[Flow, int]] = []
