@@ -108,6 +108,24 @@ def test_two_hosts_run_at_the_node_ring() -> None:
     assert t_us == pytest.approx(_ring_time_us(choice, n, GIB, NODE_RING), rel=0.005)
 
 
+def test_without_shm_each_gpu_is_a_node_bound_by_its_nic() -> None:
+    """NCCL_SHM_DISABLE=1 as well, 100G NICs on Skylake hosts (12.5 GB/s, above SKL_QPI_BW 10, so the rule holds):
+    no pair has P2P or SHM, each GPU is an NCCL node, every ring hop is NET, and the ring is bound by the NIC: one
+    channel of Hopper's fastest inter-node speed not above 12.5 (search.cc sm90 list: 12), a 1 GiB bus bandwidth of
+    12 GB/s."""
+    topo = rail_optimized(2, N, 2, nic_rate="100Gbps", cpu_model="skl")
+    env = {**P2P_OFF, "NCCL_SHM_DISABLE": "1"}
+    p = platform_of(topo, tuple(range(N)), settings_from_env(env))
+    assert (p.nnodes, p.ppn, p.nic_bw) == (N, 1, 100 / 8)
+    g = ring_graph(p)
+    assert (g.nchannels, g.bw_intra) == (1, 12.0)
+    dag = decompose(Collective("all_reduce", tuple(range(N)), GIB, "fp32"), topo, _opts(**env))
+    assert (dag.choice or {})["transport"] == {"NET": N}
+    assert sum(via_nic(f.key) for f in dag.flows) == len([f for f in dag.flows if f.size])
+    t_us = _run_ns(topo, dag.flows) / 1000
+    assert t_us == pytest.approx(_ring_time_us(dag.choice or {}, N, GIB, 12.0), rel=0.005)
+
+
 def test_net_beats_a_slow_cpu_link_and_disable_intra_gives_it_back() -> None:
     """On Skylake (SKL_QPI_BW 10) the one-host SHM ring is bound by the CPU link: 3 channels of 3 GB/s, 9 GB/s
     (nvlink_pci.py). The NET split does not cross it: 20 GB/s. NCCL_NET_DISABLE_INTRA=1 gives the SHM ring back,
