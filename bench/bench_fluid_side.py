@@ -47,6 +47,9 @@ def main() -> None:
         "--gc", choices=("run", "default"), default="run", help="the run policy (as `phantora replay`) or CPython's"
     )
     ap.add_argument("--shards", type=int, default=0, help="the fluid side on N flow engines, one a run of hosts")
+    ap.add_argument(
+        "--wire", action="store_true", help="with --shards: each batch and its completions through msgpack, both ways"
+    )
     args = ap.parse_args()
     if args.gc == "run":
         use_run_policy()
@@ -62,6 +65,8 @@ def main() -> None:
         return FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config))
 
     fluid: Any = ShardedFluid(topo, args.shards, fresh) if args.shards else fresh()
+    if args.shards:
+        fluid.wire = args.wire
     sim = FluidNvlinkSimulator(
         FlowSimulator(topo), fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes
     )
@@ -96,6 +101,7 @@ def main() -> None:
             f"critical path {split['critical_cpu_s']:.2f} s over {split['exchanges']:,} exchanges "
             f"({split['together_ns']:,} ns stepped together); the rest in this process "
             f"{t_run - spent['packet'] - sum(cpu):.2f} s"
+            + (f"; {split['wire_bytes'] / 1e6:.1f} MB through msgpack" if args.wire else "")
         )
 
 

@@ -67,11 +67,17 @@ def hybrid(topo_name: str, shards: int) -> FluidNvlinkSimulator:
     return FluidNvlinkSimulator(FlowSimulator(topo), fluid, payload_bytes=1000, header_bytes=48)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("topo_name", "shards"), [("testbed16", 2), ("rail128", 3), ("rail128", 16)])
-def test_the_hybrid_over_fluid_shards_is_the_hybrid_over_one_fluid_engine(topo_name: str, shards: int) -> None:
+@pytest.mark.parametrize(
+    ("topo_name", "shards", "wire"), [("testbed16", 2, False), ("rail128", 3, False), ("rail128", 16, False),
+                                      ("rail128", 5, True)]
+)  # fmt: skip
+def test_the_hybrid_over_fluid_shards_is_the_hybrid_over_one_fluid_engine(
+    topo_name: str, shards: int, wire: bool
+) -> None:
     """Random DAGs over both sides and every host, two batches (the second after the first drained, waiting on flows
     done on either side and any shard): every start and end that of the hybrid over one fluid engine, and of one
-    flow engine carrying all of them (NVLink and fabric channels are disjoint); drained in (end, id) order."""
+    flow engine carrying all of them (NVLink and fabric channels are disjoint); drained in (end, id) order. `wire`:
+    every batch and its completions through msgpack (`ShardedFluid.wire`, the bench's measure of a process split)."""
     hosts = gpus_by_host(topo_name)
     topo = load_topology(topo_name)
     shard = host_shards(topo, shards)
@@ -82,6 +88,7 @@ def test_the_hybrid_over_fluid_shards_is_the_hybrid_over_one_fluid_engine(topo_n
         second = random_dag(rng, hosts, len(first), rng.randint(20, 60), [f.id for f in first])
         sims = (FlowSimulator(topo), hybrid(topo_name, 0), hybrid(topo_name, shards))
         one, base, split = sims
+        split.fluid.wire = wire  # type: ignore[attr-defined]
         side = {f.id: split.side_of(f) for f in first + second}
         src = {f.id: f.src for f in first + second}
         across += sum(
@@ -101,6 +108,7 @@ def test_the_hybrid_over_fluid_shards_is_the_hybrid_over_one_fluid_engine(topo_n
         assert isinstance(fluid, ShardedFluid)
         assert [r.bytes for r in fluid.channel_usage()] == [r.bytes for r in base.fluid.channel_usage()]
         assert [r.busy_ns for r in fluid.channel_usage()] == [r.busy_ns for r in base.fluid.channel_usage()]
+        assert (fluid.wire_bytes > 0) == wire
     assert across > 20  # (fluid flows waiting on fluid flows of another shard, often)
 
 

@@ -22,7 +22,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from phantora.netsim.base import Completion, Flow
+import msgpack
+
+from phantora.netsim.base import Completion, Flow, completion
 from phantora.netsim.flow import _BY_END, CausalityError, FlowSimulator
 from phantora.netsim.idset import IdSet
 from phantora.netsim.observe import ChannelUsage, switch_link_load
@@ -70,6 +72,10 @@ class ShardedFluid:
         self.critical_cpu_s = 0.0  # per exchange the busiest shard's CPU, summed
         self.exchanges = 0  # exchanges in which some shard worked
         self.together_ns = 0  # event ns stepped together (a held flow waited across shards)
+        # Measurement only (bench_fluid_side.py --wire): each batch and its completions go through msgpack as a process
+        # split would send them, each side's encoding and decoding charged to that side's CPU (no pipe, no wake-up)
+        self.wire = False
+        self.wire_bytes = 0
 
     # ----- what the hybrid sets and reads on its fluid engine, forwarded ----------------------------
     def _set_all(self, name: str, value: object) -> None:
@@ -166,8 +172,10 @@ class ShardedFluid:
         self._fresh = False
         cpu, worst = self.shard_cpu_s, 0.0
         for s, group in per.items():
+            sent = _pack_flows(group) if self.wire else None  # (this side's encoding: the driver's CPU)
+            self.wire_bytes += len(sent or b"")
             t0 = time.process_time()
-            self.shards[s].submit(group, at)
+            self.shards[s].submit(group if sent is None else _unpack_flows(sent), at)
             dt = time.process_time() - t0
             cpu[s] += dt
             worst = max(worst, dt)
@@ -210,7 +218,11 @@ class ShardedFluid:
                 continue
             t0 = time.process_time()
             done = s.advance(until)
+            sent = _pack_done(done) if self.wire else None  # (the shard's encoding: its CPU)
             dt = time.process_time() - t0
+            if sent is not None:
+                self.wire_bytes += len(sent)
+                done = _unpack_done(sent)
             cpu[i] += dt
             worst = max(worst, dt)
             for c in done:
@@ -293,8 +305,47 @@ class ShardedFluid:
             "critical_cpu_s": round(self.critical_cpu_s, 6),
             "exchanges": self.exchanges,
             "together_ns": self.together_ns,
+            **({"wire_bytes": self.wire_bytes} if self.wire else {}),
         }
         return out
+
+
+def _pack_flows(flows: list[Flow]) -> bytes:
+    return msgpack.packb(
+        [
+            (
+                f.id,
+                f.src,
+                f.dst,
+                f.size,
+                f.deps,
+                f.delay_ns,
+                f.tag,
+                f.priority,
+                f.key,
+                f.loss_budget,
+                f.rate_bps,
+                f.conn,
+                f.queue,
+            )
+            for f in flows
+        ]  # fmt: skip
+    )
+
+
+def _unpack_flows(data: bytes) -> list[Flow]:
+    return [
+        Flow(i, a, b, n, tuple(deps), delay, tag, prio, key, loss, rate, conn, queue)
+        for i, a, b, n, deps, delay, tag, prio, key, loss, rate, conn, queue in msgpack.unpackb(data)
+    ]
+
+
+def _pack_done(done: list[Completion]) -> bytes:
+    return msgpack.packb([(c.flow_id, c.start_ns, c.end_ns, c.size, c.src, c.dst, c.tag) for c in done])
+
+
+def _unpack_done(data: bytes) -> list[Completion]:
+    return [completion(*row) for row in msgpack.unpackb(data)]
 
 
 def _add(groups: dict[int, list[Flow]], key: int, f: Flow) -> None:
