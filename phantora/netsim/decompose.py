@@ -170,6 +170,9 @@ class DecomposedSimulator(RunsByCompletion):
     raises_dependents = True
     worker_side = "packet"  # what each worker hosts (`EngineSpec.side`)
     hands_over = True  # a large batch goes to the workers in a round of its own (`_placing`; not for other rounds)
+    # each worker's unfinished flows, and a flow's step until it ends, kept (`_horizon` and `_raise` read them; False:
+    # a subclass whose horizon and raises read neither, `HybridDecomposedSimulator`: a per-completion cost saved)
+    tracks_unfinished = True
 
     def __init__(self, topology: Topology, config: PacketConfig, spawn: Spawner) -> None:
         self._check_config(config)
@@ -408,9 +411,10 @@ class DecomposedSimulator(RunsByCompletion):
             self._ended(ids, stamps)
             if not popped:
                 _drop(map(lbs.pop, ids, repeat(None)))
-            _drop(map(step.pop, ids, repeat(None)))
-            for unfinished in self._unfinished if worker < 0 else (self._unfinished[worker],):
-                unfinished.difference_update(ids)  # (a marker's id is in none: its owner is the driver)
+            if self.tracks_unfinished:
+                _drop(map(step.pop, ids, repeat(None)))
+                for unfinished in self._unfinished if worker < 0 else (self._unfinished[worker],):
+                    unfinished.difference_update(ids)  # (a marker's id is in none: its owner is the driver)
             self._ext.difference_update(ids)
             for fid, end in zip(ids, stamps, strict=True) if self.raises_dependents else ():
                 for j in waiting.pop(fid, ()):  # (per dependency edge: `_raise` inlined where nothing waits)
@@ -567,7 +571,7 @@ class DecomposedSimulator(RunsByCompletion):
         shared: dict[tuple[int, int], _SharedDeps] = {}  # what `_shared_deps` read of each
         joins: dict[int, int] = {}  # id of a wide list's `_SharedDeps` -> the join its gates wait on
         targeted: set[tuple[int, bool]] = set()  # (id of a `_SharedDeps`, no lookahead) whose targets are set
-        kin = self.raises_dependents
+        kin, track = self.raises_dependents, self.tracks_unfinished
         for f in order:
             fid = f.id
             w = owner[fid]
@@ -625,7 +629,8 @@ class DecomposedSimulator(RunsByCompletion):
                     released.append(c)
                 continue
             self._check_post(f.id, a)
-            self._unfinished[w].add(f.id)
+            if track:
+                self._unfinished[w].add(f.id)
             if not handed:
                 out = self._out[w]
                 out.flows.append((f, local))
