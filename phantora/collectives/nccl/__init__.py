@@ -66,7 +66,7 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
     p = platform_of(topo, coll.ranks, st)
     check_transports(p, st)
     view = nccl_view(topo, coll.comm or coll.ranks, st)
-    if view is not topo:  # GPU pairs of one host over NET: NCCL's nodes are its sockets (net_split.py)
+    if view is not topo or p.node_bw:  # NCCL nodes of NVLink hosts with P2P off: SHM inside, NET between
         got = _choose(coll, topo, opts, st, p)
         return None if got is None else _net_transports(got, coll, view, topo)
     return _choose(coll, topo, opts, st, p)
@@ -309,17 +309,15 @@ def _net_transports(choice: Choice, coll: Collective, view: Topology, topo: Topo
 
 
 def check_transports(p: Platform, st: NcclSettings) -> None:
-    """A clear error where NCCL_P2P_DISABLE / NCCL_P2P_LEVEL / NCCL_SHM_DISABLE ask for what is not modelled: SHM
-    between NVLink GPUs of a communicator spanning hosts (NCCL_NET_DISABLE_INTRA=1, NICs no faster than the CPU
-    link, or no NICs; where NCCL runs such pairs NET, net_split.py models it), or neither P2P nor SHM on a PCIe
-    host."""
+    """A clear error where NCCL_P2P_DISABLE / NCCL_P2P_LEVEL / NCCL_SHM_DISABLE ask for what is not modelled: P2P
+    off on NVLink GPUs of a communicator spanning hosts without NICs (with NICs, net_split.py models it), or
+    neither P2P nor SHM on a PCIe host."""
     if p.intra == "nvlink" and p.ppn > 1 and p2p_off(st):
         env = dict(st.raw)
         var = "NCCL_P2P_DISABLE" if env.get("NCCL_P2P_DISABLE", "").strip() == "1" else "NCCL_P2P_LEVEL"
         raise InputError(
-            f"{var}={env.get(var, '').strip()} on NVLink GPUs of a communicator across hosts, where NCCL keeps their "
-            "pairs inside each host on SHM (NCCL_NET_DISABLE_INTRA=1, or NICs no faster than the CPU link): not "
-            "modelled (only one host's SHM ring, and NET between sockets, are)",
+            f"{var}={env.get(var, '').strip()} on NVLink GPUs of a communicator across hosts without NICs: not "
+            "modelled (NCCL's nodes join through their NICs)",
             field=var,
         )
     if p.pci is not None:

@@ -55,11 +55,13 @@ def _found(p: Platform) -> tuple[int, float]:
         return pci_paths.ring_search(p.pci, speeds, T.RING_GRAPH_MAX_CHANNELS)
     best = (0, 0.0)
     for s in speeds:
+        if p.node_bw and best[0] and s / best[1] <= pci_paths.SEARCH_STEP_DOWN:
+            break  # ncclTopoCompute lowers the speed only while above .49 of the best found (NCCL nodes over PCIe)
         if p.nnodes == 1:
             n = math.floor(p.gpu_intra_bw / s + 1e-9) if s <= p.gpu_intra_bw else 0
         else:
             n = p.nics_per_node * math.floor(p.nic_bw / s + 1e-9) if s <= p.nic_bw else 0
-            if p.node_bw:  # a socket of an NVLink host over SHM, its NICs beside its GPUs (net_split.py)
+            if p.node_bw:  # an NVLink host, or its socket, over SHM, its NICs beside its GPUs (net_split.py)
                 n = min(n, math.floor(p.node_bw / s + 1e-9))
             elif p.ppn > 1:  # a channel crosses the node on NVLink: every GPU but the last forwards it once
                 n = min(n, math.floor(p.gpu_intra_bw / (s * (p.ppn - 1) / p.ppn) + 1e-9))

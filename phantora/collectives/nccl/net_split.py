@@ -14,7 +14,9 @@ So, on the DGX-like layout of `nvlink_pci.py` (two sockets, the x16 at the GPU's
 model): a same-socket pair never goes NET (its `x16` is no less than the NIC path), a cross-socket pair does when
 `min(x16, NIC) > min(x16, inter-CPU)`: every DGX on 400G NICs (H100 / H200 `48 > 22`, B200 `48 > 40`, A100 on 200G
 `24 > 16`). The host then is one NCCL node per socket. With `NCCL_SHM_DISABLE=1` every pair goes NET: one node per
-GPU. A host without NICs (`dgx_host`) keeps its SHM ring (`nvlink_pci.py`).
+GPU. A host without NICs (`dgx_host`) keeps its SHM ring (`nvlink_pci.py`). Where no pair is at NET
+(`NCCL_NET_DISABLE_INTRA=1`, or NICs no faster than the CPU link), a communicator across hosts has one NCCL node a
+host, SHM inside (`shm_hosts_bw`).
 """
 
 from __future__ import annotations
@@ -23,17 +25,19 @@ import dataclasses
 from collections.abc import Sequence
 
 from phantora.collectives.nccl.dgx_cpus import dgx_cpu_model
-from phantora.collectives.nccl.nvlink_pci import GPUS_PER_SWITCH, SOCKETS, named_vendor, p2p_off
+from phantora.collectives.nccl.nvlink_pci import GPUS_PER_SWITCH, SOCKETS, host_pci, named_vendor, p2p_off
 from phantora.collectives.nccl.pci_paths import (
     CPU_MODELS,
     INTEL_P2P_OVERHEAD,
     LOC,
     PHB,
+    Link,
     PciHost,
     hop_links,
     inter_cpu_bw,
     switch,
 )
+from phantora.collectives.nccl.pci_paths import link_bw as pci_link_bw
 from phantora.collectives.nccl.settings import NcclSettings
 from phantora.netsim.base import Flow
 from phantora.topology.model import NIC_ROUTE_BIT, Node, Topology
@@ -103,9 +107,7 @@ def cpu_vendor(topo: Topology, gpu: str) -> str:
 
 def node_ring_bw(gpus: int, cpu: str, link_bw: float) -> float:
     """The most GB/s the ring channels of one NCCL node of `gpus` GPUs of one socket carry in all (NCCL's search
-    over the trimmed system, search.cc `followPath`): each channel enters the first GPU from its NIC (down its
-    switch), crosses the others over SHM (each hop up to the CPU and down, 6/5 of it on Intel's PCIe links), and
-    leaves the last for its NIC; the GPUs two per PCIe switch in order (`nvlink_pci.py`'s layout)."""
+    over the trimmed system, search.cc `followPath`): `host_ring_capacity` on one socket of the DGX-like layout."""
     h = PciHost(
         sockets=(0,) * gpus,
         switched=True,
@@ -116,16 +118,50 @@ def node_ring_bw(gpus: int, cpu: str, link_bw: float) -> float:
         p2p_level=LOC,
         switch_of=tuple(k // GPUS_PER_SWITCH for k in range(gpus)),
     )
-    loads: dict[object, float] = {
-        (("sw", switch(h, 0)), ("gpu", 0)): 1.0,  # from the NIC (under the same switch) to the first GPU
-        (("gpu", gpus - 1), ("sw", switch(h, gpus - 1))): 1.0,  # from the last GPU to its NIC
-    }
-    for i in range(gpus - 1):
-        links, kind = hop_links(h, i, i + 1)
-        factor = INTEL_P2P_OVERHEAD if kind == PHB and cpu == "intel" else 1.0
+    return host_ring_capacity(h)
+
+
+def host_ring_capacity(h: PciHost) -> float:
+    """The most GB/s the ring channels of one NCCL node carry in all over its PCIe and CPU links, as NCCL's search
+    finds them (search.cc v2.30.7-1): `ncclTopoSearchRecNet` enters from a NIC at its local GPU (the first), with
+    an NVSwitch in the system `ncclTopoSearchNextGpuSort` goes on by GPU index, and the first ring found
+    (`crossNic` 0, tried before 2) leaves the last GPU for the NIC it entered from: up to its CPU, across to the
+    first GPU's socket and down that GPU's switch (`ncclTopoSearchCheckNet`). Each SHM hop goes up to the
+    receiver's CPU and down (`hop_links`); `followPath` charges 6/5 on the PCIe links of a PATH_PHB path through
+    an Intel CPU (an SHM hop, or the way out to the NIC), and the inter-CPU figure where the sockets differ."""
+    n = len(h.sockets)
+    intel = h.cpu == "intel"
+    first, last = ("sw", switch(h, 0)), ("sw", switch(h, n - 1))
+    loads: dict[Link, float] = {(first, ("gpu", 0)): 1.0}  # from the NIC (under the same switch) to the first GPU
+    if first == last:  # the last GPU leaves for the NIC under its own switch (PATH_PIX)
+        out: list[Link] = [(("gpu", n - 1), last)]
+    else:
+        ci, c0 = ("cpu", h.sockets[n - 1]), ("cpu", h.sockets[0])
+        out = [(("gpu", n - 1), last), (last, ci), *([(ci, c0)] if ci != c0 else []), (c0, first)]
+    pci_out = INTEL_P2P_OVERHEAD if intel and h.sockets[n - 1] == h.sockets[0] and first != last else 1.0
+    for links, kind in (hop_links(h, i, i + 1) for i in range(n - 1)):
+        factor = INTEL_P2P_OVERHEAD if kind == PHB and intel else 1.0
         for link in links:
-            loads[link] = loads.get(link, 0.0) + factor
-    return link_bw / max(loads.values())
+            loads[link] = loads.get(link, 0.0) + (1.0 if link[0][0] == link[1][0] == "cpu" else factor)
+    for link in out:
+        loads[link] = loads.get(link, 0.0) + (1.0 if link[0][0] == link[1][0] == "cpu" else pci_out)
+    return min(pci_link_bw(h, link) / load for link, load in loads.items())
+
+
+def shm_hosts_bw(
+    topo: Topology, nodes: Sequence[int], blocks: Sequence[Sequence[int]], st: NcclSettings, gpu: str, bw: float
+) -> float:
+    """A communicator across NVLink hosts with NICs whose pairs inside a host NCCL keeps on SHM (P2P off, no pair
+    at NET: `NCCL_NET_DISABLE_INTRA=1`, or NICs no faster than the CPU link): each host is one NCCL node, and this is
+    the least of its hosts' node rings (`host_ring_capacity` over `nvlink_pci.host_pci`); 0 where that is not the
+    case (no NICs). Kept per topology."""
+    if any(nic_gbs(topo, n) <= 0 for n in nodes):
+        return 0.0
+    memo: dict[tuple[object, ...], float] = topo.__dict__.setdefault("_nccl_shm_hosts", {})
+    key = (tuple(nodes), st.p2p_level, st.shm, gpu, bw)
+    if key not in memo:
+        memo[key] = min(host_ring_capacity(host_pci(topo, [nodes[i] for i in b], gpu, bw, st)) for b in blocks)
+    return memo[key]
 
 
 def _nvlink(topo: Topology, nodes: Sequence[int]) -> bool:

@@ -39,7 +39,8 @@ class Platform:
     cpu: str = "intel"  # intel | amd | arm: the hosts' CPU as NCCL classes it (`cpu_vendor`); see tables.X86_CPUS
     sm_clock_ghz: float = 0.0  # the GPU's SM (boost) clock; 0: unknown (the kernels' cycle costs then take H100's)
     pci: PciHost | None = None  # one PCIe host's sockets, switches and P2P settings (pci_paths.py), if described
-    node_bw: float = 0.0  # NCCL nodes that are sockets of NVLink hosts (net_split.py): what their ring carries
+    node_bw: float = 0.0  # NCCL nodes that are NVLink hosts, or their sockets, with P2P off: what their ring
+    # carries over PCIe and CPU links (net_split.py)
 
     @property
     def index2(self) -> int:
@@ -71,6 +72,11 @@ def platform_of(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None 
     nvlink_bps = _nvlink_bps(topo, nodes[0])
     off = bool(nvlink_bps) and len(blocks) == 1 and ppn > 1 and p2p_off(st)  # NCCL's PCIe ring (nvlink_pci.py)
     off = off or split is not None  # SHM inside each NCCL node, NET between them
+    node_bw = net_split.node_ring_bw(ppn, net_split.cpu_vendor(topo, gpu.name), pcie_bw) if split else 0.0
+    if not off and nvlink_bps and ppn > 1 and p2p_off(st):  # hosts kept whole on SHM, NET between them
+        assert st is not None
+        node_bw = net_split.shm_hosts_bw(topo, nodes, blocks, st, gpu.name, pcie_bw)
+        off = node_bw > 0  # else (no NICs) refused: check_transports
     if nvlink_bps and not off:
         links = nvlink_bps / 8e9 / T.NVLINK_RAW_PER_LINK[arch]
         intra, intra_bw = "nvlink", links * T.NVLINK_BW_PER_LINK[arch]
@@ -91,7 +97,7 @@ def platform_of(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None 
         cpu=cpu_vendor(topo),
         sm_clock_ghz=gpu.clock_hz / 1e9,
         pci=_pci_host(topo, nodes, gpu.name, intra_bw, st, off) if intra == "pci" and len(blocks) == 1 else None,
-        node_bw=net_split.node_ring_bw(ppn, net_split.cpu_vendor(topo, gpu.name), pcie_bw) if split else 0.0,
+        node_bw=node_bw,
     )
 
 
