@@ -134,3 +134,45 @@ def test_nccl_tests_m4_runs_one_kernel_a_group(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PHANTORA_NCCL_VERSION", "2.27.3")
     old = _results([*argv, "-m", "4"], tmp_path / "m4_27")[0]
     assert old["choice"]["algorithm"] != "sym"
+
+
+def sizes_dag(sizes: tuple[int, ...], version: str, **env: str):
+    """A live coalesced call on symmetric windows: its calls' bytes (`group_sizes`), as backend.py sends them."""
+    coll = Collective("all_reduce", RANKS, sum(sizes), "fp32", group_sizes=sizes)
+    return decompose(coll, H100, opts(**SYM, PHANTORA_NCCL_VERSION=version, **env))
+
+
+@pytest.mark.parametrize("version", ["2.28.3", "2.30.7"])
+def test_a_coalesced_call_of_unequal_calls_is_one_non_ll_kernel_on_their_summed_counts(version):
+    """A coalesced call of 8 KiB + 24 KiB fp32 all-reduces: symmetric_sched.cc rates countTotal, 32 KiB, without LL
+    kernels (nWorks 2), so RSxLDMC_AGxSTMC at queryModel's time for 32 KiB, as 4 x 8 KiB; alone the 8 KiB call
+    would run AGxLLMC_R. Before, the call was one symmetric call of 32 KiB with the LL kernels in the running."""
+    cands = no_ll(ar_candidates(32 * KiB))
+    kernel = best(cands)
+    t, ctas = cands[kernel]
+    c = sizes_dag((8 * KiB, 24 * KiB), version).choice or {}
+    assert (c["algorithm"], c["protocol"], c["kernel"], c["channels"]) == ("sym", "Simple", kernel, ctas)
+    assert c["group_calls"] == 2
+    assert c["model_time_us"] == pytest.approx(t, abs=1e-3)
+    # the group's 32 KiB over the bandwidth part (~0.076 us; model_lat_us is rounded to the ns, hence 2 %)
+    assert c["model_algbw_gbs"] == pytest.approx(32 * KiB / (1000 * (t - c["model_lat_us"])), rel=2e-2)
+
+
+def test_a_coalesced_calls_counts_round_up_to_cells_each():
+    """Three 4-byte calls and one of 1 KiB without NVLS: each rounds up to a 1 KiB cell, the picker rates 4 KiB
+    (as four calls of one float), while the flows carry the 1036 B the calls hold (2 S / n a pair, 56 pairs)."""
+    cands = no_ll(ar_candidates(4 * KiB))
+    del cands["AllReduce_RSxLDMC_AGxSTMC"]
+    t, ctas = cands["AllReduce_RSxLD_AGxST"]
+    dag = sizes_dag((4, 4, 4, KiB), "2.28.3", NCCL_NVLS_ENABLE="0")
+    c = dag.choice or {}
+    assert (c["kernel"], c["channels"], c["group_calls"]) == ("AllReduce_RSxLD_AGxST", ctas, 4)
+    assert c["model_time_us"] == pytest.approx(t, abs=1e-3)
+
+
+def test_a_coalesced_call_under_2_27_runs_the_legacy_aggregate():
+    """2.27 runs a symmetric kernel only for a group of one collective: a coalesced call of 4 x 8 KiB on symmetric
+    windows runs NCCL's tuner on the 32 KiB aggregate, as without registration."""
+    c = sizes_dag((8 * KiB,) * 4, "2.27.3").choice or {}
+    plain = decompose(Collective("all_reduce", RANKS, 32 * KiB, "fp32"), H100, opts(PHANTORA_NCCL_VERSION="2.27.3"))
+    assert c["algorithm"] != "sym" and c == {**(plain.choice or {}), "group_calls": 4}

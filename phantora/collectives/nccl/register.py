@@ -70,13 +70,15 @@ def sym_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None
     if register_mode(st) != 2 or coll.kind not in SYM_KINDS or not st.win_enable or coll.nbytes == 0:
         return None
     rel = release_of(st)
-    works = coll.group_calls
+    sizes = coll.group_sizes or (coll.nbytes,) * coll.group_calls  # the group's calls (nccl-tests -m, coalesced)
+    works = len(sizes)
+    field = "group_sizes" if coll.group_sizes else "-m"
     if works > 1 and rel < GROUP_FROM:
         return None  # 2.27 runs a symmetric kernel only for a group of one collective (enqueue.cc nTasksColl == 1)
     if p.nnodes > 1:
         gin = _gin_choice(coll, p, st, rel)
         if gin is not None and works > 1:
-            raise InputError(f"a group of {works} calls on GIN kernels (across hosts) is not modelled", field="-m")
+            raise InputError(f"a group of {works} calls on GIN kernels (across hosts) is not modelled", field=field)
         return gin
     if not nvlink_domain(p):
         if rel >= (2, 29, 0):
@@ -86,17 +88,27 @@ def sym_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None
     multicast = st.nvls and p.nvswitch and p.compcap >= 90
     if rel >= LSA_MULTIMEM_MIN_RANKS_FROM:
         multicast = multicast and p.nranks > 2
-    nbytes = sym_nbytes(coll.kind, coll.nbytes, p.nranks, DTYPE_BYTES[coll.dtype], rel) * works
-    got = pick(coll.kind, nbytes, p, st, coll.dtype, multicast, rel, works)
-    alone = pick(coll.kind, nbytes // works, p, st, coll.dtype, multicast, rel) if works > 1 else got
-    if alone is not None and works > GROUP_MAX_WORKS:
+    # symmetric_sched.cc: the picker rates the calls' counts, each rounded up to cells, summed (countTotal), with the
+    # size limits of the largest (countMax); a call runs symmetric only if a kernel takes it alone (ncclSymkAvailable)
+    each = [sym_nbytes(coll.kind, s, p.nranks, DTYPE_BYTES[coll.dtype], rel) for s in sizes]
+    nbytes = sum(each)
+    got = pick(coll.kind, nbytes, p, st, coll.dtype, multicast, rel, works, largest=max(each))
+    alones = {e: pick(coll.kind, e, p, st, coll.dtype, multicast, rel) is not None for e in set(each)}
+    if works > 1 and len(set(alones.values())) > 1:
+        raise InputError(
+            f"a group of {works} symmetric calls of which only some have a symmetric kernel alone: NCCL runs those "
+            "symmetric and the rest on its legacy kernels, two kernels in one launch, which is not modelled",
+            field=field,
+        )
+    alone = all(alones.values())
+    if alone and works > GROUP_MAX_WORKS:
         raise InputError(
             f"a group of {works} symmetric calls: NCCL cuts it where its works overflow the 4 KiB kernel arguments "
             f"(about {GROUP_MAX_WORKS + 8}, 64 B a call), which is not modelled; at most {GROUP_MAX_WORKS}",
-            field="-m",
+            field=field,
         )
     if got is None:
-        if alone is not None and rel < (2, 29, 0):  # symmetric alone (ncclSymkAvailable), no kernel in a group
+        if alone and works > 1 and rel < (2, 29, 0):  # symmetric alone (ncclSymkAvailable), no kernel in a group
             raise InputError(
                 f"NCCL_SYM_KERNEL={st.sym_kernel} in a group of {works} calls: NCCL {rel[0]}.{rel[1]} runs no LL "
                 'kernel in a group and fails the call ("no symmetric kernel available")',
@@ -104,7 +116,7 @@ def sym_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None
             )
         return None  # 2.29+ falls back to the legacy algorithms
     lat = got.time_us - got.bw_us
-    algbw = coll.nbytes * works / (1000.0 * got.bw_us) if got.bw_us > 0 else math.inf
+    algbw = sum(sizes) / (1000.0 * got.bw_us) if got.bw_us > 0 else math.inf
     proto = "LL" if got.ll else "Simple"
     return Choice("sym", proto, got.ctas, lat, algbw, got.time_us, kernel=got.kernel, works=works)
 

@@ -164,17 +164,19 @@ def pick(
     multicast: bool,
     release: tuple[int, int, int],
     works: int = 1,
+    largest: int | None = None,
 ) -> SymPick | None:
     """`ncclSymkPickKernel` for `works` equal calls of one NCCL group (nccl-tests' -m; 1: a call alone): None where
     no kernel is available (the kind, the type and reduction, the size, NCCL_SYM_KERNEL). `multicast`: the NVLS
     multicast kernels may run (`comm->nvlsSupport`, from 2.29.7 with more than 2 GPUs); `nbytes` as `sym_nbytes`
     gives, the group's total (symmetric_sched.cc: the size limits are the largest call's, `nEltsMax`; the model
-    rates the total, `nEltsTotal`; "we currently don't support grouping for LL kernels": none for works > 1)."""
+    rates the total, `nEltsTotal`; "we currently don't support grouping for LL kernels": none for works > 1).
+    `largest`: the largest call's bytes as `sym_nbytes` gives them (None: `works` equal calls)."""
     kernels = KERNELS.get(kind, ())
     if kind != "all_gather" and dtype not in REDUCING_FLOATS:
         return None  # ncclSymImplemented: sum on a float type other than double
     ldmc = multicast and (dtype in LDMC_TYPES or (dtype == "fp8" and p.compcap >= 100))
-    bus = nbytes // works * (1 if kind == "all_reduce" else p.nranks)
+    bus = (nbytes // works if largest is None else largest) * (1 if kind == "all_reduce" else p.nranks)
     best: tuple[float, SymPick] | None = None
     for name, ll, stmc, ldmc_k in kernels:
         if (stmc and not multicast) or (ldmc_k and not ldmc) or (st.sym_kernel and st.sym_kernel != name):
