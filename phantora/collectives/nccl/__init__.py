@@ -20,6 +20,7 @@ from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.ce_coll import ce_choice
 from phantora.collectives.nccl.channels import comm_channels, nvls_heads, ring_graph
 from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring_simple_chunk
+from phantora.collectives.nccl.node_p2p import gpu_name, shm_pair_rates
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
 from phantora.collectives.nccl.platform import Platform, nccl_view, platform_of
@@ -91,8 +92,9 @@ def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSetting
         nodes = tuple(topo.node_of_rank(r) for r in coll.ranks)
         group = _inflight(coll) if comm is not None and comm.pci is not None and on.pci is not None else ()
         at = _inflight_at(coll) if group else {}
-        got = _with_transports(p2p_choice(coll, on, st, opts.protocol, comm, nodes, group, at), on, coll.kind)
-        return _p2p_registered(got, p, comm or p, st)
+        shm = _node_shm(coll, topo, p, comm, st)
+        got = p2p_choice(coll, on, st, opts.protocol, comm, nodes, group, at, shm)
+        return _p2p_registered(_with_transports(got, on, coll.kind), p, comm or p, st)
     if opts.algorithm == "auto" and opts.protocol == "auto" and _sym_op(coll):
         sym = sym_choice(coll, p, st)  # -R 2: NCCL's symmetric kernels bypass its tuner (register.py)
         if sym is not None:
@@ -249,6 +251,27 @@ def _grouped(coll: Collective, topo: Topology, comm: Platform, st: NcclSettings,
     from phantora.collectives.nccl.p2p_group import rated_choice
 
     return rated_choice(rated, pos, coll.nbytes)
+
+
+def _node_shm(
+    coll: Collective, topo: Topology, p: Platform, comm: Platform | None, st: NcclSettings
+) -> dict[tuple[int, int], float] | None:
+    """The SHM pairs' rates (positions in `coll.ranks`) of a p2p call on NCCL nodes of NVLink hosts with P2P off
+    (`node_p2p.py`): an all-to-all's pairs inside one node, or a grouped send/recv's own pair with its group's in
+    flight (all at once); None elsewhere."""
+    if coll.kind == "all_to_all" and p.node_bw and p.nnodes > 1:
+        n = len(coll.ranks)
+        nodes = [topo.node_of_rank(r) for r in coll.ranks]
+        pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+        return shm_pair_rates(topo, nodes, pairs, st, gpu_name(topo), p.gpu_intra_bw) or None
+    if coll.kind != "send_recv" or comm is None or not comm.node_bw:
+        return None
+    at = {r: i for i, r in enumerate(coll.comm)}
+    own = (at[coll.ranks[0]], at[coll.ranks[1]])
+    group = list(_inflight(coll)) or [own]
+    nodes = [topo.node_of_rank(r) for r in coll.comm]
+    rates = shm_pair_rates(topo, nodes, group, st, gpu_name(topo), comm.gpu_intra_bw)
+    return {(0, 1): rates[own]} if own in rates else None
 
 
 def _inflight(coll: Collective) -> tuple[tuple[int, int], ...]:

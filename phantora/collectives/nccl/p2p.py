@@ -181,6 +181,7 @@ def p2p_choice(
     nodes: tuple[int, ...] = (),
     inflight: tuple[tuple[int, int], ...] = (),
     inflight_at: dict[tuple[int, int], tuple[int, int]] | None = None,
+    shm: dict[tuple[int, int], float] | None = None,
 ) -> Choice:
     """The protocol, channels, latency and per-peer throughput of a send/recv or an all-to-all. `comm`: the
     platform of the communicator a grouped send/recv runs on (its channels per peer are the communicator's);
@@ -188,7 +189,9 @@ def p2p_choice(
     host (`Choice.pair_bw`). `inflight`: a grouped send/recv's transfers as positions in `comm`'s PCIe host, its
     own first, which share that host's links with it (one NCCL group); (): it alone. `inflight_at`: the (start
     offset ns, bytes) of those pairs that start at another time than it or move other bytes (`group_ends`); the
-    others start with it and move its bytes, all in flight at once as in nccl-tests' sendrecv_perf."""
+    others start with it and move its bytes, all in flight at once as in nccl-tests' sendrecv_perf. `shm`: the
+    GB/s of the SHM pairs inside NCCL nodes of NVLink hosts with P2P off (positions in the call's ranks,
+    `node_p2p.py`), which set those pairs' rates; the others go over the network."""
     peers = 1 if coll.kind == "send_recv" else p.nranks - 1
     per_peer = coll.nbytes if coll.kind == "send_recv" else coll.nbytes // p.nranks
     intra = p.nnodes == 1
@@ -223,6 +226,15 @@ def p2p_choice(
     elif protocol == "LL128":
         bw *= LL128_SHARE
     peer_bw = bw / local_peers if local_peers > 0 else 0.0
+    if shm:  # SHM pairs inside NCCL nodes of NVLink hosts with P2P off: their shares of the host's links
+        rates = {pair: r * bw / raw for pair, r in shm.items()}  # the protocol's share
+        slowest = min(rates.values())
+        t_ns = per_peer / slowest
+        if coll.kind == "all_to_all" and nic and p.nranks > p.ppn:  # the remote blocks through the NIC
+            t_ns = max(t_ns, (p.nranks - p.ppn) / p.nranks * coll.nbytes / nic)
+        algbw = coll.nbytes / t_ns if t_ns > 0 else slowest
+        keyed = tuple((nodes[i], nodes[j], r) for (i, j), r in rates.items()) if nodes else ()
+        return Choice("p2p", protocol, nch, lat, algbw, lat + t_ns / 1000.0, slowest, pair_bw=keyed, net_bw=net_bw)
     if intra and p.pci is not None:  # a PCIe host's pairs: their links' max-min shares (pci_p2p.py)
         pairs = [(0, 1)] if coll.kind == "send_recv" else all_pairs(p.pci)
         rates = {pair: r * bw / raw for pair, r in pair_rates(p.pci, pairs).items()}  # the protocol's share

@@ -1,0 +1,85 @@
+"""Send/recv and all-to-all inside NCCL nodes of NVLink fabric hosts with P2P off (node_p2p.py).
+
+With NCCL_P2P_DISABLE=1 a fabric host's NCCL nodes are its sockets (NET between them, net_split.py) or, with
+NCCL_NET_DISABLE_INTRA=1, the host. A pair inside a node runs SHM (shm.cc, the buffer on the receiver's side):
+up the sender's x16 and its PCIe switch's uplink to the CPU, across the CPU link between sockets, down the
+receiver's (paths.cc addInterStep). On the DGX-like layout (two GPUs a switch, Gen5 x16 and uplinks 48 GB/s,
+Sapphire Rapids' 22 between the sockets) the pairs of one call share those links max-min fairly, as pci_p2p.py
+rates one host's (before: a share of the GPU's x16, 48 / 3 = 16 each in an 8-GPU all-to-all).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.nccl import choose
+from phantora.collectives.nccl.settings import nccl_env
+from phantora.netsim.flow import FlowSimulator
+from phantora.report import nccl_tests as nt
+from phantora.topology import rail_optimized
+
+N = 8
+GEN5 = 16 * 240 / 80.0  # 48 GB/s
+GEN4 = 16 * 120 / 80.0  # 24 GB/s
+SPR = 22.0
+P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
+
+
+def _opts(env: dict[str, str]) -> AlgoOptions:
+    return AlgoOptions(nccl_env=nccl_env(env))
+
+
+@pytest.mark.parametrize(("gpu", "x16"), [("h100", GEN5), ("a100", GEN4)])
+def test_all_to_all_shm_pairs_share_their_switch_uplink(gpu: str, x16: float) -> None:
+    """8 GPUs of one host (H100 on 400G, A100 on 200G: the sockets are NCCL nodes): a switch's uplink carries the
+    SHM blocks of its 2 GPUs to their 3 socket peers each, 6 pairs: x16 / 6 each (8 and 4 GB/s), and the flows of
+    those pairs end at their block over it; the cross-socket blocks go NET, not rated here."""
+    topo = rail_optimized(1, N, 2, gpu=gpu, nic_rate="400Gbps" if gpu == "h100" else "200Gbps")
+    size = 1 << 28
+    coll = Collective("all_to_all", tuple(range(N)), size, "fp32")
+    got = choose(coll, topo, _opts(P2P_OFF))
+    assert got is not None and dict(got.transport) == {"NET": 32, "SHM": 24}
+    rates = {(a, b): r for a, b, r in got.pair_bw}
+    assert sorted(rates) == sorted((a, b) for a in range(N) for b in range(N) if a != b and a // 4 == b // 4)
+    assert list(rates.values()) == [pytest.approx(x16 / 6)] * len(rates)
+    dag = decompose(coll, topo, _opts(P2P_OFF))
+    sim = FlowSimulator(topo)
+    sim.submit(dag.flows, at=0)
+    ends: dict[tuple[int, int], int] = {}
+    for c in sim.drain():
+        if (c.src, c.dst) in rates:
+            ends[c.src, c.dst] = max(ends.get((c.src, c.dst), 0), c.end_ns)
+    block_us = size / N / (1000 * x16 / 6)
+    assert max(ends.values()) / 1000 == pytest.approx(got.lat_us + block_us, rel=0.01)
+
+
+def test_shm_hosts_all_to_all_shares_the_cpu_link() -> None:
+    """16 H100s on 2 hosts with NCCL_NET_DISABLE_INTRA=1 (each host one NCCL node): a host's 4 x 4 cross-socket
+    pairs share each direction of the CPU link, 22 / 16 each; switch 0's uplink carries GPUs 0 and 1's 14 SHM
+    pairs up, 8 of them at 22 / 16, the 6 same-socket ones at the rest, (48 - 8 x 22 / 16) / 6."""
+    topo = rail_optimized(2, N, 2)
+    got = choose(
+        Collective("all_to_all", tuple(range(2 * N)), 1 << 28, "fp32"),
+        topo,
+        _opts({**P2P_OFF, "NCCL_NET_DISABLE_INTRA": "1"}),
+    )
+    assert got is not None
+    rates = {(a, b): r for a, b, r in got.pair_bw}
+    assert len(rates) == 2 * N * (N - 1)
+    cross = SPR / 16
+    for (a, b), r in rates.items():
+        assert a // N == b // N
+        same = a % N // 4 == b % N // 4
+        assert r == pytest.approx((GEN5 - 8 * cross) / 6 if same else cross)
+
+
+def test_sendrecv_perfs_socket_pairs_share_the_uplinks() -> None:
+    """nccl-tests' sendrecv on one host's 8 H100s, one NCCL group: 0 -> 1 and 1 -> 2 both climb switch 0's uplink,
+    24 GB/s each (rated alone before: 48); 3 -> 4 and 7 -> 0 go NET."""
+    topo = rail_optimized(1, N, 2)
+    size = 1 << 28
+    it = nt.build_iteration(
+        nt.find_test("sendrecv_perf"), tuple(range(N)), size, "fp32", 0, topo, _opts(P2P_OFF), 0, "sr"
+    )
+    assert it.choice is not None and it.choice["peer_bw_gbs"] == pytest.approx(GEN5 / 2)
