@@ -419,7 +419,8 @@ class CoordinatorCore:
     def _algo(self, rs: RankState, raw: Any) -> tuple[tuple[str, Any], ...]:
         """A call's AlgoOptions overrides, hashable: `nccl_env` (the NCCL_* variables the program set before its
         group's communicator was created, runtime/program_env.py) as pairs, left out where they are the run's;
-        `group_sizes` (a coalesced call's calls' bytes) as a tuple."""
+        `group_sizes` (a coalesced call's calls' bytes) and `group_dtypes` (their dtypes, where they differ) as
+        tuples."""
         if raw is None:
             return ()
         if not isinstance(raw, dict):
@@ -432,6 +433,11 @@ class CoordinatorCore:
             ):
                 raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: group_sizes must be byte counts, got {sizes!r}")
             out["group_sizes"] = tuple(sizes)
+        types = out.get("group_dtypes")  # their dtypes where they differ (Collective.group_dtypes)
+        if types is not None:
+            if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+                raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: group_dtypes must be dtype names, got {types!r}")
+            out["group_dtypes"] = tuple(types)
         env = out.get("nccl_env")
         if env is not None:
             if not isinstance(env, list) or not all(

@@ -33,6 +33,7 @@ from phantora.collectives.ring import ring_collective
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.collectives.sym import ce_flows, sym_flows
 from phantora.collectives.tree import tree_flows
+from phantora.errors import InputError
 from phantora.netsim.base import Flow
 from phantora.topology.model import Topology
 
@@ -115,21 +116,42 @@ P2P_KINDS = ("all_to_all", "send_recv")
 def group_aggregates(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[Collective] | None:
     """`coll`'s group of calls (`group_sizes`) as the aggregates NCCL makes of them (nccl/coll_group.py), each a
     collective of its calls, when there are several and NCCL runs its legacy kernels on them; else None (one
-    aggregate: `decompose` runs it whole)."""
+    aggregate: `decompose` runs it whole). Calls of mixed dtypes (`group_dtypes`) are aggregated per type, each
+    aggregate a collective of its type; where one of them would run NCCL's symmetric kernels or copy engines (one
+    kernel or plan per type, not modelled) the group is refused."""
     if coll.kind not in coll_group.KINDS or coll.size < 2 or len(coll.group_sizes) < 2:
         return None
     st = nccl_settings(opts)
-    calls = [(coll.kind, coll.redop, coll.dtype, s) for s in coll.group_sizes]
+    types = coll.group_dtypes or (coll.dtype,) * len(coll.group_sizes)
+    calls = [(coll.kind, coll.redop, ty, s) for ty, s in zip(types, coll.group_sizes, strict=True)]
     aggs = coll_group.aggregates(st.nccl_version, calls)
     if len(aggs) < 2:
         return None
-    whole = resolve(coll, topo, opts)[1]
-    if whole is not None and whole.algorithm in ("sym", "ce"):
-        return None
+    if not coll.group_dtypes:
+        whole = resolve(coll, topo, opts)[1]
+        if whole is not None and whole.algorithm in ("sym", "ce"):
+            return None
     out = []
     for members in aggs:
         sizes = tuple(coll.group_sizes[i] for i in members)
-        out.append(dataclasses.replace(coll, nbytes=sum(sizes), group_sizes=sizes if len(sizes) > 1 else ()))
+        part = dataclasses.replace(
+            coll,
+            nbytes=sum(sizes),
+            dtype=types[members[0]],
+            group_sizes=sizes if len(sizes) > 1 else (),
+            group_dtypes=(),
+        )
+        out.append(part)
+    if coll.group_dtypes:
+        for part in out:
+            got = resolve(part, topo, opts)[1]
+            if got is not None and got.algorithm in ("sym", "ce"):
+                raise InputError(
+                    f"a group of {coll.kind}s of mixed dtypes ({', '.join(sorted(set(types)))}) whose {part.dtype} "
+                    f"calls run NCCL's {'symmetric kernels' if got.algorithm == 'sym' else 'copy engines'}: not "
+                    "modelled",
+                    field="group_dtypes",
+                )
     return out
 
 

@@ -96,8 +96,11 @@ class Collective:
     # says so and its flows carry them all (decompose.py); all-to-all and send/recv take no group_calls
     group_calls: int = 1
     # the bytes of each call of its NCCL group, given one by one (a torch coalesced call: its tensors'; decompose
-    # sets it for group_calls too), all of this kind, reduction and dtype; nbytes is their sum. () for a lone call
+    # sets it for group_calls too), all of this kind and reduction; nbytes is their sum. () for a lone call
     group_sizes: tuple[int, ...] = ()
+    # each of those calls' dtype where they differ (a coalesced call's tensors of mixed dtypes: NCCL aggregates per
+    # type, decompose.group_aggregates); () where all are `dtype`
+    group_dtypes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -154,6 +157,16 @@ class Collective:
                 f"group_sizes {list(self.group_sizes)} must be the >= 0 bytes of a {self.kind}'s calls, summing to "
                 f"its {self.nbytes} bytes, without group_calls (all-to-all, send/recv and barrier take none)",
                 field="group_sizes",
+            )
+        if self.group_dtypes and (
+            len(self.group_dtypes) != len(self.group_sizes)
+            or not set(self.group_dtypes) <= set(DTYPE_BYTES)
+            or self.group_dtypes[0] != self.dtype
+        ):
+            raise InputError(
+                f"group_dtypes {list(self.group_dtypes)} must name a known dtype for each of group_sizes' "
+                f"{len(self.group_sizes)} calls, the first `dtype` ({self.dtype})",
+                field="group_dtypes",
             )
         if self.root is not None and not 0 <= self.root < len(self.ranks):
             raise InputError(f"root {self.root} is not a group-local index of {len(self.ranks)} ranks", field="root")

@@ -76,13 +76,15 @@ class ProgramBuilder:
         nccl_env: NcclEnv | None = None,
         pg: int = 0,
         group_sizes: Sequence[int] = (),
+        group_dtypes: Sequence[str] = (),
     ) -> int:
         """Issue a collective; `root` is group-local; `seq` defaults to the count of earlier calls on this group
         (process group `pg` over its ranks: Coll.pg);
         `after`: earlier Coll/P2P nodes whose part on this rank must end before it starts (its NCCL stream order);
         `redop`: the reduction of an all-reduce, reduce-scatter or reduce; `nccl_env`: the NCCL_* variables its
         communicator was created with, where the program set its own (None: the run's); `group_sizes`: a coalesced
-        call's calls' bytes (one NCCL group of them, summing to `nbytes`; () for one call)."""
+        call's calls' bytes (one NCCL group of them, summing to `nbytes`; () for one call); `group_dtypes`: their
+        dtypes where they differ (the first `dtype`)."""
         if kind not in KIND_CODES:
             raise InputError(f"unknown collective kind {kind!r} (known: {', '.join(KIND_CODES)})", field="kind")
         if dtype not in DTYPE_CODES:
@@ -97,8 +99,13 @@ class ProgramBuilder:
         sizes = tuple(int(b) for b in group_sizes) if len(group_sizes) > 1 else ()
         if sizes and (sum(sizes) != int(nbytes) or min(sizes) < 0 or kind in ("all_to_all", "barrier")):
             raise InputError(f"group sizes {list(sizes)} for a {kind} of {nbytes} B", field="group_sizes")
+        types = tuple(group_dtypes) if sizes and len(set(group_dtypes)) > 1 else ()
+        if types and (len(types) != len(sizes) or types[0] != dtype or not set(types) <= set(DTYPE_CODES)):
+            raise InputError(
+                f"group dtypes {list(types)} for the {len(sizes)} calls of a {dtype} {kind}", field="group_dtypes"
+            )
         deps, after = tuple(deps), tuple(after)
-        node = Coll(stream, slot, kind, int(nbytes), dtype, root, s, deps, after, redop, nccl_env, pg, sizes)
+        node = Coll(stream, slot, kind, int(nbytes), dtype, root, s, deps, after, redop, nccl_env, pg, sizes, types)
         return self._add(node)
 
     def p2p(

@@ -13,7 +13,8 @@ COMM_RECV_NODE (``comm_src``, ``comm_dst``, ``comm_tag``); Wait and Step -> zero
 A Chakra comm node blocks its dependents, so stream order skips it: the next node of the stream depends
 on the node before the collective, and only the Wait depends on the collective itself. Extra
 attributes (``phantora_type``, ``stream``, ``seq``, ``dtype``, ``root``, ``phantora_redop`` when not sum,
-``phantora_pg`` when not the first group over the ranks, ``phantora_group_sizes`` for a coalesced call,
+``phantora_pg`` when not the first group over the ranks, ``phantora_group_sizes`` for a coalesced call (and
+``phantora_group_dtypes`` where its calls' dtypes differ),
 ``phantora_conn``, ``phantora_comm``,
 ``phantora_launch`` and ``phantora_issue_ns`` for a transfer of an NCCL group launch) let `read_chakra` rebuild
 the graph exactly; Chakra consumers ignore attributes they do not know.
@@ -67,6 +68,7 @@ RELEASE_ATTR = "phantora_release_ns"  # window mode: the ns its rank was last re
 REDOP_ATTR = "phantora_redop"  # a Coll's reduction, when not sum (Coll.redop)
 PG_ATTR = "phantora_pg"  # a Coll's or P2P's process group over its ranks, when not the first (Coll.pg, P2P.pg)
 GROUP_ATTR = "phantora_group_sizes"  # a coalesced Coll's calls' bytes, space-separated (Coll.group_sizes)
+GROUP_DTYPES_ATTR = "phantora_group_dtypes"  # their dtypes where they differ, space-separated (Coll.group_dtypes)
 # NCCL_* variables as JSON [[name, value], ...]: a call's own (Coll/P2P.nccl_env) on its node, the run's in the metadata
 NCCL_ENV_ATTR = "phantora_nccl_env"
 
@@ -211,6 +213,8 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
                 attrs.append(_attr(PG_ATTR, int64_val=n.pg))
             if n.group_sizes:
                 attrs.append(_attr(GROUP_ATTR, string_val=" ".join(map(str, n.group_sizes))))
+            if n.group_dtypes:
+                attrs.append(_attr(GROUP_DTYPES_ATTR, string_val=" ".join(n.group_dtypes)))
             attrs += _env_attr(n.nccl_env)
         elif isinstance(n, P2P):
             src, dst = graph.groups[bound[n.slot]]
@@ -374,6 +378,7 @@ def _rank_builder(
                 nccl_env=env,
                 pg=int(a.get(PG_ATTR, 0)),
                 group_sizes=sizes,
+                group_dtypes=str(a.get(GROUP_DTYPES_ATTR, "")).split(),
             )
         elif kind == "p2p":
             send = node.type == COMM_SEND_NODE

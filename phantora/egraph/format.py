@@ -30,7 +30,8 @@ Node semantics (all times integer ns; see docs/egraph.md):
   calls are matched apart: ``seq`` counts per group); type 12 (a ``Coll``) or 13 (a ``P2P``) on disk when not 0, so
   a recording of one group per rank set is written as before;
 - a ``Coll``'s ``group_sizes`` (type 14 on disk) are the bytes of each call of a coalesced call (one NCCL group of
-  calls, which NCCL schedules as one launch: part of its choice);
+  calls, which NCCL schedules as one launch: part of its choice); where the calls' dtypes differ
+  (``group_dtypes``) each size is written as ``[bytes, dtype code]``;
 - ``Step`` marks the end of a training step on its stream (it takes no time).
 """
 
@@ -139,6 +140,8 @@ class Coll:
     pg: int = 0  # which of the rank's process groups over the group's ranks it ran on (0: the first; type 12)
     # a coalesced call's calls' bytes, summing to nbytes (Collective.group_sizes; type 14 on disk); () for one call
     group_sizes: tuple[int, ...] = ()
+    # their dtypes where they differ, the first `dtype` (Collective.group_dtypes; type 14's [bytes, dtype] pairs)
+    group_dtypes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +218,10 @@ class Program:
                 row = [T_COLL, n.stream, n.slot, kind, n.nbytes, dtype, root, n.seq]
                 if n.group_sizes:
                     row[0] = T_COLL_GROUP
-                    row += [list(n.after), REDOP_CODES.index(n.redop), n.pg, list(n.group_sizes)]
+                    sizes: list[Any] = list(n.group_sizes)
+                    if n.group_dtypes:
+                        sizes = [[b, DTYPE_CODES.index(t)] for b, t in zip(n.group_sizes, n.group_dtypes, strict=True)]
+                    row += [list(n.after), REDOP_CODES.index(n.redop), n.pg, sizes]
                 elif n.pg:
                     row[0] = T_COLL_PG
                     row += [list(n.after), REDOP_CODES.index(n.redop), n.pg]
@@ -298,10 +304,16 @@ class Program:
             if (
                 isinstance(n, Coll)
                 and n.group_sizes
-                and (len(n.group_sizes) < 2 or sum(n.group_sizes) != n.nbytes or n.kind in ("all_to_all", "barrier"))
+                and (
+                    len(n.group_sizes) < 2
+                    or sum(n.group_sizes) != n.nbytes
+                    or n.kind in ("all_to_all", "barrier")
+                    or (n.group_dtypes and (len(n.group_dtypes) != len(n.group_sizes) or n.group_dtypes[0] != n.dtype))
+                )
             ):
                 raise InputError(
-                    f"group sizes {list(n.group_sizes)}: two or more calls' bytes summing to the {n.kind}'s {n.nbytes}",
+                    f"group sizes {list(n.group_sizes)}: two or more calls' bytes summing to the {n.kind}'s {n.nbytes}"
+                    f" (with dtypes {list(n.group_dtypes)}: one a call, the first {n.dtype})",
                     file=source,
                     field=where,
                 )
@@ -346,6 +358,19 @@ def _decode_envs(obj: dict[str, Any], nodes: list[Node], source: str) -> None:
         nodes[i] = dataclasses.replace(call, nccl_env=table[e])
 
 
+def _group_sizes(raw: Any, source: str, where: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Type 14's calls: byte counts, or [bytes, dtype code] pairs where the calls' dtypes differ."""
+    ok = isinstance(raw, list) and raw
+    if ok and all(isinstance(x, list) for x in raw):
+        pairs = [x for x in raw if len(x) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in x)]
+        if len(pairs) == len(raw) and all(b >= 0 and 0 <= t < len(DTYPE_CODES) for b, t in pairs):
+            return tuple(b for b, _ in pairs), tuple(DTYPE_CODES[t] for _, t in pairs)
+        raise InputError("group sizes must be [bytes, dtype code] pairs", file=source, field=where)
+    if not ok or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in raw):
+        raise InputError("group sizes must be a list of byte counts", file=source, field=where)
+    return tuple(raw), ()
+
+
 def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
     where = f"nodes[{i}]"
     if not isinstance(row, list) or not row or row[0] not in _ARITY:
@@ -363,12 +388,12 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
     redop = "sum"
     pg = 0
     sizes: tuple[int, ...] = ()
+    types: tuple[str, ...] = ()
     if code == T_COLL_GROUP:
-        if not isinstance(f[-1], list) or not all(isinstance(b, int) and b >= 0 for b in f[-1]):
-            raise InputError("group sizes must be a list of byte counts", file=source, field=where)
+        sizes, types = _group_sizes(f[-1], source, where)
         if not isinstance(f[-2], int) or isinstance(f[-2], bool) or f[-2] < 0:
             raise InputError(f"process group {f[-2]!r} must be >= 0", file=source, field=where)
-        f, pg, sizes = f[:-2], f[-2], tuple(f[-1])
+        f, pg = f[:-2], f[-2]
     if code in (T_COLL_PG, T_P2P_PG):
         if not isinstance(f[-1], int) or isinstance(f[-1], bool) or f[-1] <= 0:
             raise InputError(
@@ -396,7 +421,7 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
             root = None if f[5] < 0 else f[5]
             return Coll(
                 f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps, after, redop, pg=pg,
-                group_sizes=sizes,
+                group_sizes=sizes, group_dtypes=types,
             )  # fmt: skip
         if code in (T_P2P, T_P2P_AFTER):
             return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after)

@@ -57,6 +57,7 @@ class _RecorderListener:
                 nccl_env=call.nccl_env,
                 pg=call.pg,
                 group_sizes=call.group_sizes,
+                group_dtypes=call.group_dtypes,
             )
         else:
             send = call.kind == "send"

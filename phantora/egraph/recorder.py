@@ -106,11 +106,13 @@ class GraphRecorder:
         nccl_env: NcclEnv | None = None,
         pg: int = 0,
         group_sizes: tuple[int, ...] = (),
+        group_dtypes: tuple[str, ...] = (),
     ) -> None:
         """A collective issued at `issue_ns` on process group `pg` over its ranks (Coll.pg); `root` is a global rank
         (or None); it starts after the rank's calls
         `before` (handles); `redop`: its reduction; `nccl_env`: its communicator's NCCL_* variables where the program
-        set its own (None: the run's); `group_sizes`: a coalesced call's calls' bytes."""
+        set its own (None: the run's); `group_sizes`: a coalesced call's calls' bytes; `group_dtypes`: their dtypes
+        where they differ."""
         group = tuple(int(r) for r in group)
         self._catch_up(stream, int(issue_ns))
         local = None
@@ -121,7 +123,7 @@ class GraphRecorder:
         after = self._nodes(before)
         idx = self.b.collective(
             kind, group, nbytes, dtype, local, seq, stream, after=after, redop=redop, nccl_env=nccl_env, pg=pg,
-            group_sizes=group_sizes,
+            group_sizes=group_sizes, group_dtypes=group_dtypes,
         )  # fmt: skip
         self._issued(handle, idx)
 

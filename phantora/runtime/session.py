@@ -192,6 +192,7 @@ class Issued:
     released_ns: int | None = None  # window mode: the network's ns the rank was last released at (RankClient)
     pg: int = 0  # which process group over its ranks (a transfer: holding both ends) it runs on (RankSession.comm_of)
     group_sizes: tuple[int, ...] = ()  # a coalesced call's calls' bytes (Collective.group_sizes)
+    group_dtypes: tuple[str, ...] = ()  # their dtypes, where they differ (Collective.group_dtypes)
 
 
 class SessionListener(Protocol):
@@ -449,6 +450,7 @@ class RankSession:
         redop: str = "sum",
         pg: int = 0,
         group_sizes: Sequence[int] = (),
+        group_dtypes: Sequence[str] = (),
     ) -> Pending:
         """Tell the bridge about a collective, then start the real data movement; return it in flight.
 
@@ -464,7 +466,8 @@ class RankSession:
         of a reducing collective (Collective.redop), which decides some of NCCL's choice. `pg`: which of this rank's
         process groups over `group` it runs on (`comm_of`); with transfers, their (`comm_of` with the peer) are given
         by `transfer_pg`, the peer -> pg of those holding this rank and the peer. `group_sizes`: a coalesced call's
-        calls' bytes (Collective.group_sizes: one NCCL group of them), sent in its `algo` map.
+        calls' bytes (Collective.group_sizes: one NCCL group of them), sent in its `algo` map, with `group_dtypes`
+        (their dtypes, Collective.group_dtypes) where they differ.
         """
         t = self.clock.issue()
         seq = self.next_seq(group, pg)
@@ -479,8 +482,11 @@ class RankSession:
             if nccl_env is not None:
                 extras = {**extras, "nccl_env": [list(kv) for kv in nccl_env]}
             sizes = tuple(int(b) for b in group_sizes) if len(group_sizes) > 1 and kind != "barrier" else ()
+            types = tuple(group_dtypes) if sizes and len(set(group_dtypes)) > 1 else ()
             if sizes:
                 extras = {**extras, "group_sizes": list(sizes)}
+            if types:
+                extras = {**extras, "group_dtypes": list(types)}
             optional: dict[str, Any] = {"algo": extras} if extras else {}
             if stream is not None:
                 optional["stream"] = stream
@@ -518,6 +524,7 @@ class RankSession:
                         nccl_env=nccl_env,
                         pg=pg,
                         group_sizes=sizes,
+                        group_dtypes=types,
                     )
                 )
         else:
