@@ -73,13 +73,6 @@ def _call_sizes(calls: Sequence[Sequence[torch.Tensor]]) -> tuple[int, ...]:
     return tuple(nbytes(c) for c in calls) if len(calls) > 1 else ()
 
 
-def _call_dtypes(calls: Sequence[Sequence[torch.Tensor]]) -> tuple[str, ...]:
-    """Each NCCL call's dtype of a coalesced call where they differ (NCCL aggregates a group's calls per type);
-    () where all are the first's."""
-    names = tuple(dtype_name(c[0]) for c in calls if c)
-    return names if len(set(names)) > 1 and len(names) == len(calls) else ()
-
-
 def _flat(x: Any) -> list[torch.Tensor]:
     if isinstance(x, torch.Tensor):
         return [x]
@@ -437,7 +430,6 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         values: Callable[[], Callable[[], None] | None] | None = None,
         redop: str = "sum",
         group_sizes: Sequence[int] = (),
-        group_dtypes: Sequence[str] = (),
     ) -> PhantoraWork:
         self._alive(self._stream)
         if self._gloo is None:  # phantom mode: timing only, and the values of small integer tensors (tensor_values)
@@ -465,7 +457,6 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             redop=redop,
             pg=self._pg,
             group_sizes=group_sizes,
-            group_dtypes=group_dtypes,
         )
         if grouped:
             self._p2p_group(None)
@@ -527,10 +518,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
         fin = _finisher(tensors, self.size(), how)
         op_name = redop_name(_reduce_op(opts), tensors[0])
-        sizes, types = _call_sizes([[t] for t in tensors]), _call_dtypes([[t] for t in tensors])
+        sizes = _call_sizes([[t] for t in tensors])
         return self._coll(
             "all_reduce", nbytes(tensors), tensors[0], tensors, start, tensors, finalize=fin, redop=op_name,
-            group_sizes=sizes, group_dtypes=types,
+            group_sizes=sizes,
         )  # fmt: skip
 
     def broadcast(self, tensors: Any, opts: Any = None) -> PhantoraWork:
@@ -596,11 +587,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
                 self._data.allgather([ol], [i], AllgatherOptions()) for ol, i in zip(output_lists, inputs, strict=True)
             ]
 
-        sizes, types = _call_sizes(output_lists), _call_dtypes([[i] for i in inputs])
-        tensors = outs + list(inputs)
-        return self._coll(
-            "all_gather", nbytes(outs), inputs[0], tensors, start, outs, group_sizes=sizes, group_dtypes=types
-        )
+        sizes = _call_sizes(output_lists)
+        return self._coll("all_gather", nbytes(outs), inputs[0], outs + list(inputs), start, outs, group_sizes=sizes)
 
     def all_gather_single_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
@@ -609,11 +597,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             return [self._data._allgather_base(o, i, AllgatherOptions()) for o, i in zip(outputs, inputs, strict=True)]
 
         tensors, sizes = list(outputs) + list(inputs), _call_sizes([[o] for o in outputs])
-        types = _call_dtypes([[i] for i in inputs])
-        return self._coll(
-            "all_gather", nbytes(outputs), inputs[0], tensors, start, list(outputs), group_sizes=sizes,
-            group_dtypes=types,
-        )  # fmt: skip
+        return self._coll("all_gather", nbytes(outputs), inputs[0], tensors, start, list(outputs), group_sizes=sizes)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -666,10 +650,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         fin = _finisher(outputs, self.size(), how)
         tensors = list(outputs) + list(inputs)
         op_name = redop_name(_reduce_op(opts), inputs[0])
-        sizes, types = _call_sizes([[i] for i in inputs]), _call_dtypes([[i] for i in inputs])
+        sizes = _call_sizes([[i] for i in inputs])
         return self._coll(
             "reduce_scatter", nbytes(inputs), inputs[0], tensors, start, list(outputs), finalize=fin, redop=op_name,
-            group_sizes=sizes, group_dtypes=types,
+            group_sizes=sizes,
         )  # fmt: skip
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
@@ -1012,17 +996,26 @@ def register() -> None:
 
 
 _REPLACED = (None, "", "undefined", "nccl", "cuda:nccl", "cpu:gloo,cuda:nccl", "cuda:nccl,cpu:gloo")
+_GLOO = ("gloo", "cpu:gloo")  # phantora in phantom mode too (`_map_backend`)
 
 
-def _map_backend(backend: Any) -> Any:
-    """NCCL (alone, or as the CUDA half of ``"cuda:nccl,cpu:gloo"``) becomes phantora; plain gloo stays gloo.
+def _map_backend(backend: Any, phantom: bool = False) -> Any:
+    """NCCL (alone, or as the CUDA half of ``"cuda:nccl,cpu:gloo"``) becomes phantora; plain gloo stays gloo,
+    but in phantom mode, where it becomes phantora too: its ranks share no store to meet through (each has a
+    process-local one), so gloo's creation waited for its peers until the run's timeout, and phantom tensors
+    hold no data to move.
 
     A group with one backend per device is one phantora group: torch lets a Python process group
     stand for the whole group, so its CPU tensors (metadata) are simulated collectives too, whose
     data still moves over gloo in real mode.
     """
     text = "" if backend is None else str(backend).lower().replace(" ", "")
-    return BACKEND if backend is None or text in _REPLACED else backend
+    return BACKEND if backend is None or text in _REPLACED or (phantom and text in _GLOO) else backend
+
+
+def _phantom() -> bool:
+    s = _session.current()
+    return s is not None and s.phantom
 
 
 def use_as_default() -> None:
@@ -1044,7 +1037,7 @@ def use_as_default() -> None:
         if s is not None and s.phantom and not args and "store" not in kwargs and "init_method" not in kwargs:
             # phantom groups exchange nothing: a process-local store, no rendezvous with other processes
             kwargs.update(store=dist.HashStore(), rank=s.rank, world_size=s.world_size)
-        out = orig_init(_map_backend(backend), *args, **kwargs)
+        out = orig_init(_map_backend(backend, s is not None and s.phantom), *args, **kwargs)
         pg = c10d._get_default_group()
         if isinstance(pg, PhantoraProcessGroup):
             pg.torch_backend = backend_name.cuda_name(backend, kwargs.get("device_id"))
@@ -1054,9 +1047,9 @@ def use_as_default() -> None:
     def new_group(*args: Any, **kwargs: Any) -> Any:
         asked = kwargs.get("backend", args[2] if len(args) > 2 else None)
         if "backend" in kwargs:
-            kwargs["backend"] = _map_backend(kwargs["backend"])
+            kwargs["backend"] = _map_backend(kwargs["backend"], _phantom())
         elif len(args) > 2:
-            args = (*args[:2], _map_backend(args[2]), *args[3:])
+            args = (*args[:2], _map_backend(args[2], _phantom()), *args[3:])
         pg = orig_new(*args, **kwargs)
         if asked and isinstance(pg, PhantoraProcessGroup):  # no backend: the default group's name (name_of)
             pg.torch_backend = backend_name.cuda_name(asked)
