@@ -73,9 +73,11 @@ class ShardedFluid:
         self.exchanges = 0  # exchanges in which some shard worked
         self.together_ns = 0  # event ns stepped together (a held flow waited across shards)
         # Measurement only (bench_fluid_side.py --wire): each batch and its completions go through msgpack as a process
-        # split would send them, each side's encoding and decoding charged to that side's CPU (no pipe, no wake-up)
+        # split would send them (a flow's deps filtered to its shard's; a completion as id, start, end), each side's
+        # encoding and decoding charged to that side's CPU (no pipe, no wake-up)
         self.wire = False
         self.wire_bytes = 0
+        self._sent: dict[int, Flow] = {}  # (wire) flows sent, by id: a completion comes back as (id, start, end)
 
     # ----- what the hybrid sets and reads on its fluid engine, forwarded ----------------------------
     def _set_all(self, name: str, value: object) -> None:
@@ -172,7 +174,7 @@ class ShardedFluid:
         self._fresh = False
         cpu, worst = self.shard_cpu_s, 0.0
         for s, group in per.items():
-            sent = _pack_flows(group) if self.wire else None  # (this side's encoding: the driver's CPU)
+            sent = self._pack(group, s) if self.wire else None  # (this side's encoding: the driver's CPU)
             self.wire_bytes += len(sent or b"")
             t0 = time.process_time()
             self.shards[s].submit(group if sent is None else _unpack_flows(sent), at)
@@ -181,6 +183,33 @@ class ShardedFluid:
             worst = max(worst, dt)
         self.critical_cpu_s += worst
         self.exchanges += 1
+
+    def _pack(self, group: list[Flow], s: int) -> bytes:
+        """(wire) A batch as a process split would send it to shard `s`: each flow's fields with only the deps that
+        shard must wait on (unfinished there, or held here for it), a shared deps list filtered once."""
+        where, held, sent = self._where, self._held, self._sent
+        kept: dict[int, list[int]] = {}
+        rows = []
+        for f in group:
+            sent[f.id] = f
+            deps = f.deps
+            own = kept.get(id(deps))
+            if own is None:
+                own = [d for d in deps if where.get(d) == s or (d in held and held[d][2] == s)]
+                if len(deps) > 1:
+                    kept[id(deps)] = own
+            rows.append((f.id, f.src, f.dst, f.size, own, f.delay_ns, f.tag, f.priority, f.key, f.loss_budget,
+                         f.rate_bps, f.conn, f.queue))  # fmt: skip
+        return msgpack.packb(rows)
+
+    def _unpack_done(self, data: bytes) -> list[Completion]:
+        """(wire) A shard's completions as (id, start, end), made whole from the flows sent."""
+        sent = self._sent
+        out = []
+        for fid, start, end in msgpack.unpackb(data):
+            f = sent.pop(fid)
+            out.append(completion(fid, start, end, f.size, f.src, f.dst, f.tag))
+        return out
 
     def next_event_time(self) -> int | None:
         if not self._fresh:
@@ -222,7 +251,7 @@ class ShardedFluid:
             dt = time.process_time() - t0
             if sent is not None:
                 self.wire_bytes += len(sent)
-                done = _unpack_done(sent)
+                done = self._unpack_done(sent)
             cpu[i] += dt
             worst = max(worst, dt)
             for c in done:
@@ -310,29 +339,6 @@ class ShardedFluid:
         return out
 
 
-def _pack_flows(flows: list[Flow]) -> bytes:
-    return msgpack.packb(
-        [
-            (
-                f.id,
-                f.src,
-                f.dst,
-                f.size,
-                f.deps,
-                f.delay_ns,
-                f.tag,
-                f.priority,
-                f.key,
-                f.loss_budget,
-                f.rate_bps,
-                f.conn,
-                f.queue,
-            )
-            for f in flows
-        ]  # fmt: skip
-    )
-
-
 def _unpack_flows(data: bytes) -> list[Flow]:
     return [
         Flow(i, a, b, n, tuple(deps), delay, tag, prio, key, loss, rate, conn, queue)
@@ -341,11 +347,7 @@ def _unpack_flows(data: bytes) -> list[Flow]:
 
 
 def _pack_done(done: list[Completion]) -> bytes:
-    return msgpack.packb([(c.flow_id, c.start_ns, c.end_ns, c.size, c.src, c.dst, c.tag) for c in done])
-
-
-def _unpack_done(data: bytes) -> list[Completion]:
-    return [completion(*row) for row in msgpack.unpackb(data)]
+    return msgpack.packb([(c.flow_id, c.start_ns, c.end_ns) for c in done])
 
 
 def _add(groups: dict[int, list[Flow]], key: int, f: Flow) -> None:
