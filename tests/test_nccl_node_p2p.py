@@ -83,3 +83,18 @@ def test_sendrecv_perfs_socket_pairs_share_the_uplinks() -> None:
         nt.find_test("sendrecv_perf"), tuple(range(N)), size, "fp32", 0, topo, _opts(P2P_OFF), 0, "sr"
     )
     assert it.choice is not None and it.choice["peer_bw_gbs"] == pytest.approx(GEN5 / 2)
+
+
+def test_a_group_whose_pairs_start_apart_shares_the_uplink_from_the_later_start() -> None:
+    """A grouped send/recv 0 -> 1 of 96 MB with 1 -> 2 of the same group starting 1 ms later (8 H100s of one host,
+    P2P off): 0 -> 1 runs alone at 48 GB/s for 1 ms (48 MB), then both climb switch 0's uplink at 24 until 0 -> 1
+    ends at 3 ms: 96 MB / 3 ms = 32 GB/s (rated all at once: 24)."""
+    topo = rail_optimized(1, N, 2)
+    size = 96_000_000
+    comm = tuple(range(N))
+    base = Collective("send_recv", (0, 1), size, "fp32", None, comm, ((0, 1), (1, 2)))
+    late = Collective("send_recv", (0, 1), size, "fp32", None, comm, ((0, 1), (1, 2)), ((1, 2, 1_000_000, size),))
+    together = choose(base, topo, _opts(P2P_OFF))
+    apart = choose(late, topo, _opts(P2P_OFF))
+    assert together is not None and together.peer_bw == pytest.approx(GEN5 / 2)
+    assert apart is not None and apart.peer_bw == pytest.approx(size / 3e6)

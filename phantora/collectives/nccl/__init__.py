@@ -23,6 +23,7 @@ from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring
 from phantora.collectives.nccl.node_p2p import gpu_name, shm_pair_rates
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
+from phantora.collectives.nccl.pci_p2p import group_ends
 from phantora.collectives.nccl.platform import Platform, nccl_view, platform_of
 from phantora.collectives.nccl.redop import least_preferred, skipped
 from phantora.collectives.nccl.register import (
@@ -257,8 +258,8 @@ def _node_shm(
     coll: Collective, topo: Topology, p: Platform, comm: Platform | None, st: NcclSettings
 ) -> dict[tuple[int, int], float] | None:
     """The SHM pairs' rates (positions in `coll.ranks`) of a p2p call on NCCL nodes of NVLink hosts with P2P off
-    (`node_p2p.py`): an all-to-all's pairs inside one node, or a grouped send/recv's own pair with its group's in
-    flight (all at once); None elsewhere."""
+    (`node_p2p.py`): an all-to-all's pairs inside one node, or a grouped send/recv's own pair with its group's SHM
+    pairs in flight (their starts and bytes as `pci_p2p.group_ends` schedules them); None elsewhere."""
     if coll.kind == "all_to_all" and p.node_bw and p.nnodes > 1:
         n = len(coll.ranks)
         nodes = [topo.node_of_rank(r) for r in coll.ranks]
@@ -270,8 +271,19 @@ def _node_shm(
     own = (at[coll.ranks[0]], at[coll.ranks[1]])
     group = list(_inflight(coll)) or [own]
     nodes = [topo.node_of_rank(r) for r in coll.comm]
-    rates = shm_pair_rates(topo, nodes, group, st, gpu_name(topo), comm.gpu_intra_bw)
-    return {(0, 1): rates[own]} if own in rates else None
+    gpu = gpu_name(topo)
+    rates = shm_pair_rates(topo, nodes, group, st, gpu, comm.gpu_intra_bw)
+    if own not in rates:
+        return None
+    at_of = _inflight_at(coll)
+    if any(p in rates for p in at_of):  # the group's SHM pairs start apart or move other bytes
+        starts = {p: float(at_of.get(p, (0, coll.nbytes))[0]) for p in rates}
+        sizes = {p: float(at_of.get(p, (0, coll.nbytes))[1]) for p in rates}
+        starts[own], sizes[own] = 0.0, float(coll.nbytes)
+        end = group_ends(lambda run: shm_pair_rates(topo, nodes, run, st, gpu, comm.gpu_intra_bw), starts, sizes)
+        if end[own] > 0:
+            return {(0, 1): coll.nbytes / end[own]}
+    return {(0, 1): rates[own]}
 
 
 def _inflight(coll: Collective) -> tuple[tuple[int, int], ...]:
