@@ -188,3 +188,26 @@ def test_a_live_mixed_dtype_block_runs_as_its_aggregates(tmp_path):
     assert all(float(ln[2]) == pytest.approx(mixed, rel=0.005) for ln in lines)
     colls = [n for p in graph.programs for n in p.nodes if isinstance(n, Coll) and n.kind == "all_reduce"]
     assert colls and all(n.group_dtypes == ("fp32", "bf16") for n in colls)
+
+
+@pytest.mark.ns3
+@pytest.mark.parametrize(
+    ("sizes", "types", "env"),
+    [
+        ((MiB, MiB), ("fp32", "bf16"), {}),  # two Ring LL aggregates, one a type
+        ((128 * KiB, MiB), ("fp32", "fp32"), {}),  # two Ring LL aggregates of one type, 8 x apart (2.22+)
+        ((4 * KiB, 4 * KiB), ("fp32", "fp32"), {"PHANTORA_NCCL_REGISTER": "2", "PHANTORA_NCCL_VERSION": "2.28.3"}),
+    ],
+)
+def test_groups_take_the_same_time_through_ns3(ns3_lib, sizes, types, env):
+    """A group's flows on an idle 8-H100 host through both engines: every flow's bytes, and ns-3's end within 6 % of
+    the flow network's at the packets' goodput. Aggregates kept apart run on the same channels here, each on its own
+    connections: on shared ones ns-3 sent the capped aggregates one after another (1 MiB fp32 + 1 MiB bf16: 67.1
+    against 41.0 us)."""
+    from tests.engine_pair import flow_and_ns3_end_ns
+
+    kw = {"group_dtypes": types} if len(set(types)) > 1 else {}
+    coll = Collective("all_reduce", RANKS, sum(sizes), types[0], group_sizes=sizes, **kw)
+    dag = decompose(coll, H100, opts(**env))
+    times = flow_and_ns3_end_ns(H100, dag.flows)
+    assert times["ns3"] == pytest.approx(times["flow"], rel=0.06)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -166,7 +167,10 @@ def _aggregates_dag(
     """One group's aggregates in one launch: each decomposed with its own choice, all started together. NCCL deals
     their traffic over the plan's channels, so the group's bandwidth time is the sum of theirs (bytes / algbw each):
     each aggregate's flows are capped to spread its bytes over that sum, not over its own time. The choice recorded
-    is the largest aggregate's, with the group's calls and every aggregate's pick."""
+    is the largest aggregate's, with the group's calls and every aggregate's pick. The aggregates run on the same
+    channels here (from channel 0 each, where NCCL deals them one after another), so an aggregate after the first
+    has its own connection ids (`_apart`): the packet engine runs one connection's messages in turn, which would
+    put the capped aggregates one after another there and double their time against the flow engine's."""
     dags: list[FlowDag] = []
     next_id = first_flow_id
     for i, part in enumerate(parts):
@@ -177,11 +181,12 @@ def _aggregates_dag(
     total = sum(times)
     flows: list[Flow] = []
     last: dict[int, list[int]] = {}
-    for dag, t in zip(dags, times, strict=True):
+    for i, (dag, t) in enumerate(zip(dags, times, strict=True)):
         scale = t / total if total > 0 else 1.0
-        flows.extend(
-            dataclasses.replace(f, rate_bps=math.ceil(f.rate_bps * scale)) if f.rate_bps else f for f in dag.flows
-        )
+        for f in dag.flows:
+            if f.rate_bps:
+                f = dataclasses.replace(f, rate_bps=math.ceil(f.rate_bps * scale))
+            flows.append(dataclasses.replace(f, conn=_apart(f.conn, i)) if i and f.conn else f)
         for r, ids in dag.rank_last.items():
             last.setdefault(r, []).extend(ids)
     for r in parts[0].ranks:
@@ -199,6 +204,12 @@ def _aggregates_dag(
         for p, d in zip(parts, dags, strict=True)
     ]
     return FlowDag(flows, last, next_id, choice)
+
+
+def _apart(conn: int, index: int) -> int:
+    """Aggregate `index`'s own id for connection `conn` (stable across processes, never 0)."""
+    text = f"{conn}:agg{index}"
+    return (int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1) | 1
 
 
 def _bandwidth_ns(part: Collective, dag: FlowDag) -> float:
