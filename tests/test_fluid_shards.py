@@ -109,6 +109,7 @@ def test_the_hybrid_over_fluid_shards_is_the_hybrid_over_one_fluid_engine(
         assert [r.bytes for r in fluid.channel_usage()] == [r.bytes for r in base.fluid.channel_usage()]
         assert [r.busy_ns for r in fluid.channel_usage()] == [r.busy_ns for r in base.fluid.channel_usage()]
         assert (fluid.wire_bytes > 0) == wire
+        assert split.stats()["fluid_shards"]["shards"] == shards  # (the hybrid's stats carry the split's)
     assert across > 20  # (fluid flows waiting on fluid flows of another shard, often)
 
 

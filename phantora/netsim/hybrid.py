@@ -539,6 +539,8 @@ class FluidNvlinkSimulator:
         out["fluid_flows"] = self._fluid_flows
         out["fluid_events"] = fluid.get("events", 0)
         out["hybrid_steps"] = self._steps
+        if "fluid_shards" in fluid:  # (the fluid side split by host: `phantora.netsim.fluid_shards`)
+            out["fluid_shards"] = fluid["fluid_shards"]
         used = out.get("approximations")
         used = list(used) if isinstance(used, list) else []
         out["approximations"] = used if "nvlink=fluid" in used else ["nvlink=fluid", *used]
