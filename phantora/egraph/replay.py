@@ -78,6 +78,7 @@ class Instance:
     redop: str = "sum"  # a reducing collective's reduction (Collective.redop)
     nccl_env: NcclEnv | None = None  # its communicator's NCCL_* where the live program set its own (Coll.nccl_env)
     group_sizes: tuple[int, ...] = ()  # a coalesced call's calls' bytes (Coll.group_sizes)
+    group_dtypes: tuple[str, ...] = ()  # their dtypes where they differ (Coll.group_dtypes)
     issue: dict[int, int] = field(default_factory=dict)  # rank -> issue marker
     start: int = -1  # start marker, once launched
     flows: range = range(0)
@@ -466,15 +467,15 @@ class _Planner:
         group = run.slots[n.slot]
         if isinstance(n, Coll):
             key: tuple[Any, ...] = ("c", group, n.seq) + ((n.pg,) if n.pg else ())  # a recording's before pg: 0
-            sig = (n.kind, n.nbytes, n.dtype, n.root, n.redop, n.group_sizes)
+            sig = (n.kind, n.nbytes, n.dtype, n.root, n.redop, n.group_sizes, n.group_dtypes)
         else:
             key = ("p", group[0], group[1], n.tag, n.seq) + ((n.pg,) if n.pg else ())
-            sig = ("send_recv", n.nbytes, "uint8", None, "sum", ())
+            sig = ("send_recv", n.nbytes, "uint8", None, "sum", (), ())
         inst = self.instances.get(key)
         if inst is None:
-            inst = Instance(key, sig[0], group, sig[1], sig[2], sig[3], sig[4], group_sizes=sig[5])
+            inst = Instance(key, sig[0], group, *sig[1:5], group_sizes=sig[5], group_dtypes=sig[6])
             self.instances[key] = inst
-        elif (inst.kind, inst.nbytes, inst.dtype, inst.root, inst.redop, inst.group_sizes) != sig:
+        elif (inst.kind, inst.nbytes, inst.dtype, inst.root, inst.redop, inst.group_sizes, inst.group_dtypes) != sig:
             first = min(inst.issue)
             raise InputError(
                 f"collective mismatch on {inst.label()}: rank {first} issued {inst.kind} of {inst.nbytes} B "
@@ -549,8 +550,9 @@ class _Planner:
         inst.start = self.marker(anchor, gate, 0, f"c{len(self.order)}/start")
         first = len(self.flows)
         coll = self.grouped(inst) or Collective(
-            inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root, redop=inst.redop, group_sizes=inst.group_sizes
-        )
+            inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root, redop=inst.redop, group_sizes=inst.group_sizes,
+            group_dtypes=inst.group_dtypes,
+        )  # fmt: skip
         opts = self.opts.of(inst.nccl_env)
         dag = self.dags.gated(coll, opts, first, self.tag(inst), (inst.start,))
         self.flows.extend(dag.flows)

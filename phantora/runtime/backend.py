@@ -73,6 +73,13 @@ def _call_sizes(calls: Sequence[Sequence[torch.Tensor]]) -> tuple[int, ...]:
     return tuple(nbytes(c) for c in calls) if len(calls) > 1 else ()
 
 
+def _call_dtypes(calls: Sequence[Sequence[torch.Tensor]]) -> tuple[str, ...]:
+    """Each NCCL call's dtype of a coalesced call where they differ (NCCL aggregates a group's calls per type);
+    () where all are the first's."""
+    names = tuple(dtype_name(c[0]) for c in calls if c)
+    return names if len(set(names)) > 1 and len(names) == len(calls) else ()
+
+
 def _flat(x: Any) -> list[torch.Tensor]:
     if isinstance(x, torch.Tensor):
         return [x]
@@ -430,6 +437,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         values: Callable[[], Callable[[], None] | None] | None = None,
         redop: str = "sum",
         group_sizes: Sequence[int] = (),
+        group_dtypes: Sequence[str] = (),
     ) -> PhantoraWork:
         self._alive(self._stream)
         if self._gloo is None:  # phantom mode: timing only, and the values of small integer tensors (tensor_values)
@@ -457,6 +465,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             redop=redop,
             pg=self._pg,
             group_sizes=group_sizes,
+            group_dtypes=group_dtypes,
         )
         if grouped:
             self._p2p_group(None)
@@ -518,10 +527,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
         fin = _finisher(tensors, self.size(), how)
         op_name = redop_name(_reduce_op(opts), tensors[0])
-        sizes = _call_sizes([[t] for t in tensors])
+        sizes, types = _call_sizes([[t] for t in tensors]), _call_dtypes([[t] for t in tensors])
         return self._coll(
             "all_reduce", nbytes(tensors), tensors[0], tensors, start, tensors, finalize=fin, redop=op_name,
-            group_sizes=sizes,
+            group_sizes=sizes, group_dtypes=types,
         )  # fmt: skip
 
     def broadcast(self, tensors: Any, opts: Any = None) -> PhantoraWork:
@@ -587,8 +596,11 @@ class PhantoraProcessGroup(dist.ProcessGroup):
                 self._data.allgather([ol], [i], AllgatherOptions()) for ol, i in zip(output_lists, inputs, strict=True)
             ]
 
-        sizes = _call_sizes(output_lists)
-        return self._coll("all_gather", nbytes(outs), inputs[0], outs + list(inputs), start, outs, group_sizes=sizes)
+        sizes, types = _call_sizes(output_lists), _call_dtypes([[i] for i in inputs])
+        tensors = outs + list(inputs)
+        return self._coll(
+            "all_gather", nbytes(outs), inputs[0], tensors, start, outs, group_sizes=sizes, group_dtypes=types
+        )
 
     def all_gather_single_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
@@ -597,7 +609,11 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             return [self._data._allgather_base(o, i, AllgatherOptions()) for o, i in zip(outputs, inputs, strict=True)]
 
         tensors, sizes = list(outputs) + list(inputs), _call_sizes([[o] for o in outputs])
-        return self._coll("all_gather", nbytes(outputs), inputs[0], tensors, start, list(outputs), group_sizes=sizes)
+        types = _call_dtypes([[i] for i in inputs])
+        return self._coll(
+            "all_gather", nbytes(outputs), inputs[0], tensors, start, list(outputs), group_sizes=sizes,
+            group_dtypes=types,
+        )  # fmt: skip
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -650,10 +666,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         fin = _finisher(outputs, self.size(), how)
         tensors = list(outputs) + list(inputs)
         op_name = redop_name(_reduce_op(opts), inputs[0])
-        sizes = _call_sizes([[i] for i in inputs])
+        sizes, types = _call_sizes([[i] for i in inputs]), _call_dtypes([[i] for i in inputs])
         return self._coll(
             "reduce_scatter", nbytes(inputs), inputs[0], tensors, start, list(outputs), finalize=fin, redop=op_name,
-            group_sizes=sizes,
+            group_sizes=sizes, group_dtypes=types,
         )  # fmt: skip
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
