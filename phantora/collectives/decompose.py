@@ -72,7 +72,11 @@ def decompose(
     base = topo
     if opts.model == "nccl":  # NCCL's nodes: a host's sockets apart where its GPU pairs run NET (net_split.py)
         topo = nccl_view(topo, coll.comm or coll.ranks, nccl_settings(opts))
-    if choice is not None and choice.works > 1 and not coll.group_sizes:  # a group's calls: their bytes together
+    calls = 1  # p2p: the operations each transfer is, one after another on one call's channels (p2p_calls.py)
+    if choice is not None and choice.works > 1 and coll.kind in P2P_KINDS:
+        calls = choice.works
+        coll = dataclasses.replace(coll, nbytes=coll.nbytes * calls, group_calls=1)
+    elif choice is not None and choice.works > 1 and not coll.group_sizes:  # a group's calls: their bytes together
         sizes = (coll.nbytes,) * choice.works
         coll = dataclasses.replace(coll, nbytes=sum(sizes), group_calls=1, group_sizes=sizes)
     nodes = [topo.node_of_rank(r) for r in coll.ranks]
@@ -88,7 +92,7 @@ def decompose(
     n = coll.size
     if n == 1 or (coll.nbytes == 0 and coll.kind != "barrier"):
         return b.finish()
-    _build(b, coll, topo, opts, nodes, choice.kernel if choice is not None else "")
+    _build(b, coll, topo, opts, nodes, choice.kernel if choice is not None else "", calls)
     dag = b.finish()
     if topo is not base:
         dag.flows = through_nics(dag.flows, topo, base)
@@ -247,9 +251,10 @@ def _p2p_channel_map(coll: Collective, topo: Topology, opts: AlgoOptions) -> Cha
     return channels
 
 
-def _p2p_chunk(coll: Collective, topo: Topology, opts: AlgoOptions) -> ChunkOf | None:
+def _p2p_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, calls: int = 1) -> ChunkOf | None:
     """NCCL's step of each p2p transfer (`chunking.p2p_chunk_bytes`: the communicator's p2p chunk, smaller for a
-    small transfer to a peer on another host); None outside the NCCL model (one flow a part)."""
+    small transfer to a peer on another host; a transfer of `calls` operations: one operation's); None outside the
+    NCCL model (one flow a part)."""
     if opts.model != "nccl":
         return None
     comm = coll.comm or coll.ranks
@@ -258,7 +263,7 @@ def _p2p_chunk(coll: Collective, topo: Topology, opts: AlgoOptions) -> ChunkOf |
     hosts = [_host_key(topo, topo.node_of_rank(r)) for r in coll.ranks]
 
     def chunk(src: int, dst: int, nbytes: int) -> int:
-        return p2p_chunk_bytes(opts.protocol, on, st, nbytes, network=hosts[src] != hosts[dst])
+        return p2p_chunk_bytes(opts.protocol, on, st, nbytes // calls, network=hosts[src] != hosts[dst])
 
     return chunk
 
@@ -365,7 +370,13 @@ def _host_key(topo: Topology, node: int) -> str:
 
 
 def _build(
-    b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int], kernel: str = ""
+    b: DagBuilder,
+    coll: Collective,
+    topo: Topology,
+    opts: AlgoOptions,
+    nodes: list[int],
+    kernel: str = "",
+    calls: int = 1,
 ) -> None:
     """Add the flows of `coll` with resolved options `opts` to `b` (`kernel`: NCCL's symmetric kernel, algorithm
     "sym")."""
@@ -449,12 +460,12 @@ def _build(
             name="a2a",
             relay=relay,
             channel_map=cmap,
-            chunk=_p2p_chunk(coll, topo, opts) if chunked else None,
+            chunk=_p2p_chunk(coll, topo, opts, calls) if chunked else None,
             window=_steps_in_flight(opts),
             depth=_net_p2p_depth(coll, topo, opts, ch, cmap, relay) if chunked and not pairwise else None,
         )
     else:
         relay = pxn_relay(topo, nodes, blocks, opts) or comm_relay(b, topo, coll, opts)
         cmap = _p2p_channel_map(coll, topo, opts)
-        chunk = _p2p_chunk(coll, topo, opts) if chunked else None
+        chunk = _p2p_chunk(coll, topo, opts, calls) if chunked else None
         send_recv(b, coll.nbytes, ch, opts.step_latency_ns, "p2p", relay, cmap, chunk, _steps_in_flight(opts))

@@ -93,7 +93,8 @@ class Collective:
     # nccl-tests' -m: the equal calls of this collective's NCCL group, itself among them (nbytes: one call's), run as
     # one launch: one symmetric kernel (2.28+, nccl/register.py; 2.27 runs none symmetric), else NCCL's legacy
     # kernels on the calls' aggregate, its tuner's choice for their total (nccl/coll_group.py). The choice's `works`
-    # says so and its flows carry them all (decompose.py); all-to-all and send/recv take no group_calls
+    # says so and its flows carry them all (decompose.py); an all-to-all's or send/recv's calls are each peer's
+    # operations one after another on one call's channels, in one launch (nccl/p2p_calls.py)
     group_calls: int = 1
     # the bytes of each call of its NCCL group, given one by one (a torch coalesced call: its tensors'; decompose
     # sets it for group_calls too), all of this kind and reduction; nbytes is their sum. () for a lone call

@@ -326,16 +326,16 @@ def build_iteration(
     in one NCCL group on the test's communicator (n send_recv collectives, one per pair, on `ranks`' p2p channels
     and connections); the others: one collective over `ranks`. `sent`: the run's network connections' message
     counters (None: this call's alone). `calls`: -m's calls in the call's NCCL group (Collective.group_calls; run
-    as one where NCCL runs them as one kernel, runs_as_one). The choice recorded is the one of NCCL's model's
-    longest time: sendrecv's group is one launch with every pair in flight, so its slowest pair (one across nodes)
-    bounds the call."""
+    as one where NCCL runs them in one launch, runs_as_one; sendrecv's pairs each take them). The choice recorded
+    is the one of NCCL's model's longest time: sendrecv's group is one launch with every pair in flight, so its
+    slowest pair (one across nodes) bounds the call."""
     n = len(ranks)
     if spec.kind == "send_recv":
         pairs = [(ranks[i], ranks[(i + 1) % n]) for i in range(n)] if n > 1 else []  # n == 1: a local copy
         comm = tuple(ranks)
         group = tuple(pairs)  # one NCCL group: every pair in flight at once
         colls = [
-            (Collective("send_recv", pair, nbytes, dtype, None, comm, group), f"{tag}/r{i}")
+            (Collective("send_recv", pair, nbytes, dtype, None, comm, group, group_calls=calls), f"{tag}/r{i}")
             for i, pair in enumerate(pairs)
         ]
     else:
@@ -488,18 +488,23 @@ def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
         got = _call(bench, sim, nbytes, f"nccl/{size}/w{i}")[1]
         choice = choice or got
     times: list[int] = []
-    # -m under -R 2 (NCCL 2.28+): the group's calls are one symmetric kernel on their total (symmetric_sched.cc)
-    one = bench.agg > 1 and bench.spec.kind != "send_recv" and nbytes > 0
+    # -m: the group's calls in one launch (runs_as_one): one symmetric kernel on their total (symmetric_sched.cc),
+    # one legacy aggregate (coll_group.py), or each peer's p2p operations in turn (p2p_calls.py)
+    one = bench.agg > 1 and nbytes > 0 and len(bench.ranks) > 1
     if one:
         dtype = DATATYPES[bench.datatype][0]
-        coll = _collective(bench.spec, bench.ranks, nbytes, dtype, bench.root, bench.op, bench.agg)
+        spec = bench.spec
+        ranks = bench.ranks if spec.kind != "send_recv" else bench.ranks[:2]
+        coll = Collective(spec.kind, tuple(ranks), nbytes, dtype, group_calls=bench.agg)
+        if spec.kind != "send_recv":
+            coll = _collective(spec, bench.ranks, nbytes, dtype, bench.root, bench.op, bench.agg)
         one = runs_as_one(coll, bench.topo, bench.opts)
     measured = None  # the measured calls' choice: in a group of -m calls NCCL may choose otherwise than for one
     for i in range(bench.iters):
         total = 0
         for a in range(1 if one else bench.agg):
             tag = f"nccl/{size}/i{i}" + (f".{a}" if bench.agg > 1 and not one else "")
-            elapsed, got = _call(bench, sim, nbytes, tag, bench.agg)
+            elapsed, got = _call(bench, sim, nbytes, tag, bench.agg if one else 1)
             total += elapsed
             measured = measured or got
         times.append(total)

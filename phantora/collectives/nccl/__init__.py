@@ -23,6 +23,7 @@ from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring
 from phantora.collectives.nccl.node_p2p import gpu_name, shm_pair_rates
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
+from phantora.collectives.nccl.p2p_calls import grouped_calls
 from phantora.collectives.nccl.pci_p2p import group_ends
 from phantora.collectives.nccl.platform import Platform, nccl_view, platform_of
 from phantora.collectives.nccl.redop import least_preferred, skipped
@@ -88,14 +89,16 @@ def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSetting
         comm = comm_platform(coll, topo, st) if coll.comm else None
         grouped = coll.in_flight is not None
         if comm is not None and comm.pci is None and comm.intra == "nvlink" and p.intra == "nvlink" and grouped:
-            return _p2p_registered(_grouped(coll, topo, comm, st, opts.protocol), p, comm, st)  # its NCCL group's
+            got = _grouped(coll, topo, comm, st, opts.protocol)  # its NCCL group's
+            return grouped_calls(_p2p_registered(got, p, comm, st), coll.group_calls)
         on = p if comm is None or comm.pci is None or p.pci is None else _with_comm_gpus(p, comm.pci.comm_gpus)
         nodes = tuple(topo.node_of_rank(r) for r in coll.ranks)
         group = _inflight(coll) if comm is not None and comm.pci is not None and on.pci is not None else ()
         at = _inflight_at(coll) if group else {}
         shm = _node_shm(coll, topo, p, comm, st)
         got = p2p_choice(coll, on, st, opts.protocol, comm, nodes, group, at, shm)
-        return _p2p_registered(_with_transports(got, on, coll.kind), p, comm or p, st)
+        got = _p2p_registered(_with_transports(got, on, coll.kind), p, comm or p, st)
+        return grouped_calls(got, coll.group_calls)  # -m's calls: their operations to each peer in turn
     if opts.algorithm == "auto" and opts.protocol == "auto" and _sym_op(coll):
         sym = sym_choice(coll, p, st)  # -R 2: NCCL's symmetric kernels bypass its tuner (register.py)
         if sym is not None:
@@ -159,9 +162,9 @@ def _group_pipe_ops(coll: Collective, sizes: tuple[int, ...], p: Platform, st: N
 
 def runs_as_one(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:
     """Whether NCCL runs `coll`'s `group_calls` equal calls of one group as one launch on their total: the symmetric
-    kernels from 2.28 (symmetric_sched.cc), and its legacy kernels for every collective but all-to-all, one
-    aggregate on one plan (enqueue.cc, coll_group.py); else (all-to-all, send/recv, the ideal model) they run one by
-    one. Raises where the group is not modelled."""
+    kernels from 2.28 (symmetric_sched.cc), its legacy kernels for every other collective, one aggregate on one
+    plan (enqueue.cc, coll_group.py), and all-to-all's and send/recv's operations to each peer one after another in
+    one plan (p2p_calls.py); else (the ideal model) they run one by one. Raises where the group is not modelled."""
     if coll.group_calls < 2:
         return False
     if opts.model != "nccl" or coll.size < 2:
@@ -173,6 +176,8 @@ def runs_as_one(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:
             raise InputError("copy-engine collectives in a group of several calls are not modelled", field="-m")
         if _sym_op(coll) and sym_choice(coll, p, st) is not None:
             return True
+    if coll.kind in ("all_to_all", "send_recv"):  # one plan: each peer's calls in turn (p2p_calls.py)
+        return opts.algorithm in ("auto", "direct")
     return coll.kind in coll_group.KINDS
 
 
