@@ -12,6 +12,7 @@ import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl import choose, runs_as_one
+from phantora.errors import InputError
 from phantora.netsim.flow import FlowSimulator
 from tests.test_nccl_multinode import hosts
 from tests.test_nccl_symmetric import H100, RANKS, KiB, MiB, opts
@@ -84,6 +85,11 @@ def test_outside_nccls_model_the_calls_run_one_after_another():
     assert runs_as_one(coll, H100, AlgoOptions())
     assert not runs_as_one(coll, H100, AlgoOptions(model="ideal"))
     assert not runs_as_one(coll, H100, AlgoOptions(algorithm="pairwise"))
+
+
+def test_too_many_calls_in_one_group_are_refused_in_one_line():
+    with pytest.raises(InputError, match="not modelled"):
+        decompose(Collective("all_to_all", RANKS, KiB, "fp32", group_calls=1025), H100, opts())
 
 
 def _table(argv: list[str], out) -> list[dict]:

@@ -14,15 +14,22 @@ from __future__ import annotations
 import dataclasses
 
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.coll_group import MAX_CALLS
 from phantora.collectives.nccl.tuning import Choice
+from phantora.errors import InputError
 
 
 def grouped_calls(one: Choice, calls: int) -> Choice:
     """The choice of `calls` equal p2p calls in one NCCL group, from `one` (a call's choice alone): the launch
     (`BASE_LAT` of its protocol) once, the rest of its latency (a step over the link, the proxy's ops) and its
-    bandwidth time once per call; its channels, protocol, rates and algorithm bandwidth are one call's."""
+    bandwidth time once per call; its channels, protocol, rates and algorithm bandwidth are one call's. More than
+    `coll_group.MAX_CALLS` calls (where NCCL's plan budget would start another launch) are refused."""
     if calls < 2:
         return one
+    if calls > MAX_CALLS:
+        raise InputError(
+            f"{calls} p2p calls in one NCCL group: more than {MAX_CALLS} (one launch) are not modelled", field="-m"
+        )
     launch = T.BASE_LAT["ring"][T.PROTOCOLS.index(one.protocol)]
     per_op = max(0.0, one.lat_us - launch)
     lat = launch + calls * per_op
