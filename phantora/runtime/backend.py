@@ -50,6 +50,7 @@ from phantora.runtime.unowned_gloo import UnownedGloo
 
 BACKEND = "phantora"
 CUDA_NAME = "nccl"  # what a phantora group calls itself: the backend of the CUDA requests it serves
+GLOO_NAME = "gloo"  # a plain gloo group's name (`gloo_sync`), as ProcessGroupGloo's
 ReduceOp = dist.ReduceOp
 
 _DTYPES: dict[torch.dtype, str] = {}  # the short names of the dtypes seen so far
@@ -299,6 +300,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._sync = False  # the call being issued is async_op=False: it runs on the caller's current CUDA stream
         self._nccl_env = program_nccl_env(session.nccl_env_at_start)  # NCCL_* the program set before creating it
         self._gloo: UnownedGloo | None = None
+        # a plain gloo group of real mode (`new_group(backend="gloo")`): its calls are host-side synchronisations of
+        # zero network bytes, each member leaving at the latest member's issue (`_map_backend`)
+        self.gloo_sync = False
         # real mode's sends and receives, off the rank's thread until their pair is connected (gloo_lanes.py)
         self._pairs = PairLanes(timeout.total_seconds(), self._ranks)
         if not session.phantom:
@@ -318,8 +322,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:  # noqa: N802 - the C++ name
         """The name `_get_backend_name()` gives a CUDA request's group, "nccl" (its default backend type is NCCL for
-        "nccl", "cpu:gloo,cuda:nccl" and a bare request on a CUDA host); torch's own map still says phantora."""
-        return CUDA_NAME
+        "nccl", "cpu:gloo,cuda:nccl" and a bare request on a CUDA host), "gloo" for a plain gloo group's; torch's own
+        map still says phantora."""
+        return GLOO_NAME if self.gloo_sync else CUDA_NAME
 
     def _get_backend(self, device: Any) -> PhantoraProcessGroup:
         """The backend for `device`: this group serves every device. torch asks when a program binds its
@@ -357,6 +362,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             store, members.index(self.rank()), len(members), timeout or self._timeout, global_ranks, self._s
         )
         g.torch_backend = self.torch_backend
+        g.gloo_sync = self.gloo_sync
         g._set_group_name(dist.distributed_c10d.GroupName(group_name))
         g._set_group_desc(group_desc or f"{self.group_desc}:split:{self._splits}")
         return g
@@ -378,8 +384,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         """torch numbers a split group's collectives through its backend; phantora tracks its own."""
 
     def name(self) -> str:
-        """ProcessGroupNCCL's name, as `group._get_backend(cuda).name()` answers (DeviceMesh compares it)."""
-        return CUDA_NAME
+        """ProcessGroupNCCL's name, as `group._get_backend(cuda).name()` answers (DeviceMesh compares it); a plain
+        gloo group's is ProcessGroupGloo's."""
+        return GLOO_NAME if self.gloo_sync else CUDA_NAME
 
     def setGroupName(self, name: str) -> None:  # noqa: N802
         self._name = name
@@ -412,7 +419,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def _work(self, p: Pending, result: list[torch.Tensor]) -> PhantoraWork:
         if self._coalescing is not None:
             self._coalescing.append(p)
-        return PhantoraWork(self._s, [p], result, group=self)
+        return PhantoraWork(self._s, [p], result, host=self.gloo_sync, group=self)
 
     def _alive(self, stream: int | None) -> None:
         """Refuse a call on a communicator (NCCL stream) that a wait past its timeout aborted (`PhantoraWork.wait`),
@@ -440,6 +447,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         group_dtypes: Sequence[str] = (),
     ) -> PhantoraWork:
         self._alive(self._stream)
+        if self.gloo_sync:  # a plain gloo group: a synchronisation, no network bytes (`_map_backend`)
+            return self._work(self._s.issue(**_sync_call(self, kind, tensors, start, finalize, name)), result)
         if self._gloo is None:  # phantom mode: timing only, and the values of small integer tensors (tensor_values)
             start = _nothing
             finalize = values() if values is not None else None  # the values are posted here, before the issue
@@ -793,6 +802,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
     # ----- point to point, barrier, coalescing --------------------------------------------------------
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> PhantoraWork:
+        if self.gloo_sync:
+            start = self._p2p_start(tensors, dst, tag)
+            return self._work(self._s.issue_p2p(**_sync_p2p(self, dst, True, tag, tensors, start)), tensors)
         self._alive(self._stream if self._p2p_open or EAGER_INIT[0] else self._pair_streams.get(dst))
         lone = self._lone_on_group()
         stream, launch = self._p2p_stream(dst)
@@ -819,6 +831,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         return self._work(p, tensors)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> PhantoraWork:
+        if self.gloo_sync:
+            start = lambda: [self._pairs.start(src, lambda: self._data.recv(tensors, src, tag))]  # noqa: E731
+            return self._work(self._s.issue_p2p(**_sync_p2p(self, src, False, tag, tensors, start)), tensors)
         self._alive(self._stream if self._p2p_open or EAGER_INIT[0] else self._pair_streams.get(src))
         lone = self._lone_on_group()
         stream, launch = self._p2p_stream(src)
@@ -893,7 +908,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         pending, self._coalescing = self._coalescing or [], None
         self._launch = None
         self._p2p_group(None)
-        return PhantoraWork(self._s, pending, [], group=self)
+        return PhantoraWork(self._s, pending, [], host=self.gloo_sync, group=self)
 
     def _lone_on_group(self) -> bool:
         """Under eager init (`init_process_group(device_id=...)`) ProcessGroupNCCL runs even a lone send/recv on
@@ -940,6 +955,35 @@ _COLLECTIVES = (
     "send",
     "recv",
 )
+
+
+def _sync_call(
+    g: PhantoraProcessGroup,
+    kind: str,
+    tensors: list[torch.Tensor],
+    start: Callable[[], list[Any]],
+    finalize: Callable[[], None] | None,
+    name: str | None,
+) -> dict[str, Any]:
+    """`RankSession.issue`'s arguments for a plain gloo group's collective (real mode): gloo moves the data (`start`),
+    and the network sees a synchronisation of zero bytes, named `gloo_<kind>`, that ends at its latest member's issue
+    (the coordinator's collective with no flows), following no CUDA stream (`host`)."""
+    return dict(
+        kind=kind, name=f"gloo_{name or kind}", group=g.global_ranks, nbytes=0, dtype="uint8", root=None,
+        tensors=tensors, start_inner=start, finalize=finalize, stream=g._stream, pg=g._pg, host=True,
+    )  # fmt: skip
+
+
+def _sync_p2p(
+    g: PhantoraProcessGroup, peer: int, is_send: bool, tag: int, tensors: list[torch.Tensor], start: Any
+) -> dict[str, Any]:
+    """`RankSession.issue_p2p`'s arguments for a plain gloo group's send or recv (real mode): zero network bytes, done
+    once both ends have issued it (gloo's send completes once its receiver has posted the receive)."""
+    stream, _ = g._p2p_stream(peer)
+    return dict(
+        peer=g.global_ranks[peer], is_send=is_send, tag=tag, nbytes=0, tensors=tensors, start_inner=start,
+        stream=stream, pg=g._pair_pg(g.global_ranks[peer]), host=True,
+    )  # fmt: skip
 
 
 def _find_wrappers(x: Any, into: dict[int, torch.Tensor]) -> None:
@@ -1015,18 +1059,20 @@ _REPLACED = (None, "", "undefined", "nccl", "cuda:nccl", "cpu:gloo,cuda:nccl", "
 _GLOO = ("gloo", "cpu:gloo")  # phantora in phantom mode too (`_map_backend`)
 
 
-def _map_backend(backend: Any, phantom: bool = False) -> Any:
+def _map_backend(backend: Any, phantom: bool = False, groups: bool = False) -> Any:
     """NCCL (alone, or as the CUDA half of ``"cuda:nccl,cpu:gloo"``) becomes phantora; plain gloo stays gloo,
     but in phantom mode, where it becomes phantora too: its ranks share no store to meet through (each has a
     process-local one), so gloo's creation waited for its peers until the run's timeout, and phantom tensors
-    hold no data to move.
+    hold no data to move. A new group (`groups`) of plain gloo becomes phantora in real mode too, a `gloo_sync`
+    one: a rank blocked in a gloo call the coordinator knew nothing of kept the network from passing its clock
+    while its peer waited for a simulated call, and the run hung.
 
     A group with one backend per device is one phantora group: torch lets a Python process group
     stand for the whole group, so its CPU tensors (metadata) are simulated collectives too, whose
     data still moves over gloo in real mode.
     """
     text = "" if backend is None else str(backend).lower().replace(" ", "")
-    return BACKEND if backend is None or text in _REPLACED or (phantom and text in _GLOO) else backend
+    return BACKEND if backend is None or text in _REPLACED or ((phantom or groups) and text in _GLOO) else backend
 
 
 def _phantom() -> bool:
@@ -1063,12 +1109,13 @@ def use_as_default() -> None:
     def new_group(*args: Any, **kwargs: Any) -> Any:
         asked = kwargs.get("backend", args[2] if len(args) > 2 else None)
         if "backend" in kwargs:
-            kwargs["backend"] = _map_backend(kwargs["backend"], _phantom())
+            kwargs["backend"] = _map_backend(kwargs["backend"], _phantom(), groups=True)
         elif len(args) > 2:
-            args = (*args[:2], _map_backend(args[2], _phantom()), *args[3:])
+            args = (*args[:2], _map_backend(args[2], _phantom(), groups=True), *args[3:])
         pg = orig_new(*args, **kwargs)
         if asked and isinstance(pg, PhantoraProcessGroup):  # no backend: the default group's name (name_of)
             pg.torch_backend = backend_name.cuda_name(asked)
+            pg.gloo_sync = not _phantom() and str(asked).lower().replace(" ", "") in _GLOO
         return pg
 
     init_process_group._phantora = True  # type: ignore[attr-defined]

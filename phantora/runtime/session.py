@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from phantora.runtime.rank_scenario import RankScenario
 
 BARRIER_BYTES = 4  # the float ProcessGroupNCCL::barrier all-reduces (at::zeros({1}), kFloat)
+SYNC_WIRE = ("all_reduce", 0, "uint8")  # a plain gloo group's call: no network bytes, done at the latest member's issue
 
 # A compute op reads the real clock (for the clock report) once in this many ops: at about 10 us an op, well
 # inside the report's 200 us period, and a clock read fewer on the other ops.
@@ -451,6 +452,7 @@ class RankSession:
         pg: int = 0,
         group_sizes: Sequence[int] = (),
         group_dtypes: Sequence[str] = (),
+        host: bool = False,
     ) -> Pending:
         """Tell the bridge about a collective, then start the real data movement; return it in flight.
 
@@ -467,18 +469,23 @@ class RankSession:
         process groups over `group` it runs on (`comm_of`); with transfers, their (`comm_of` with the peer) are given
         by `transfer_pg`, the peer -> pg of those holding this rank and the peer. `group_sizes`: a coalesced call's
         calls' bytes (Collective.group_sizes: one NCCL group of them), sent in its `algo` map, with `group_dtypes`
-        (their dtypes, Collective.group_dtypes) where they differ.
+        (their dtypes, Collective.group_dtypes) where they differ. `host`: a plain gloo group's call (backend.py,
+        `gloo_sync`), a host-side synchronisation of zero network bytes that follows no CUDA stream.
         """
         t = self.clock.issue()
         seq = self.next_seq(group, pg)
         label = call_name(name, seq, pg=pg)
-        after = self.streams.after(cuda_stream)
+        after = [] if host else self.streams.after(cuda_stream)
         if transfers is None:
             # what the network sees: ProcessGroupNCCL::barrier all-reduces one float on the group's stream
             wire, wire_bytes, wire_dtype = (
-                ("all_reduce", BARRIER_BYTES, "fp32") if kind == "barrier" else (kind, nbytes, dtype)
+                SYNC_WIRE
+                if host
+                else ("all_reduce", BARRIER_BYTES, "fp32")
+                if kind == "barrier"
+                else (kind, nbytes, dtype)
             )
-            extras = self.traffic.extras(wire, wire_dtype, wire_bytes)
+            extras = {} if host else self.traffic.extras(wire, wire_dtype, wire_bytes)
             if nccl_env is not None:
                 extras = {**extras, "nccl_env": [list(kv) for kv in nccl_env]}
             sizes = tuple(int(b) for b in group_sizes) if len(group_sizes) > 1 and kind != "barrier" else ()
@@ -539,7 +546,7 @@ class RankSession:
         p = self._register(kind, label, nbytes, t, handles, start_inner, tensors, finalize, group)
         p.stream = stream
         self._nccl_launched(stream, launch, p)
-        if sync:
+        if sync and not host:
             self.streams.launched(cuda_stream, p)
         return p
 
@@ -561,6 +568,7 @@ class RankSession:
         start_copied: Callable[[list[torch.Tensor]], list[Any]] | None = None,
         comm_ranks: Sequence[int] | None = None,
         pg: int = 0,
+        host: bool = False,
     ) -> Pending:
         """A user send or recv: matched with its peer by (src, dst, tag, seq, pg); `finalize` runs once it is done.
         `pg`: which of this rank's process groups holding it and `peer` it is issued on (`comm_of`): each numbers
@@ -584,13 +592,14 @@ class RankSession:
         issued moves its caller's tensors, taken before its join returns.
         `comm_ranks`: the global ranks of the communicator a lone send runs on when not the pair's own (eager init: its
         group's), which decides whether NCCL uses PXN; a send NCCL moves zero-copy between registered buffers
-        (`Slots.zero_copy`) does not hand off: it waits for its receiver on its stream."""
+        (`Slots.zero_copy`) does not hand off: it waits for its receiver on its stream. `host`: as `issue`'s (a plain
+        gloo group's send or recv: `nbytes` 0, not `eager`)."""
         t = self.clock.issue()
         key = (peer, tag, is_send, pg)
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
         label = call_name("send" if is_send else "recv", seq, tag, pg)
-        after = self.streams.after(cuda_stream)
+        after = [] if host else self.streams.after(cuda_stream)
         match = (tag, seq, pg) if start_copied is not None else None
         on = tuple(comm_ranks) if comm_ranks and set(comm_ranks) != {self.rank, peer} else ()  # (): the pair's own
         ns, slots, ready = (None, None, False)
