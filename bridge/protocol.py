@@ -119,8 +119,9 @@ def _bool(v: Any) -> bool:
 
 
 def _ints(v: Any) -> bool:
-    """A list of ints (not bools). Plain ints, all msgpack decodes to, are checked at C speed."""
-    return isinstance(v, list) and (not v or set(map(type, v)) == {int} or all(_int(x) for x in v))
+    """A list of ints (not bools). Plain ints, all msgpack decodes to, are checked at C speed (their types counted:
+    a list's count compares by identity first, faster than a set of them)."""
+    return isinstance(v, list) and (not v or list(map(type, v)).count(int) == len(v) or all(_int(x) for x in v))
 
 
 def _pairs(v: Any) -> bool:
