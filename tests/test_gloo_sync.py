@@ -10,7 +10,8 @@ One 3-rank program on testbed16 checks, per phase, the values and that every mem
 the latest entry (each rank's `time.perf_counter_ns()` is its simulated clock): an all-reduce on a world gloo group
 right after an NCCL send (rank 1 enters at its receive's end), a barrier, a broadcast on a gloo group of ranks 0 and
 2 (rank 1 outside it, its clock unmoved), and a gloo send/recv. The recording replays the NCCL all-reduce that
-follows to its live end, which only the gloo calls' synchronisations make it (rank 0 computes after them).
+follows to its live end, which only the gloo calls' synchronisations make it (rank 0 computes after them). A
+second program's default group is gloo (`init_process_group("gloo")`), beside an NCCL group.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 from phantora.egraph import replay_graph
 from phantora.egraph.format import load
 from phantora.egraph.live import record_run
-from phantora.launcher import RunConfig
+from phantora.launcher import RunConfig, launch
 from phantora.netsim.flow import FlowSimulator
 from phantora.topology.loader import load_topology
 
@@ -73,6 +74,25 @@ SCRIPT = """
     dist.all_reduce(z)
     torch.cuda.synchronize()
     print("BACKEND", me, dist.get_backend(g), flush=True)
+    dist.destroy_process_group()
+"""
+
+
+WORLD_GLOO = """
+    import time, torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    me = dist.get_rank()
+    torch.cuda.set_device(me)
+    nccl = dist.new_group([0, 1], backend="nccl")
+    plain = dist.new_group([0, 1])  # the default's backend: gloo
+    y = torch.ones(1 << 18, device="cuda")
+    w = dist.isend(y, 1, group=nccl) if me == 0 else dist.irecv(y, 0, group=nccl)
+    w.wait()
+    for name, g in (("world", None), ("plain", plain)):
+        x = torch.full((2,), float(me + 1))
+        t0 = time.perf_counter_ns()
+        dist.all_reduce(x, group=g)
+        print("PHASE", name, me, t0, time.perf_counter_ns(), x.tolist(), dist.get_backend(g), flush=True)
     dist.destroy_process_group()
 """
 
@@ -154,3 +174,20 @@ def test_the_backend_is_named_gloo_and_the_recording_replays_as_live(run) -> Non
             name = c.tag.split("/")[0].split("@")[0]
             ends[name] = max(ends.get(name, 0), c.end_ns)
     assert ends["all_reduce#0"] == live["all_reduce#0"]
+
+
+def test_a_gloo_default_group_and_its_plain_new_group_synchronise_too(tmp_path) -> None:
+    """init_process_group("gloo") with an NCCL group beside it: the world's all-reduce after the NCCL receive ends
+    at the receiver's entry, and so does one on a new_group made without a backend (the default's, gloo)."""
+    (tmp_path / "prog.py").write_text(textwrap.dedent(WORLD_GLOO))
+    cfg = RunConfig(str(tmp_path / "prog.py"), topology="testbed16", nproc=2, tensors="real", trace="none",
+                    timeout_s=120, out_dir=str(tmp_path / "o"))  # fmt: skip
+    launch(cfg)
+    phases = _phases(tmp_path / "o")
+    recv = next(r for r in _records(tmp_path / "o") if r["kind"] == "send_recv" and r["nbytes"])
+    world = phases["world"]
+    assert world[1][0] == recv["end_ns"] > world[0][0]
+    assert _synced(world, (0, 1)) == recv["end_ns"]
+    assert {world[r][2] for r in (0, 1)} == {"[3.0, 3.0] gloo"}
+    assert phases["plain"][0][2] == phases["plain"][1][2] == "[3.0, 3.0] gloo"
+    _synced(phases["plain"], (0, 1))

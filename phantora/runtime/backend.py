@@ -1063,9 +1063,9 @@ def _map_backend(backend: Any, phantom: bool = False, groups: bool = False) -> A
     """NCCL (alone, or as the CUDA half of ``"cuda:nccl,cpu:gloo"``) becomes phantora; plain gloo stays gloo,
     but in phantom mode, where it becomes phantora too: its ranks share no store to meet through (each has a
     process-local one), so gloo's creation waited for its peers until the run's timeout, and phantom tensors
-    hold no data to move. A new group (`groups`) of plain gloo becomes phantora in real mode too, a `gloo_sync`
-    one: a rank blocked in a gloo call the coordinator knew nothing of kept the network from passing its clock
-    while its peer waited for a simulated call, and the run hung.
+    hold no data to move. With `groups` (a rank of a run) plain gloo becomes phantora in real mode too, a
+    `gloo_sync` group: a rank blocked in a gloo call the coordinator knew nothing of kept the network from passing
+    its clock while its peer waited for a simulated call, and the run hung.
 
     A group with one backend per device is one phantora group: torch lets a Python process group
     stand for the whole group, so its CPU tensors (metadata) are simulated collectives too, whose
@@ -1073,6 +1073,11 @@ def _map_backend(backend: Any, phantom: bool = False, groups: bool = False) -> A
     """
     text = "" if backend is None else str(backend).lower().replace(" ", "")
     return BACKEND if backend is None or text in _REPLACED or ((phantom or groups) and text in _GLOO) else backend
+
+
+def _is_gloo(backend: Any) -> bool:
+    """The request is plain gloo ("gloo", "cpu:gloo"; any case and spacing)."""
+    return backend is not None and str(backend).lower().replace(" ", "") in _GLOO
 
 
 def _phantom() -> bool:
@@ -1099,10 +1104,12 @@ def use_as_default() -> None:
         if s is not None and s.phantom and not args and "store" not in kwargs and "init_method" not in kwargs:
             # phantom groups exchange nothing: a process-local store, no rendezvous with other processes
             kwargs.update(store=dist.HashStore(), rank=s.rank, world_size=s.world_size)
-        out = orig_init(_map_backend(backend, s is not None and s.phantom), *args, **kwargs)
+        phantom = s is not None and s.phantom
+        out = orig_init(_map_backend(backend, phantom, groups=s is not None), *args, **kwargs)
         pg = c10d._get_default_group()
         if isinstance(pg, PhantoraProcessGroup):
             pg.torch_backend = backend_name.cuda_name(backend, kwargs.get("device_id"))
+            pg.gloo_sync = not phantom and _is_gloo(backend)
         return out
 
     @functools.wraps(orig_new)
@@ -1115,7 +1122,9 @@ def use_as_default() -> None:
         pg = orig_new(*args, **kwargs)
         if asked and isinstance(pg, PhantoraProcessGroup):  # no backend: the default group's name (name_of)
             pg.torch_backend = backend_name.cuda_name(asked)
-            pg.gloo_sync = not _phantom() and str(asked).lower().replace(" ", "") in _GLOO
+            pg.gloo_sync = not _phantom() and _is_gloo(asked)
+        elif isinstance(pg, PhantoraProcessGroup):  # the default group's backend, gloo too
+            pg.gloo_sync = getattr(c10d._get_default_group(), "gloo_sync", False)
         return pg
 
     init_process_group._phantora = True  # type: ignore[attr-defined]
