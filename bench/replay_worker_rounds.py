@@ -102,7 +102,7 @@ def _submit_drain(sim: Any, flows: list[Any], marks: Callable[[], Any]) -> tuple
 
 def reply_message(reply: RoundReply) -> bytes:
     """A worker's reply to a round as it sent it (`bridge.netserver`'s "posted"; its CPU and wall as it read them)."""
-    done = completions_to_columns(reply.completions)
+    done = completions_to_columns(reply.completions, nested=True)
     return encode(
         "posted", reply.now, now=reply.now, in_flight=reply.in_flight, next=reply.next_event, done=done,
         bounds=reply.bounds, cpu=reply.cpu, wall=reply.wall,

@@ -7,6 +7,10 @@ built with one comprehension per field and packed and checked at C speed (`_ints
 completion's lost ranges a sparse `lost` column of [row, [[offset, bytes], ...]]. A wide deps list that flows share
 (the one object: an all-to-all's dependents each wait on every flow of the one before) goes once: a later row's
 `ndeps` is then -1 - the row it was sent at, and the decoded flows share one tuple again.
+
+A decomposition worker's reply nests the completion columns a driver's books do not read (all but `id` and `end`)
+in one msgpack bin, `rest` (`completions_to_columns(..., nested=True)`): the driver's decode copies its bytes and
+unpacks them only when the objects are built (`CompletionColumns.ready`), while its workers run the next round.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from typing import Any
+
+import msgpack
 
 from bridge.errors import ProtocolError
 from bridge.protocol import E_MALFORMED, _ints
@@ -23,6 +29,7 @@ from phantora.netsim.completion_columns import CompletionColumns, by_column
 FLOW_INT_COLUMNS = ("id", "src", "dst", "size", "delay", "prio", "budget", "rate", "conn", "ndeps", "deps")
 SHARED_MIN = 16  # a deps list this long that an earlier row of the message sent (the same object) goes as a reference
 DONE_INT_COLUMNS = ("id", "start", "end", "size", "src", "dst")
+BOOKED = ("id", "end")  # the completion columns a driver's books read; the others go nested in `rest`
 
 
 def flows_to_columns(flows: Sequence[Flow], deps: Sequence[Sequence[int]] | None = None) -> dict[str, list[Any]]:
@@ -78,8 +85,17 @@ def flows_from_columns(cols: Any) -> list[Flow]:
     return _by_column(Flow, _FLOW_SET, n, (*columns, cols["budget"], cols["rate"], cols["conn"], queues))
 
 
-def completions_to_columns(done: Sequence[Completion]) -> dict[str, list[Any]]:
-    """Completions as columns; lost ranges only for the rows that lost bytes."""
+def completions_to_columns(done: Sequence[Completion], nested: bool = False) -> dict[str, Any]:
+    """Completions as columns; lost ranges only for the rows that lost bytes. `nested`: the columns but `BOOKED` as
+    one msgpack bin of their map, `rest` (a decomposition worker's reply)."""
+    cols = _columns(done)
+    if nested:
+        rest = {k: cols.pop(k) for k in list(cols) if k not in BOOKED}
+        cols["rest"] = msgpack.packb(rest, use_bin_type=True)
+    return cols
+
+
+def _columns(done: Sequence[Completion]) -> dict[str, Any]:
     if isinstance(done, CompletionColumns):  # (kept as columns: no object built)
         done.ready()
         lost = [[i, [list(r) for r in done.lost[i]]] for i in sorted(done.lost) if done.lost[i]]
@@ -109,10 +125,26 @@ def completion_columns(cols: Any) -> CompletionColumns:
     driver reads only ids and ends for its books); ProtocolError if malformed: the ids, ends and every column's
     length now, the other columns before the first object is built (`CompletionColumns.ready`: a driver checks them
     while its workers run the next round)."""
-    n = _checked(cols, ("id", "end"), (*DONE_INT_COLUMNS, "tag", "lost"))
+    nested = isinstance(cols, dict) and "rest" in cols
+    rest = tuple(c for c in (*DONE_INT_COLUMNS, "tag", "lost") if c not in BOOKED)
+    n = _checked(cols, BOOKED, () if nested else rest)
+    if nested and not isinstance(cols["rest"], bytes):
+        raise ProtocolError("completion columns: 'rest' must be a bin", code=E_MALFORMED)
 
     def unchecked() -> dict[int, tuple[tuple[int, int], ...]]:
-        _checked(cols, tuple(c for c in DONE_INT_COLUMNS if c not in ("id", "end")), ())
+        ints = tuple(c for c in DONE_INT_COLUMNS if c not in BOOKED)
+        if nested:
+            got = _unpacked(cols["rest"])
+            if not isinstance(got, dict):
+                raise ProtocolError("completion columns: 'rest' must hold a map", code=E_MALFORMED)
+            cols.update((k, got[k]) for k in rest if k in got)
+            if _checked(cols, ints, rest) != n:
+                raise ProtocolError("completion columns: 'rest' of another length than 'id'", code=E_MALFORMED)
+            done.starts, done.sizes, done.srcs, done.dsts, done.tags = (
+                cols["start"], cols["size"], cols["src"], cols["dst"], cols["tag"]
+            )  # fmt: skip
+        else:
+            _checked(cols, ints, ())
         if list(map(type, cols["tag"])).count(str) != n:  # (at C speed: the driver reads every completion of the run)
             raise ProtocolError("completion columns: 'tag' must hold strings", code=E_MALFORMED)
         lost: dict[int, tuple[tuple[int, int], ...]] = {}
@@ -124,8 +156,18 @@ def completion_columns(cols: Any) -> CompletionColumns:
             lost[row[0]] = tuple((int(a), int(b)) for a, b in ranges)
         return lost
 
-    columns = (cols["id"], cols["start"], cols["end"], cols["size"], cols["src"], cols["dst"], cols["tag"])
-    return CompletionColumns(*columns, unchecked=unchecked)
+    start, size, src, dst, tag = ([] if nested else cols[c] for c in ("start", "size", "src", "dst", "tag"))
+    done = CompletionColumns(cols["id"], start, cols["end"], size, src, dst, tag, unchecked=unchecked)
+    return done
+
+
+def _unpacked(raw: bytes) -> Any:
+    try:
+        return msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except Exception as exc:  # noqa: BLE001 - msgpack raises many types (ValueError, ExtraData, FormatError ...)
+        raise ProtocolError(
+            f"completion columns: 'rest' is not msgpack ({type(exc).__name__})", code=E_MALFORMED
+        ) from None
 
 
 def _by_column(cls: type[Any], setters: tuple[Any, ...], n: int, columns: tuple[Iterable[Any], ...]) -> list[Any]:

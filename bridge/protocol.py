@@ -38,7 +38,9 @@ coordinator -> network server
   get_transport -> transport        per flow: [id, retx packets, retx bytes, out-of-order packets, reorder max bytes]
   post -> posted                    decomposition worker: flows as columns (deps on its own flows only), each submitted
                                     at its ``at``, ``gated`` ones also waiting for their gate; ``gates`` opened
-                                    as [flow id, ns]; then run to ``until`` (INF_NS: until idle; netsim.decompose)
+                                    as [flow id, ns]; then run to ``until`` (INF_NS: until idle; netsim.decompose);
+                                    ``done``: its completions' ids and ends, their other columns in one bin
+                                    (``rest``: bridge.columns)
   get_records -> records            decomposition worker: its fabric records (PFC, marks, ...) and channels
   shutdown ~>                       exit
   (advance, drain and post with ``beat`` true: the server's ns-3 runs the call in chunks and sends, between two,)
