@@ -9,9 +9,10 @@ none is measured or published for the simulated cluster's hosts), and gloo still
 One 3-rank program on testbed16 checks, per phase, the values and that every member's clock after the call equals
 the latest entry (each rank's `time.perf_counter_ns()` is its simulated clock): an all-reduce on a world gloo group
 right after an NCCL send (rank 1 enters at its receive's end), a barrier, a broadcast on a gloo group of ranks 0 and
-2 (rank 1 outside it, its clock unmoved), and a gloo send/recv. The recording replays the NCCL all-reduce that
-follows to its live end, which only the gloo calls' synchronisations make it (rank 0 computes after them). A
-second program's default group is gloo (`init_process_group("gloo")`), beside an NCCL group.
+2 (rank 1 outside it, its clock unmoved), and a gloo send/recv. The recording (saved, and through Chakra) replays
+the NCCL all-reduce that follows to its live end, which only the gloo calls' synchronisations make it (rank 0
+computes after them). A second program's default group is gloo (`init_process_group("gloo")`), beside an NCCL
+group.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from phantora.egraph import replay_graph
+from phantora.egraph.chakra import export_chakra, read_chakra
 from phantora.egraph.format import load
 from phantora.egraph.live import record_run
 from phantora.launcher import RunConfig, launch
@@ -79,7 +81,7 @@ SCRIPT = """
 
 
 WORLD_GLOO = """
-    import time, torch, torch.distributed as dist
+    import threading, time, torch, torch.distributed as dist
     dist.init_process_group("gloo")
     me = dist.get_rank()
     torch.cuda.set_device(me)
@@ -93,6 +95,16 @@ WORLD_GLOO = """
         t0 = time.perf_counter_ns()
         dist.all_reduce(x, group=g)
         print("PHASE", name, me, t0, time.perf_counter_ns(), x.tolist(), dist.get_backend(g), flush=True)
+    bg = dist.new_group([0, 1], backend="gloo")
+    v = torch.full((2,), float(me + 1))
+    if me == 1:  # rank 1's clock ahead: a simulated call would move rank 0's to it
+        a = torch.randn(2048, 2048, device="cuda")
+        (a @ a).sum().item()
+    t0 = time.perf_counter_ns()
+    th = threading.Thread(target=lambda: dist.all_reduce(v, op=dist.ReduceOp.AVG, group=bg))  # as DCP's async_save
+    th.start()
+    th.join()
+    print("PHASE thread", me, t0, time.perf_counter_ns(), v.tolist(), flush=True)
     dist.destroy_process_group()
 """
 
@@ -157,7 +169,7 @@ def test_a_gloo_send_and_recv_end_at_the_later_entry(run) -> None:
     _synced(ph, (0, 1))
 
 
-def test_the_backend_is_named_gloo_and_the_recording_replays_as_live(run) -> None:
+def test_the_backend_is_named_gloo_and_the_recording_replays_as_live(run, tmp_path) -> None:
     out, rec = run
     text = "".join(f.read_text() for f in sorted((out / "logs").glob("rank*.log")))
     assert sorted(ln for ln in text.splitlines() if ln.startswith("BACKEND")) == [f"BACKEND {r} gloo" for r in range(3)]
@@ -168,12 +180,14 @@ def test_the_backend_is_named_gloo_and_the_recording_replays_as_live(run) -> Non
     assert all(r["nbytes"] == 0 and r["end_ns"] == r["t_start"] for r in gloo)
     assert [r["nbytes"] for r in _records(out) if r["kind"] == "send_recv"] == [1 << 20, 0]  # the gloo send: 0
     topo = load_topology("testbed16")
-    ends: dict[str, int] = {}
-    for c in replay_graph(load(rec), topo, FlowSimulator(topo)).completions:
-        if c.size:
-            name = c.tag.split("/")[0].split("@")[0]
-            ends[name] = max(ends.get(name, 0), c.end_ns)
-    assert ends["all_reduce#0"] == live["all_reduce#0"]
+    export_chakra(load(rec), tmp_path / "chakra")
+    for graph in (load(rec), read_chakra(tmp_path / "chakra")):
+        ends: dict[str, int] = {}
+        for c in replay_graph(graph, topo, FlowSimulator(topo)).completions:
+            if c.size:
+                name = c.tag.split("/")[0].split("@")[0]
+                ends[name] = max(ends.get(name, 0), c.end_ns)
+        assert ends["all_reduce#0"] == live["all_reduce#0"]
 
 
 def test_a_gloo_default_group_and_its_plain_new_group_synchronise_too(tmp_path) -> None:
@@ -191,3 +205,6 @@ def test_a_gloo_default_group_and_its_plain_new_group_synchronise_too(tmp_path) 
     assert {world[r][2] for r in (0, 1)} == {"[3.0, 3.0] gloo"}
     assert phases["plain"][0][2] == phases["plain"][1][2] == "[3.0, 3.0] gloo"
     _synced(phases["plain"], (0, 1))
+    # a gloo call off the rank's thread runs on gloo alone (gloo_thread.py): the values, and no simulated time
+    assert {phases["thread"][r][2] for r in (0, 1)} == {"[1.5, 1.5]"}
+    assert all(phases["thread"][r][0] == phases["thread"][r][1] for r in (0, 1))

@@ -14,6 +14,7 @@ import datetime
 import functools
 import itertools
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,6 +42,7 @@ from phantora.perfmodel.dtypes import short_dtype
 from phantora.runtime import session as _session
 from phantora.runtime import tensor_values
 from phantora.runtime.gloo_lanes import PairLanes
+from phantora.runtime.gloo_thread import GlooOnlyWork, off_thread
 from phantora.runtime.program_env import program_nccl_env
 from phantora.runtime.session import Pending, RankSession, Transfer
 from phantora.runtime.simcuda import device as simcuda
@@ -303,6 +305,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         # a plain gloo group of real mode (`new_group(backend="gloo")`): its calls are host-side synchronisations of
         # zero network bytes, each member leaving at the latest member's issue (`_map_backend`)
         self.gloo_sync = False
+        self._home = threading.get_ident()  # the rank's thread: a gloo call from another runs on gloo alone
         # real mode's sends and receives, off the rank's thread until their pair is connected (gloo_lanes.py)
         self._pairs = PairLanes(timeout.total_seconds(), self._ranks)
         if not session.phantom:
@@ -447,6 +450,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         group_dtypes: Sequence[str] = (),
     ) -> PhantoraWork:
         self._alive(self._stream)
+        if self.gloo_sync and off_thread(self._home):  # not the rank's thread: gloo alone (gloo_thread.py)
+            return GlooOnlyWork(start(), result, finalize)  # type: ignore[return-value]
         if self.gloo_sync:  # a plain gloo group: a synchronisation, no network bytes (`_map_backend`)
             return self._work(self._s.issue(**_sync_call(self, kind, tensors, start, finalize, name)), result)
         if self._gloo is None:  # phantom mode: timing only, and the values of small integer tensors (tensor_values)
@@ -804,6 +809,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> PhantoraWork:
         if self.gloo_sync:
             start = self._p2p_start(tensors, dst, tag)
+            if off_thread(self._home):
+                return GlooOnlyWork(start(), tensors, None)  # type: ignore[return-value]
             return self._work(self._s.issue_p2p(**_sync_p2p(self, dst, True, tag, tensors, start)), tensors)
         self._alive(self._stream if self._p2p_open or EAGER_INIT[0] else self._pair_streams.get(dst))
         lone = self._lone_on_group()
@@ -833,6 +840,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> PhantoraWork:
         if self.gloo_sync:
             start = lambda: [self._pairs.start(src, lambda: self._data.recv(tensors, src, tag))]  # noqa: E731
+            if off_thread(self._home):
+                return GlooOnlyWork(start(), tensors, None)  # type: ignore[return-value]
             return self._work(self._s.issue_p2p(**_sync_p2p(self, src, False, tag, tensors, start)), tensors)
         self._alive(self._stream if self._p2p_open or EAGER_INIT[0] else self._pair_streams.get(src))
         lone = self._lone_on_group()
