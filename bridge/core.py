@@ -669,17 +669,19 @@ class CoordinatorCore:
         t_start = max(t_req, now)
         self.late_collectives += t_start > t_req
         comm: tuple[int, ...] = ()
-        launch = None
+        launch, op = None, 0
         if rv.key[0] == "p2p":
             kind, group, root = "send_recv", (rv.key[1], rv.key[2]), None
             name = next((c.name for c in calls if c.kind == "send" and c.name), first.name)
             comm = grouped_comm(rv)  # both ends in one group on the same communicator, else each its own
-            launch = self.p2p_batches.launch(rv, t_req)  # its NCCL group's pairs, shared by the launch's
+            launch, op = self.p2p_batches.launch_op(rv, t_req)  # its NCCL group's pairs, shared by the launch's
         else:
             kind, group, name = first.kind, rv.key[1], first.name
             root = group.index(first.root) if first.root is not None else None
         cid = len(self.records)
-        call = CallSpec(kind, group, first.nbytes, first.dtype, root, name, dict(first.algo), comm, launch=launch)
+        call = CallSpec(
+            kind, group, first.nbytes, first.dtype, root, name, dict(first.algo), comm, launch=launch, launch_op=op
+        )
         call = dataclasses.replace(call, redop=first.redop) if first.redop != "sum" else call
         try:
             plan = self.planner.plan(call, name or f"coll{cid}")

@@ -11,7 +11,9 @@ by one; here each learns the pairs of its group known then, launched or still he
 (`CallSpec.launch`: one `LaunchGroup` made once for each state of the group, which all the pairs launched in that
 state share), so that it is rated in the group's schedule (`p2p_group.rate_group`, `pci_p2p.group_ends`). A pair
 of the group that a rank has not issued yet, or that waits for an earlier call on its stream, is not known to those
-before it.
+before it. Several sends to one peer in one group (`_op_key`: by tag and seq, the order the rank issued them) are
+that pair's operations in turn: its first in the group's pairs, the others as `LaunchGroup.later`, each rated as
+which one it is (`launch_op`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from bridge.matching import Call, Rendezvous
 from phantora.collectives.launch_group import At, LaunchGroup
 
 Pair = tuple[int, int]
+OpKey = tuple[int, int, int]  # (tag, seq, pg): a pair's operations in the order its ranks issue them
 LaunchKey = tuple[int, int, int]  # (rank, launch id, 0) or, for a call without one, (rank, -1, issue time)
 
 
@@ -36,12 +39,12 @@ def grouped_comm(rv: Rendezvous) -> tuple[int, ...]:
 
 @dataclass
 class _Group:
-    """The launches joined by their pairs, and their pairs held or launched so far: (start, bytes) by (src, dst),
-    and the same pairs kept sorted as they join (`order`), so that no launch sorts the group again; `shared`, the
-    group as it is now, handed to every pair launched until it changes."""
+    """The launches joined by their pairs, and their pairs held or launched so far: (start, bytes) by operation by
+    (src, dst), and the same pairs kept sorted as they join (`order`), so that no launch sorts the group again;
+    `shared`, the group as it is now, handed to every pair launched until it changes."""
 
     keys: set[LaunchKey] = field(default_factory=set)
-    pairs: dict[Pair, tuple[int, int]] = field(default_factory=dict)
+    pairs: dict[Pair, dict[OpKey, tuple[int, int]]] = field(default_factory=dict)
     order: list[Pair] = field(default_factory=list)
     shared: LaunchGroup | None = None
 
@@ -83,19 +86,24 @@ class P2pBatches:
         """The pairs of the send/recv `rv`'s group known now, held or launched (its own among them, starting at `t`),
         sorted, with their starts and bytes: one object shared by every pair launched until the group changes; None
         for a lone send/recv or one alone in its group. Records `rv` as launched at `t`."""
+        return self.launch_op(rv, t)[0]
+
+    def launch_op(self, rv: Rendezvous, t: int) -> tuple[LaunchGroup | None, int]:
+        """`launch`, and which of its pair's operations known in the group `rv` is (0: the first, or alone)."""
         root = self._join(rv, t)
         if root is None:
-            return None
+            return None, 0
         group = self._groups[root]
-        if group.shared is None and len(group.order) > 1:
-            entries = list(map(group.pairs.__getitem__, group.order))
-            group.shared = LaunchGroup(tuple(group.order), *map(tuple, zip(*entries, strict=True)))
+        if group.shared is None and (len(group.order) > 1 or any(len(group.pairs[p]) > 1 for p in group.order)):
+            group.shared = _launch_group(group)
+        ops = group.pairs[(rv.key[1], rv.key[2])]
+        op = sorted(ops).index(_op_key(rv)) if len(ops) > 1 else 0
         keys = [self._key[(c.rank, c.handle)] for c in rv.calls.values()]
         for k in keys:
             self._done[k] = self._done.get(k, 0) + 1
         for k in keys:
             self._prune(k)
-        return group.shared
+        return group.shared, op
 
     def inflight(self, rv: Rendezvous, t: int) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
         """`launch`'s group as `rv`'s pair reads it: the pairs (sorted), and the (src, dst, start - t, bytes) of those
@@ -115,10 +123,12 @@ class P2pBatches:
         start = max(c.t for c in rv.calls.values()) if t is None else t
         entry = (start, next(iter(rv.calls.values())).nbytes)
         pair = (rv.key[1], rv.key[2])
-        if group.pairs.get(pair) != entry:
-            if pair not in group.pairs:
-                insort(group.order, pair)
-            group.pairs[pair] = entry
+        ops = group.pairs.get(pair)
+        if ops is None:
+            insort(group.order, pair)
+            ops = group.pairs[pair] = {}
+        if ops.get(_op_key(rv)) != entry:
+            ops[_op_key(rv)] = entry
             group.shared = None
         return root
 
@@ -136,7 +146,8 @@ class P2pBatches:
             g = self._groups.pop(r)
             into = self._groups[root]
             into.keys |= g.keys
-            into.pairs.update(g.pairs)
+            for pair, ops in g.pairs.items():
+                into.pairs.setdefault(pair, {}).update(ops)
             into.order = [p for p, _ in groupby(heapq.merge(into.order, g.order))]  # both sorted; a pair once
             into.shared = None
         return root
@@ -156,3 +167,22 @@ class P2pBatches:
             for rh in self._handles.pop(k, ()):
                 del self._key[rh]
         del self._groups[root]
+
+
+def _op_key(rv: Rendezvous) -> OpKey:
+    """A send/recv's place among its pair's operations: its tag, seq and process group (`describe_key`)."""
+    tag, seq, pg = (*rv.key[3:6], 0, 0, 0)[:3]
+    return (tag, seq, pg)
+
+
+def _launch_group(group: _Group) -> LaunchGroup:
+    """`group`'s pairs as one `LaunchGroup`: each pair's first operation, its others as `later`."""
+    starts: list[int] = []
+    sizes: list[int] = []
+    later: list[tuple[int, int, int, int, int]] = []
+    for a, b in group.order:
+        ops = [e for _, e in sorted(group.pairs[(a, b)].items())]
+        starts.append(ops[0][0])
+        sizes.append(ops[0][1])
+        later.extend((a, b, k, s, n) for k, (s, n) in enumerate(ops[1:], 1))
+    return LaunchGroup(tuple(group.order), tuple(starts), tuple(sizes), later=tuple(later))

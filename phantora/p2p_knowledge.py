@@ -10,7 +10,8 @@ it launches in rounds: once every rank blocks, all it holds, before the network 
 network's ns R issues in that round, so a pair knows every pair whose later end's rank was released at or before its
 own's (`Transfer.release`, the recording's `launch_release_ns`). `LaunchGroups` sweeps that knowledge in time order
 and gives each pair the coordinator's answer: for a recorded graph (`phantora.egraph.p2p_launches`) and for the
-in-process workload replay (`phantora.replay_groups`).
+in-process workload replay (`phantora.replay_groups`). A pair's several transfers in one group are its operations
+in turn, by tag and seq, as the bridge orders them (`Grouped.op`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from phantora.collectives.launch_group import LaunchGroup
 
 Pair = tuple[int, int]
 PairKey = tuple[int, ...]  # (src, dst, tag, seq), and pg where not 0 (P2P.pg): a transfer, as the replay matches it
+OpKey = tuple[int, int, int]  # (tag, seq, pg): a pair's operations in turn (bridge/p2p_batch.py `_op_key`)
 LaunchKey = tuple[int, int]  # (rank, P2P.launch)
 At = tuple[int, int, int, int]  # (src, dst, start offset ns, bytes)
 
@@ -36,6 +38,7 @@ class Grouped:
     # the same pairs with their starts and bytes as one object, shared by every pair rated with the group so known
     # (`Collective.launch`: its rating is made once for them); None alone
     launch: LaunchGroup | None = field(default=None, compare=False)
+    op: int = 0  # which of its pair's operations in `launch` it is (`Collective.launch_op`)
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class Transfer:
 
 @dataclass
 class _Group:
-    pairs: dict[Pair, tuple[int, int]] = field(default_factory=dict)  # (start, bytes) by pair
+    pairs: dict[Pair, dict[OpKey, tuple[int, int]]] = field(default_factory=dict)  # (start, bytes) by op by pair
     answers: dict[tuple[int, int], tuple[tuple[Pair, ...], tuple[At, ...]]] = field(default_factory=dict)
     order: tuple[Pair, ...] | None = None  # `pairs` sorted, once a version
     shared: LaunchGroup | None = None  # `pairs` as one LaunchGroup, once a version
@@ -82,17 +85,18 @@ class LaunchGroups:
                 i += 1
             group = self._groups[self._find(p.ends[0])]
             pair = (p.key[0], p.key[1])
-            t, n = group.pairs[pair]
+            ops = group.pairs[pair]
+            t, n = ops[min(ops)]
             answer = group.answers.get((t, n))
             if answer is None:
                 if group.order is None:
                     group.order = tuple(sorted(group.pairs))
-                answer = group.answers[(t, n)] = _answer(t, n, group.order, group.pairs)
-            if group.shared is None and len(group.pairs) > 1:
-                order = group.order or tuple(sorted(group.pairs))
-                entries = [group.pairs[q] for q in order]
-                group.shared = LaunchGroup(order, tuple(s for s, _ in entries), tuple(n for _, n in entries))
-            self._of[p.key] = Grouped(p.comm, *answer, group.shared)
+                firsts = {q: o[min(o)] for q, o in group.pairs.items()}
+                answer = group.answers[(t, n)] = _answer(t, n, group.order, firsts)
+            if group.shared is None and (len(group.pairs) > 1 or len(ops) > 1):
+                group.shared = _launch_group(group.order or tuple(sorted(group.pairs)), group.pairs)
+            op = sorted(ops).index(_op_key(p.key)) if len(ops) > 1 else 0
+            self._of[p.key] = Grouped(p.comm, *answer, group.shared, op)
 
     def _find(self, k: LaunchKey) -> LaunchKey:
         self._parent.setdefault(k, k)
@@ -108,8 +112,9 @@ class LaunchGroups:
         if len(gb.pairs) > len(ga.pairs):
             a, b, ga, gb = b, a, gb, ga
         self._parent[b] = a
-        ga.pairs.update(gb.pairs)
-        ga.pairs[(x.key[0], x.key[1])] = (x.start, x.nbytes)
+        for pair, ops in gb.pairs.items():
+            ga.pairs.setdefault(pair, {}).update(ops)
+        ga.pairs.setdefault((x.key[0], x.key[1]), {})[_op_key(x.key)] = (x.start, x.nbytes)
         ga.answers.clear()
         ga.order = None
         ga.shared = None
@@ -147,3 +152,21 @@ def _answer(
     if len(order) < 2:
         return (), ()
     return order, tuple((a, b, s - t, m) for a, b in order for s, m in [pairs[(a, b)]] if (s, m) != (t, nbytes))
+
+
+def _op_key(key: PairKey) -> OpKey:
+    """A transfer's place among its pair's operations: its tag, seq and process group."""
+    return (key[2], key[3], key[4] if len(key) > 4 else 0)
+
+
+def _launch_group(order: tuple[Pair, ...], pairs: dict[Pair, dict[OpKey, tuple[int, int]]]) -> LaunchGroup:
+    """The pairs' operations as one `LaunchGroup`: each pair's first, its others as `later` (bridge/p2p_batch.py)."""
+    starts: list[int] = []
+    sizes: list[int] = []
+    later: list[tuple[int, int, int, int, int]] = []
+    for a, b in order:
+        ops = [e for _, e in sorted(pairs[(a, b)].items())]
+        starts.append(ops[0][0])
+        sizes.append(ops[0][1])
+        later.extend((a, b, k, s, n) for k, (s, n) in enumerate(ops[1:], 1))
+    return LaunchGroup(order, tuple(starts), tuple(sizes), later=tuple(later))

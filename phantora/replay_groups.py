@@ -46,7 +46,9 @@ def rated(wl: Workload, ratings: Ratings) -> Workload:
     """The workload with its group transfers rated so: each pair on the group's `LaunchGroup` (one object for the
     pairs rated with the group so known), alone without one."""
     ops = [
-        dataclasses.replace(op, coll=dataclasses.replace(op.coll, inflight=(), inflight_at=(), launch=g.launch))
+        dataclasses.replace(
+            op, coll=dataclasses.replace(op.coll, inflight=(), inflight_at=(), launch=g.launch, launch_op=g.op)
+        )
         if (g := ratings.get(op.name)) is not None
         else op
         for op in wl.ops

@@ -19,17 +19,21 @@ from phantora.errors import InputError
 
 Pair = tuple[int, int]
 At = tuple[int, int, int, int]  # (src, dst, start offset ns, bytes)
+Later = tuple[int, int, int, int, int]  # (src, dst, k >= 1, start ns, bytes): a pair's k-th operation after its first
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class LaunchGroup:
-    """The (src, dst) pairs of one NCCL group, each with its start (ns, any origin) and bytes, in a fixed order."""
+    """The (src, dst) pairs of one NCCL group, each with its start (ns, any origin) and bytes, in a fixed order:
+    each pair's first operation; `later`, sorted, the operations a pair has after its first (a batch_isend_irecv with
+    several sends to one peer: NCCL runs them one after another, enqueue.cc `scheduleP2pTasksToPlan`)."""
 
     pairs: tuple[Pair, ...]
     starts: tuple[int, ...]
     sizes: tuple[int, ...]
     _memo: dict[Hashable, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    later: tuple[Later, ...] = ()
 
     def __post_init__(self) -> None:
         if not len(self.pairs) == len(self.starts) == len(self.sizes):
@@ -42,18 +46,54 @@ class LaunchGroup:
             raise InputError("a launch group's (src, dst) pairs must be distinct", field="launch")
         if self.sizes and min(self.sizes) < 0:
             raise InputError(f"a launch group's bytes must be >= 0, got {min(self.sizes)}", field="launch")
+        if self.later:
+            ks = [(a, b, k) for a, b, k, _, _ in self.later]
+            if (
+                ks != sorted(ks)
+                or any((a, b) not in self.index or n < 0 for a, b, _, _, n in self.later)
+                or any(
+                    k != (ks[i - 1][2] + 1 if i and ks[i - 1][:2] == (a, b) else 1) for i, (a, b, k) in enumerate(ks)
+                )
+            ):
+                raise InputError(
+                    "a launch group's later operations must be sorted (src, dst, k, start, bytes) of its pairs, k "
+                    "from 1 on, bytes >= 0",
+                    field="launch",
+                )
 
     def __hash__(self) -> int:
         return self._hash
 
     @cached_property
     def _hash(self) -> int:
-        return hash((self.pairs, self.starts, self.sizes))
+        return hash((self.pairs, self.starts, self.sizes, self.later))
 
     @cached_property
     def index(self) -> dict[Pair, int]:
         """Each pair's place in `pairs`."""
         return {p: i for i, p in enumerate(self.pairs)}
+
+    @cached_property
+    def _ops(self) -> dict[Pair, tuple[tuple[int, int], ...]]:
+        ops = {p: [(s, n)] for p, s, n in zip(self.pairs, self.starts, self.sizes, strict=True)}
+        for a, b, k, s, n in self.later:
+            if (a, b) in ops and k == len(ops[(a, b)]):
+                ops[(a, b)].append((s, n))
+        return {p: tuple(o) for p, o in ops.items()}
+
+    def ops(self, pair: Pair) -> tuple[tuple[int, int], ...]:
+        """Pair `pair`'s operations in NCCL's order: (start ns, bytes) each; () for a pair not in the group."""
+        return self._ops.get(pair, ())
+
+    def passes(self, k: int) -> LaunchGroup:
+        """The pairs' k-th operations (pass k of NCCL's plan: the head of each peer's queue; kept for the next
+        pair): the group itself at k = 0 when no pair has more than one."""
+
+        def make() -> LaunchGroup:
+            got = [(p, o[k]) for p, o in self._ops.items() if len(o) > k]
+            return LaunchGroup(tuple(p for p, _ in got), tuple(s for _, (s, _) in got), tuple(n for _, (_, n) in got))
+
+        return self if k == 0 and not self.later else self.cached(("pass", k), make)
 
     @cached_property
     def ranks(self) -> frozenset[int]:
@@ -78,7 +118,10 @@ class LaunchGroup:
     def _only(self, members: set[int]) -> LaunchGroup:
         keep = [i for i, (a, b) in enumerate(self.pairs) if a in members and b in members]
         return LaunchGroup(
-            tuple(self.pairs[i] for i in keep), tuple(self.starts[i] for i in keep), tuple(self.sizes[i] for i in keep)
+            tuple(self.pairs[i] for i in keep),
+            tuple(self.starts[i] for i in keep),
+            tuple(self.sizes[i] for i in keep),
+            later=tuple(x for x in self.later if x[0] in members and x[1] in members),
         )
 
     def answer(self, own: Pair) -> tuple[tuple[Pair, ...], tuple[At, ...]]:

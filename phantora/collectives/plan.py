@@ -52,6 +52,7 @@ class CallSpec:
     # a grouped send/recv: its NCCL group as the launch knows it, one object shared by the launch's pairs
     # (bridge/p2p_batch.py), instead of `inflight` / `inflight_at`
     launch: LaunchGroup | None = None
+    launch_op: int = 0  # which of its pair's operations in `launch` it is (Collective.launch_op)
 
 
 @dataclass
@@ -103,8 +104,9 @@ class CollectivePlanner:
             launch = self._launch(call, copy, comm)
             if launch is not None:
                 coll = Collective(
-                    call.kind, copy, call.nbytes, call.dtype, call.root, comm, redop=call.redop, launch=launch
-                )
+                    call.kind, copy, call.nbytes, call.dtype, call.root, comm, redop=call.redop, launch=launch,
+                    launch_op=call.launch_op,
+                )  # fmt: skip
             else:
                 inflight, inflight_at = self._inflight(call, copy, comm)
                 coll = Collective(

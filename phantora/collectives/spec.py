@@ -86,6 +86,8 @@ class Collective:
     # pair among them with its start and these nbytes; instead of `inflight` / `inflight_at`, which copy the group
     # for each pair (n(n-1) entries each in a world-size group)
     launch: LaunchGroup | None = None
+    # which of its pair's operations in `launch` this send/recv is (0: the first; NCCL runs a pair's in turn)
+    launch_op: int = 0
     # an all-to-all called as NCCL's ncclAlltoAll (2.28+, as nccl-tests' alltoall_perf calls it), which NCCL may run
     # on the copy engines (nccl/ce_coll.py); False: a group of sends and receives, as torch's all_to_all_single runs
     # it with NCCL (ProcessGroupNCCL calls ncclAllToAll only with NCCLX's NCCL_ALLTOALL_SUPPORTED)
@@ -138,6 +140,8 @@ class Collective:
             )
         if self.launch is not None:
             self._check_launch(self.launch)
+        elif self.launch_op:
+            raise InputError(f"launch_op {self.launch_op} needs a launch group", field="launch_op")
         known = set(self.inflight)
         if self.inflight_at and (
             any((a, b) not in known or n < 0 for a, b, _, n in self.inflight_at)
@@ -180,10 +184,12 @@ class Collective:
             )
         if not self.comm or not g.cached(("on comm", self.comm), lambda: g.ranks <= set(self.comm)):
             raise InputError(f"launch's pairs must be pairs of comm {list(self.comm)}", field="launch")
-        i = g.index.get((self.ranks[0], self.ranks[1]))
-        if i is None or g.sizes[i] != self.nbytes:
+        ops = g.ops((self.ranks[0], self.ranks[1]))
+        if not 0 <= self.launch_op < len(ops) or ops[self.launch_op][1] != self.nbytes:
             raise InputError(
-                f"launch must hold this send_recv's {list(self.ranks)} with its {self.nbytes} bytes", field="launch"
+                f"launch must hold this send_recv's {list(self.ranks)} with its {self.nbytes} bytes as its operation "
+                f"{self.launch_op}",
+                field="launch",
             )
 
     @cached_property

@@ -575,7 +575,9 @@ class _Planner:
         rated = self.launches.of(inst.key[1:]) if inst.key[0] == "p" else None
         if rated is not None:
             pair = (inst.group[0], inst.group[1])
-            return Collective("send_recv", pair, inst.nbytes, "uint8", comm=rated.comm, launch=rated.launch)
+            return Collective(
+                "send_recv", pair, inst.nbytes, "uint8", comm=rated.comm, launch=rated.launch, launch_op=rated.op
+            )
         found = self.calls.pairs(inst.call) if inst.call is not None else None
         if found is None or len(inst.group) != 2:  # a group of one rank has no pair
             return None

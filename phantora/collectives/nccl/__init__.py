@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from phantora.collectives.flow_tags import record_kind
-from phantora.collectives.launch_group import shared
+from phantora.collectives.launch_group import LaunchGroup, shared
 from phantora.collectives.layout import host_blocks, ring_order
 from phantora.collectives.nccl import coll_group, pci_paths
 from phantora.collectives.nccl import tables as T
@@ -229,12 +229,39 @@ def comm_hosts(topo: Topology, comm: tuple[int, ...]) -> tuple[int, ...]:
 def _grouped(coll: Collective, topo: Topology, comm: Platform, st: NcclSettings, protocol: str) -> Choice:
     """A grouped send/recv on an NVLink host or across nodes, rated in its NCCL group (`Collective.in_flight`):
     nccl/p2p_group.py. The group is rated once for each start its pairs have (`p2p_group.rate_group` keyed by the
-    group's pairs as positions in the communicator, with their starts after that start and their bytes)."""
+    group's pairs as positions in the communicator, with their starts after that start and their bytes). A pair
+    with several operations (`LaunchGroup.later`) runs them in turn, as NCCL's passes over its peers' queues
+    (enqueue.cc `scheduleP2pTasksToPlan`): operation k is rated in pass k's group (the pairs' k-th operations) on its
+    own bytes' protocol and channels, and its bytes start a step of its protocol after operation k - 1's end (at the
+    earliest its own start plus its latency): one launch, then each operation's step and bytes."""
     g = coll.in_flight
     assert g is not None
     own = (coll.ranks[0], coll.ranks[1])
-    i = g.index[own]
-    t = g.starts[i]
+    pos = own if coll.comm == tuple(range(len(coll.comm))) else (coll.comm.index(own[0]), coll.comm.index(own[1]))
+    from phantora.collectives.nccl.p2p_group import rated_choice
+
+    ops = g.ops(own)
+    begin = end = 0.0  # ns: the bytes of the operation before begin and end there
+    got: Choice | None = None
+    for k in range(coll.launch_op + 1):
+        t, nbytes = ops[k]
+        got = rated_choice(_pass_rating(coll, topo, comm, st, protocol, g.passes(k), t), pos, nbytes)
+        begin = t + got.lat_us * 1000.0
+        if k:
+            step = got.lat_us - T.BASE_LAT["ring"][T.PROTOCOLS.index(got.protocol)]
+            begin = max(begin, end + step * 1000.0)
+        end = begin + (got.time_us - got.lat_us) * 1000.0
+    assert got is not None
+    if coll.launch_op == 0:
+        return got
+    lat = (begin - ops[coll.launch_op][0]) / 1000.0
+    return dataclasses.replace(got, lat_us=lat, time_us=lat + got.time_us - got.lat_us)
+
+
+def _pass_rating(
+    coll: Collective, topo: Topology, comm: Platform, st: NcclSettings, protocol: str, g: LaunchGroup, t: int
+) -> Any:
+    """`g`'s rating (a pass of `coll`'s launch group) from start `t`: made once for the launch's pairs."""
 
     def rating() -> Any:
         from phantora.collectives.nccl.p2p_group import rate_group  # numpy: kept off the netsim CLI's start-up
@@ -252,11 +279,8 @@ def _grouped(coll: Collective, topo: Topology, comm: Platform, st: NcclSettings,
             protocol,
         )
 
-    rated = shared(coll.launch, topo, ("rating", coll.comm, st, t, protocol), rating)
-    pos = own if coll.comm == tuple(range(len(coll.comm))) else (coll.comm.index(own[0]), coll.comm.index(own[1]))
-    from phantora.collectives.nccl.p2p_group import rated_choice
-
-    return rated_choice(rated, pos, coll.nbytes)
+    key = ("rating", coll.comm, st, t, protocol) if g is coll.launch else ("rating", coll.comm, st, t, protocol, g)
+    return shared(coll.launch, topo, key, rating)
 
 
 def _node_shm(
