@@ -83,6 +83,9 @@ class LaunchGroup:
 
     def ops(self, pair: Pair) -> tuple[tuple[int, int], ...]:
         """Pair `pair`'s operations in NCCL's order: (start ns, bytes) each; () for a pair not in the group."""
+        if not self.later:  # one a pair: no table of them (a world-size group's launch reads its own only)
+            i = self.index.get(pair)
+            return () if i is None else ((self.starts[i], self.sizes[i]),)
         return self._ops.get(pair, ())
 
     def passes(self, k: int) -> LaunchGroup:
