@@ -195,3 +195,39 @@ def test_live_batches_run_each_pairs_operations_in_turn_and_replay_so(recorded) 
             src, dst = (int(x) for x in pair.split(">"))
             ends[(name, src, dst)] = max(ends.get((name, src, dst), 0), c.end_ns)
     assert sorted((*k, e) for k, e in ends.items()) == live
+
+
+@pytest.mark.slow
+def test_a_window_mode_recording_replays_each_operation_in_its_live_time(tmp_path) -> None:
+    """The same program in 20 us windows, recorded and replayed (the coordinator's rounds, `launch_release_ns`):
+    every transfer takes its live time, the ring's operations one LL step and one operation's bytes apart as in
+    exact mode. Slow: a live 4-rank run."""
+    from phantora.egraph import replay_graph
+    from phantora.egraph.live import record_run
+    from phantora.launcher import RunConfig
+    from phantora.netsim.engine_spec import EngineSpec
+
+    script = tmp_path / "ops.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    cfg = RunConfig(str(script), topology=TOPO, nproc=4, tensors="phantom", trace="none", timeout_s=300,
+                    out_dir=str(tmp_path / "o"), engine=EngineSpec(window_ns=20_000))  # fmt: skip
+    _, graph = record_run(cfg, tmp_path / "g")
+    recs = [
+        r for r in json.loads((tmp_path / "o" / "cosim.json").read_text())["collectives"] if r["kind"] == "send_recv"
+    ]
+    live = {(r["name"].split("@")[0], *r["group"]): r["end_ns"] - r["t_start"] for r in recs}
+    bytes_us = nccl_tests_us(8 * KiB, 1) - LAUNCH_US - STEP_US
+    ring = sorted(r["end_ns"] - r["t_start"] for r in recs[:16] if tuple(r["group"]) == (0, 1))
+    assert [t / 1000 for t in ring] == pytest.approx(
+        [LAUNCH_US + (k + 1) * (STEP_US + bytes_us) for k in range(4)], abs=0.002
+    )
+    res = replay_graph(graph, TOPO, FlowSimulator(TOPO), fresh=lambda: FlowSimulator(TOPO))
+    delay = {f.id: f.delay_ns for f in res.plan_flows}
+    span: dict[tuple[str, int, int], tuple[int, int]] = {}
+    for c in res.completions:
+        if "/p2p" in c.tag:
+            name, pair = c.tag.split("/")[0].split("@")
+            src, dst = (int(x) for x in pair.split(">"))
+            lo, hi = span.get((name, src, dst), (c.start_ns - delay[c.flow_id], c.end_ns))
+            span[(name, src, dst)] = (min(lo, c.start_ns - delay[c.flow_id]), max(hi, c.end_ns))
+    assert {k: hi - lo for k, (lo, hi) in span.items()} == live
