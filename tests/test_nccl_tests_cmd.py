@@ -441,3 +441,16 @@ def test_granularity_chunked_runs_nccls_steps_in_nccls_time(
     assert choice["algorithm"] == "Ring" and choice["protocol"] == "LL"
     assert got["chunked"]["time_us"] == pytest.approx(got["coarse"]["time_us"], rel=1e-3)
     assert got["chunked"]["time_us"] >= choice["model_time_us"]
+
+
+def test_gpu_on_a_topology_of_another_nvlink_says_the_links_stay(capsys: pytest.CaptureFixture[str]) -> None:
+    """testbed16's NVSwitch links are H100's 450 GB/s a direction (3600 Gbps); `--gpu b200` (NVLink 5, 900 GB/s)
+    keeps them and says so on stderr; `--gpu h100` (the same rate) says nothing; the table stays on stdout."""
+    args = ["nccl-tests", "all_reduce_perf", "-b", "1M", "-e", "1M", "--topology", "testbed16", "-n", "1", "-w", "0"]
+    assert main([*args, "--gpu", "b200"]) == 0
+    out, err = capsys.readouterr()
+    (note,) = [line for line in err.splitlines() if "note:" in line]
+    assert "--gpu b200 keeps testbed16's NVLink links of 3600Gbps" in note and "b200's own: 7200Gbps" in note
+    assert "note:" not in out and "1048576" in out
+    assert main([*args, "--gpu", "h100"]) == 0
+    assert "note:" not in capsys.readouterr().err

@@ -154,7 +154,31 @@ def _topology(spec: str | None, gpu: str | None = None) -> Any:
     topo = load_topology(spec)
     if gpu is not None:
         topo.gpu_model = gpu.strip().lower()
+        note = _nvlink_note(topo)
+        if note:
+            print(f"phantora nccl-tests: note: {note}", file=sys.stderr)
     return topo
+
+
+def _nvlink_note(topo: Any) -> str | None:
+    """Where --gpu gave a loaded topology a GPU whose NVLink differs from the file's NVSwitch links: say that the
+    links stay the file's (the GPU model sets NCCL's tuning and the compute model, not the topology)."""
+    from phantora.topology._util import format_rate, nvlink_default
+
+    own = nvlink_default(topo.gpu_model)
+    kinds = [n.kind for n in topo.nodes]
+    rates = {
+        link.bandwidth_bps
+        for link in topo.links
+        if "nvswitch" in (kinds[link.a], kinds[link.b]) and {kinds[link.a], kinds[link.b]} & {"gpu", "host"}
+    }
+    if own is None or not rates or rates == {own}:
+        return None
+    kept = "/".join(format_rate(r) for r in sorted(rates))
+    return (
+        f"--gpu {topo.gpu_model} keeps {topo.name}'s NVLink links of {kept} a direction ({topo.gpu_model}'s own: "
+        f"{format_rate(own)}); for the GPU's own host, leave out --topology or write a topology with its rate"
+    )
 
 
 def engine_spec(args: argparse.Namespace) -> EngineSpec:
