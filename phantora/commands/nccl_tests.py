@@ -163,15 +163,11 @@ def _topology(spec: str | None, gpu: str | None = None) -> Any:
 def _nvlink_note(topo: Any) -> str | None:
     """Where --gpu gave a loaded topology a GPU whose NVLink differs from the file's NVSwitch links: say that the
     links stay the file's (the GPU model sets NCCL's tuning and the compute model, not the topology)."""
+    from phantora.collectives.nccl.platform import nvlink_bps
     from phantora.topology._util import format_rate, nvlink_default
 
     own = nvlink_default(topo.gpu_model)
-    kinds = [n.kind for n in topo.nodes]
-    rates = {
-        link.bandwidth_bps
-        for link in topo.links
-        if "nvswitch" in (kinds[link.a], kinds[link.b]) and {kinds[link.a], kinds[link.b]} & {"gpu", "host"}
-    }
+    rates = {nvlink_bps(topo, topo.node_of_rank(r)) for r in range(topo.num_ranks)} - {0}
     if own is None or not rates or rates == {own}:
         return None
     kept = "/".join(format_rate(r) for r in sorted(rates))

@@ -69,16 +69,16 @@ def platform_of(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None 
     blocks = host_blocks(topo, nodes) if split is None else _blocks(split)
     ppn = max(len(b) for b in blocks)
     nvswitch = any(topo.shared_nvswitch(nodes[b[0]], nodes[b[1]]) is not None for b in blocks if len(b) > 1)
-    nvlink_bps = _nvlink_bps(topo, nodes[0])
-    off = bool(nvlink_bps) and len(blocks) == 1 and ppn > 1 and p2p_off(st)  # NCCL's PCIe ring (nvlink_pci.py)
+    nvl_bps = nvlink_bps(topo, nodes[0])
+    off = bool(nvl_bps) and len(blocks) == 1 and ppn > 1 and p2p_off(st)  # NCCL's PCIe ring (nvlink_pci.py)
     off = off or split is not None  # SHM inside each NCCL node, NET between them
     node_bw = net_split.node_ring_bw(ppn, net_split.cpu_vendor(topo, gpu.name), pcie_bw) if split else 0.0
-    if not off and nvlink_bps and ppn > 1 and p2p_off(st):  # hosts kept whole on SHM, NET between them
+    if not off and nvl_bps and ppn > 1 and p2p_off(st):  # hosts kept whole on SHM, NET between them
         assert st is not None
         node_bw = net_split.shm_hosts_bw(topo, nodes, blocks, st, gpu.name, pcie_bw)
         off = node_bw > 0  # else (no NICs) refused: check_transports
-    if nvlink_bps and not off:
-        links = nvlink_bps / 8e9 / T.NVLINK_RAW_PER_LINK[arch]
+    if nvl_bps and not off:
+        links = nvl_bps / 8e9 / T.NVLINK_RAW_PER_LINK[arch]
         intra, intra_bw = "nvlink", links * T.NVLINK_BW_PER_LINK[arch]
     else:
         intra, intra_bw = "pci", pcie_bw
@@ -162,7 +162,7 @@ def cpu_vendor(topo: Topology) -> str:
     return vendor or "intel"
 
 
-def _nvlink_bps(topo: Topology, node: int) -> int:
+def nvlink_bps(topo: Topology, node: int) -> int:
     """Bits/s of the endpoint's link to its NVSwitch, or 0 if it has none."""
     for v, ch in topo.neighbours(node):
         if topo.nodes[v].kind == "nvswitch":
