@@ -9,6 +9,7 @@ below are worked out in each docstring from NCCL's code, not read back from phan
 from __future__ import annotations
 
 import json
+import textwrap
 
 import pytest
 
@@ -265,13 +266,13 @@ def test_a_replayed_coalesced_call_runs_as_its_group(tmp_path):
         assert max(c.end_ns for c in res.completions) / 1000 == pytest.approx(group_us, abs=1e-3)
 
 
-LIVE = """
+LIVE_BLOCK = """
     import torch, torch.distributed as dist
     from torch.distributed.distributed_c10d import _coalescing_manager
     dist.init_process_group("nccl")
     rank = dist.get_rank()
     torch.cuda.set_device(rank)
-    xs = [torch.ones(2048, device="cuda") for _ in range(4)]  # 4 x 8 KiB of fp32
+    xs = TENSORS
 
     def block():
         with _coalescing_manager(async_ops=True) as cm:
@@ -287,9 +288,18 @@ LIVE = """
         block()
     end.record()
     torch.cuda.synchronize()
-    print("RESULT", rank, start.elapsed_time(end) * 1000 / 10, float(xs[0][0]), flush=True)
+    print("RESULT", rank, start.elapsed_time(end) * 1000 / 10, VALUES, flush=True)
     dist.destroy_process_group()
 """
+
+
+def live_block(tensors: str, values: str) -> str:
+    """A live program that times 10 `_coalescing_manager` blocks of async all-reduces of `tensors` (a Python
+    expression of a list of CUDA tensors) after 2 warm-ups, and prints "RESULT rank us-per-block `values`"."""
+    return textwrap.dedent(LIVE_BLOCK).replace("TENSORS", tensors).replace("VALUES", values)
+
+
+LIVE = live_block('[torch.ones(2048, device="cuda") for _ in range(4)]', "float(xs[0][0])")  # 4 x 8 KiB of fp32
 
 
 @pytest.mark.slow
@@ -297,8 +307,6 @@ def test_a_live_coalescing_block_takes_nccl_tests_group_time(tmp_path, capsys):
     """4 ranks of an 8-H100 host, a `_coalescing_manager` block of 4 all-reduces of 8 KiB (torch's fast path:
     allreduce_coalesced, one NCCL group): a block takes what `all_reduce_perf -m 4 -G 1 --np 4` prints for 4 calls
     (the group's GPU time), it is recorded with its calls' sizes, and its replay takes the same time."""
-    import textwrap
-
     from phantora.cli import main
     from phantora.egraph import replay_graph
     from phantora.egraph.format import Coll
@@ -312,7 +320,7 @@ def test_a_live_coalescing_block_takes_nccl_tests_group_time(tmp_path, capsys):
     row = json.loads((tmp_path / "nt" / "results.json").read_text())["sizes"][0]
     group_us = 4 * row["time_us"]
     script = tmp_path / "coalesce.py"
-    script.write_text(textwrap.dedent(LIVE))
+    script.write_text(LIVE)
     topo = dgx_host(8, gpu="h100")
     cfg = RunConfig(str(script), topology=topo, nproc=4, trace="none", timeout_s=600, out_dir=tmp_path / "run")
     rep, graph = record_run(cfg, tmp_path / "graph")

@@ -13,6 +13,7 @@ import torch
 from phantora.collectives import Collective, decompose
 from phantora.errors import InputError
 from phantora.netsim.flow import FlowSimulator
+from tests.test_nccl_coll_group import live_block
 from tests.test_nccl_symmetric import H100, RANKS, KiB, MiB, opts
 
 
@@ -129,31 +130,10 @@ def test_a_recorded_mixed_group_keeps_its_dtypes_and_replays_as_its_aggregates(t
         assert max(c.end_ns for c in res.completions) / 1000 == pytest.approx(group_us, abs=1e-3)
 
 
-LIVE = """
-    import torch, torch.distributed as dist
-    from torch.distributed.distributed_c10d import _coalescing_manager
-    dist.init_process_group("nccl")
-    rank = dist.get_rank()
-    torch.cuda.set_device(rank)
-    xs = [torch.ones(1 << 19, device="cuda"), torch.ones(1 << 20, device="cuda", dtype=torch.bfloat16)]  # 2 MiB each
-
-    def block():
-        with _coalescing_manager(async_ops=True) as cm:
-            for x in xs:
-                dist.all_reduce(x, async_op=True)
-        cm.wait()
-
-    for _ in range(2):
-        block()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        block()
-    end.record()
-    torch.cuda.synchronize()
-    print("RESULT", rank, start.elapsed_time(end) * 1000 / 10, float(xs[0][0]), float(xs[1][0]), flush=True)
-    dist.destroy_process_group()
-"""
+LIVE = live_block(  # 2 MiB each
+    '[torch.ones(1 << 19, device="cuda"), torch.ones(1 << 20, device="cuda", dtype=torch.bfloat16)]',
+    "float(xs[0][0]), float(xs[1][0])",
+)
 
 
 @pytest.mark.slow
@@ -161,7 +141,6 @@ def test_a_live_mixed_dtype_block_runs_as_its_aggregates(tmp_path):
     """4 ranks of an 8-H100 host, a `_coalescing_manager` block of a 2 MiB fp32 and a 2 MiB bf16 all-reduce (torch's
     allreduce_coalesced, one NCCL group): a block takes the group's end as two aggregates on an idle host, not as one
     fp32 aggregate of 4 MiB (which the first tensor's dtype made of it); the recording keeps the dtypes."""
-    import textwrap
 
     from phantora.egraph.format import Coll
     from phantora.egraph.live import record_run
@@ -180,7 +159,7 @@ def test_a_live_mixed_dtype_block_runs_as_its_aggregates(tmp_path):
     mixed, as_one = group_us(group_dtypes=("fp32", "bf16")), group_us()
     assert abs(mixed - as_one) > 0.05 * as_one
     script = tmp_path / "mixed.py"
-    script.write_text(textwrap.dedent(LIVE))
+    script.write_text(LIVE)
     cfg = RunConfig(str(script), topology=topo, nproc=4, trace="none", timeout_s=600, out_dir=tmp_path / "run")
     rep, graph = record_run(cfg, tmp_path / "graph")
     lines = [ln.split() for r in range(4) for ln in rep.logs[f"rank {r}"].splitlines() if ln.startswith("RESULT")]
