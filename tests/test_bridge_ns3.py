@@ -144,12 +144,13 @@ def test_native_advance_watching_equals_stepping(ns3_lib) -> None:
 def test_an_advance_longer_than_the_peer_timeout_is_not_silence(tmp_path: Path, ns3_lib) -> None:
     """Regression: the server took its own busy time in a long ns-3 advance for the coordinator's silence.
 
-    One 8-rank ring all-reduce of 512 MiB is a single advance of several wall seconds; the peer timeout
+    One 8-rank ring all-reduce of 1 GiB is a single advance of several CPU seconds (512 MiB took 3.8 CPU s on a quiet
+    machine, under the timeout it must outlast; 8.4 at load 15); the peer timeout
     is 4 s (the ranks hear the coordinator's heartbeat about once a second: 2 s left too little slack on a loaded
     machine). The run must finish, and in no less than the ring's closed-form time at line rate.
     """
     topo = leaf_spine(1, 8, 0, nic_rate="100Gbps", latency="1us")
-    size = 512 << 20
+    size = 1 << 30
     peer_s = 4.0
     path = tmp_path / "wl.json"
     path.write_text(
