@@ -192,7 +192,7 @@ def test_results_report_tier_shares_that_add_up_to_one(tmp_path):
 
     from phantora.perfmodel.gpus import get_gpu as runtime_gpu
     from phantora.perfmodel.table import write_table
-    from phantora.results.summary import summarize
+    from phantora.results.summary import format_summary, summarize
     from phantora.runtime.compute import build_model
     from phantora.runtime.dispatch import ChargeMode
     from phantora.runtime.nonet import NoNetworkClient
@@ -208,8 +208,12 @@ def test_results_report_tier_shares_that_add_up_to_one(tmp_path):
         torch.add(x, x)  # measured: 50 us
         torch.mm(x, x)  # public
         torch.nn.functional.layer_norm(x, (256,))  # l40s
-    tiers = summarize({0: s.results()}, runtime_gpu("a100"))["compute_tiers"]
+    summary = summarize({0: s.results()}, runtime_gpu("a100"))
+    tiers = summary["compute_tiers"]
     assert set(tiers["share"]) == {"measured", "public", "l40s"}
+    # the text says what the "l40s" tier is on an A100 run: L40S-shaped curves, not an L40S
+    (line,) = [ln for ln in format_summary(summary).splitlines() if ln.startswith("kernel time by")]
+    assert "L40S-shaped curves scaled to this GPU" in line and "l40s" not in line
     assert sum(tiers["share"].values()) == pytest.approx(1.0)
     assert tiers["kernel_ns"]["measured"] == 50_000
     assert sum(tiers["kernel_ns"].values()) == s.clock.compute_busy_ns - 3 * 1000  # three launches

@@ -16,6 +16,10 @@ from phantora.results import schema
 from phantora.results.write import write_json
 from phantora.units import plural
 
+# How the summary names a compute-model tier (results.json keeps the bare names, phantora.perfmodel.pubfit.TIERS):
+# "l40s" is curves fitted on L40S measurements and scaled to the run's GPU, whatever that GPU is.
+TIER_LABELS = {"l40s": "L40S-shaped curves scaled to this GPU"}
+
 
 def _workload(ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:
     for r in sorted(ranks):
@@ -274,7 +278,9 @@ def format_summary(summary: dict[str, Any]) -> str:
             lines.append(f"  reserved by the caching allocator at most: {m['reserved_peak_bytes'] / gib:.2f} GiB")
         lines.append(f"  at the peak, GiB: {parts}")
     if summary.get("compute_tiers"):
-        shares = ", ".join(f"{t} {100 * v:.1f}%" for t, v in summary["compute_tiers"]["share"].items())
+        shares = ", ".join(
+            f"{TIER_LABELS.get(t, t)} {100 * v:.1f}%" for t, v in summary["compute_tiers"]["share"].items()
+        )
         lines.append(f"kernel time by compute-model tier: {shares}")
     if summary.get("untimed_kernels"):
         k = summary["untimed_kernels"]
