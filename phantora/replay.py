@@ -27,6 +27,7 @@ from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator, RunsWholeDag, drain_observed
 from phantora.netsim.decompose import FREEZE_MIN
+from phantora.netsim.gc_pause import Freezer
 from phantora.perfmodel.throttle import Throttles
 from phantora.progress import Progress
 from phantora.replay_groups import grouped_ops, planned, rated, ratings_of
@@ -152,23 +153,24 @@ def _kept_out_of_gc(large: bool, submit: Callable[[], None]) -> Iterator[None]:
     cyclic garbage collector paused and its objects, and the engine's books on them, are then kept out of the
     collector's full passes (`gc.freeze`) until the body ends: otherwise each full pass walks them all, and
     passes come each time a quarter more objects survive (about 15 CPU s of the 1024-GPU step's fluid NVLink
-    side, `bench/bench_fluid_side.py`, none of it collected)."""
+    side, `bench/bench_fluid_side.py`, none of it collected). What was frozen before stays frozen (`Freezer`)."""
     if not large:
         submit()
         yield
         return
+    freezer = Freezer()
     was = gc.isenabled()
     gc.disable()
     try:
         submit()
-        gc.freeze()  # (not when the submit failed: the freeze is process-wide)
+        freezer.freeze()  # (not when the submit failed: the freeze is process-wide)
     finally:
         if was:
             gc.enable()
     try:
         yield
     finally:
-        gc.unfreeze()
+        freezer.thaw()
 
 
 def _drain(sim: NetworkSimulator, flows: list[Flow], progress: str, desc: str) -> list[Completion]:

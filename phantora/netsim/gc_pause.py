@@ -52,3 +52,26 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+class Freezer:
+    """Moves a block's objects out of the collector's full passes (`freeze`, as often as the block likes) and back
+    (`thaw`), leaving the frozen set as it found it where CPython allows: `gc.unfreeze` thaws every frozen object,
+    not some, so if objects were frozen before the first `freeze` (the run policy's set-up, a caller's own), `thaw`
+    leaves all frozen, the caller's as they were and the block's with them (still freed by reference counting;
+    only their cycles wait)."""
+
+    def __init__(self) -> None:
+        self._found: int | None = None  # objects frozen when the first freeze came; None: nothing frozen by us
+
+    def freeze(self) -> None:
+        """Everything alive now out of the collector's full passes."""
+        if self._found is None:
+            self._found = gc.get_freeze_count()
+        gc.freeze()
+
+    def thaw(self) -> None:
+        """Back to the collector what `freeze` froze, if nothing else was frozen before it (above)."""
+        found, self._found = self._found, None
+        if found == 0:
+            gc.unfreeze()
