@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import gc
 import operator
 import time
 from collections import deque
@@ -42,6 +41,7 @@ from phantora.netsim.base import INF_NS, Completion, Flow, RunsByCompletion
 from phantora.netsim.completion_columns import CompletionColumns, Ref, completions_of
 from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.flow import CausalityError
+from phantora.netsim.gc_pause import Freezer
 from phantora.netsim.hybrid import SHARED_DEPS_MIN, WideDeps, topological_order  # the wide-deps rules: one for both
 from phantora.netsim.nic_latency import JOIN_BASE, Releases, gate_key, uses_nic  # (JOIN_BASE: the gates' joins)
 from phantora.netsim.observe import (
@@ -243,7 +243,7 @@ class DecomposedSimulator(RunsByCompletion):
         self._records: dict[str, list[Any]] | None = None
         self._records_at = -1
         self._closed = False
-        self._frozen = False  # a large submit froze the process's objects (`FREEZE_MIN`): unfrozen at close
+        self._freezer = Freezer()  # a large submit freezes the process's objects (`FREEZE_MIN`): thawed at close
         assignment = [[p for p, w in enumerate(self._piece_worker) if w == i] for i in range(n)]
         sides = () if self.worker_side == "packet" else (self.worker_side,)
         self._pool = spawn(self.topology, self.config, assignment, *sides)  # it cleans up after itself if it fails
@@ -492,8 +492,7 @@ class DecomposedSimulator(RunsByCompletion):
             return
         # A large batch: hand the workers their flows first, in a round that runs none of them further than it is
         # (`_placing`), and keep the books while they place them (the driver's bounds, gates and joins).
-        gc.freeze()  # (the caller's DAG: `FREEZE_MIN`)
-        self._frozen = True
+        self._freezer.freeze()  # (the caller's DAG: `FREEZE_MIN`)
         try:
             self._hand_over(order, at)
             if getattr(self._pool, "starting", False):  # the workers still start: the books now, beside their start
@@ -501,10 +500,10 @@ class DecomposedSimulator(RunsByCompletion):
                 self._placing(lambda: None)
             else:
                 self._placing(lambda: self._book(order, at, xfer, handed=True))
-        except BaseException:  # (a failed submit leaves nothing frozen, closed or not: the freeze is process-wide)
+        except BaseException:  # (a failed submit thaws what it froze, closed or not: the freeze is process-wide)
             self._thaw()
             raise
-        gc.freeze()  # (the books)
+        self._freezer.freeze()  # (the books)
 
     def _hand_over(self, order: Sequence[Flow], at: int) -> None:
         """Each flow of a batch (in topological order) into its worker's outbox: its deps on that worker not done,
@@ -842,10 +841,10 @@ class DecomposedSimulator(RunsByCompletion):
             self._pool.close()
 
     def _thaw(self) -> None:
-        """What a large submit froze goes back to the collector (cycles among it are collected again)."""
-        if getattr(self, "_frozen", False):  # (False until __init__ sets it)
-            self._frozen = False
-            gc.unfreeze()
+        """What a large submit froze goes back to the collector (cycles among it are collected again), unless objects
+        were frozen before it (`Freezer`)."""
+        if getattr(self, "_freezer", None) is not None:  # (None until __init__ sets it)
+            self._freezer.thaw()
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
