@@ -6,10 +6,11 @@ arithmetic is per flow (a flow's bytes are counted at its own rate changes only)
 host), so a host's flows complete at the same ns on an engine of their own as on one engine for all. Hosts go to
 `shards` runs of consecutive hosts (on a leaf-spine, whole leaves: a partition by whole leaf switches owns them).
 
-What crosses shards is held here, as the hybrid holds what crosses sides: a flow whose dep is an unfinished fluid
-flow of another shard (a marker joining hosts) goes to its shard the ns that dep completes. While any is held the
-shards are stepped together one event ns at a time; otherwise each runs to the limit on its own. Every shard reads
-the one done set (`_done`, the hybrid's `_ended`), so fabric and other shards' ends are done for it.
+What crosses shards is held here, as the hybrid holds what crosses sides (one bookkeeping: `phantora.netsim.held`):
+a flow whose dep is an unfinished fluid flow of another shard (a marker joining hosts) goes to its shard the ns that
+dep completes. While any is held the shards are stepped together one event ns at a time; otherwise each runs to the
+limit on its own. Every shard reads the one done set (`_done`, the hybrid's `_ended`), so fabric and other shards'
+ends are done for it.
 
 The shards run in this process. Each call's work is timed per shard (`shard_cpu_s`), and per exchange (one call, or
 one ns while stepping together) the busiest shard's CPU is summed (`critical_cpu_s`): what the shards would cost on
@@ -26,6 +27,7 @@ import msgpack
 
 from phantora.netsim.base import Completion, Flow, completion
 from phantora.netsim.flow import _BY_END, CausalityError, FlowSimulator
+from phantora.netsim.held import Held, Waiters, add_to, hold, one_nearer
 from phantora.netsim.idset import IdSet
 from phantora.netsim.observe import ChannelUsage, switch_link_load
 
@@ -63,8 +65,8 @@ class ShardedFluid:
             s._done = self._done
         self._node_shard = host_shards(topology, shards)
         self._where: dict[int, int] = {}  # unfinished flow id -> its shard (submitted to it)
-        self._held: dict[int, tuple[Flow, int, int, int]] = {}  # flow id -> (flow, submit ns, shard, deps held on)
-        self._waiters: dict[int, list[int]] = {}  # flow id -> held flows of other shards waiting on it
+        self._held: Held = {}  # flow id -> (flow, submit ns, shard, deps held on)
+        self._waiters: Waiters = {}  # flow id -> held flows of other shards waiting on it
         self._now = 0
         self._next: int | None = None  # the shards' next event ns, while `_fresh`
         self._fresh = False
@@ -138,7 +140,7 @@ class ShardedFluid:
             deps = f.deps
             if not deps:
                 where[f.id] = s
-                _add(per, s, f)
+                add_to(per, s, f)
                 continue
             key = (id(deps), s)
             other = across.get(key) if len(deps) > 1 else None
@@ -157,15 +159,9 @@ class ShardedFluid:
                     across[key] = other
             if not other:
                 where[f.id] = s
-                _add(per, s, f)
+                add_to(per, s, f)
                 continue
-            for d in other:
-                ws = waiters.get(d)
-                if ws is None:
-                    waiters[d] = [f.id]
-                else:
-                    ws.append(f.id)
-            held[f.id] = (f, at, s, len(other))
+            hold(held, waiters, f, at, s, other)
         self._to_shards(per, at)
 
     def _to_shards(self, per: dict[int, list[Flow]], at: int) -> None:
@@ -267,13 +263,12 @@ class ShardedFluid:
         per: dict[int, dict[int, list[Flow]]] = {}  # submit ns -> shard -> flows
         for c in completions:
             for j in waiters.pop(c.flow_id, ()):
-                f, at, s, pending = held[j]
-                if pending > 1:
-                    held[j] = (f, at, s, pending - 1)
+                entry = one_nearer(held, j)
+                if entry is None:
                     continue
-                del held[j]
+                f, at, s, _ = entry
                 self._where[j] = s
-                _add(per.setdefault(max(at, t), {}), s, f)
+                add_to(per.setdefault(max(at, t), {}), s, f)
         for at, groups in sorted(per.items()):
             self._to_shards(groups, at)
 
@@ -348,11 +343,3 @@ def _unpack_flows(data: bytes) -> list[Flow]:
 
 def _pack_done(done: list[Completion]) -> bytes:
     return msgpack.packb([(c.flow_id, c.start_ns, c.end_ns) for c in done])
-
-
-def _add(groups: dict[int, list[Flow]], key: int, f: Flow) -> None:
-    group = groups.get(key)
-    if group is None:
-        groups[key] = [f]
-    else:
-        group.append(f)

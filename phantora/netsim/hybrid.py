@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 from phantora.errors import PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator, Observed, check_flow_batch
 from phantora.netsim.flow import CausalityError, FlowSimulator
+from phantora.netsim.held import Held, Waiters, add_to, one_nearer
 from phantora.netsim.idset import IdSet
 from phantora.netsim.nic_latency import JOIN_BASE, gate_key
 from phantora.netsim.observe import (
@@ -132,9 +133,8 @@ class FluidNvlinkSimulator:
         self._side: dict[int, int] = {}
         self._ended: IdSet = fluid._done
         self._done_packet = IdSet()
-        # flow id -> (flow, submit time, its side, deps outstanding)
-        self._held: dict[int, tuple[Flow, int, int, int]] = {}
-        self._waiters: dict[int, list[int]] = {}  # flow id -> held flows waiting on it
+        self._held: Held = {}  # flow id -> (flow, submit time, its side, deps outstanding): `phantora.netsim.held`
+        self._waiters: Waiters = {}  # flow id -> held flows waiting on it
         # Held packet flow id -> held packet flows waiting on it, handed to the packet side with it (`_unhold`) when
         # that side posts a flow exactly as if it were handed over at its deps' ends (`posts_at_dep_ends`): a ring's
         # later steps then wait there, not here, and their completions are no hand-offs.
@@ -218,7 +218,7 @@ class FluidNvlinkSimulator:
                         kept = same[key] = self._kept_deps(wide, side)
                     if kept is not None:  # every dep not done is known on its side: it goes straight to its engine
                         sides[f.id] = side
-                        _add(out[side], at, f if kept is wide else f.with_deps(kept))
+                        add_to(out[side], at, f if kept is wide else f.with_deps(kept))
                         continue
                 j = joins.get(key, -1)
                 if j == -1:
@@ -230,7 +230,7 @@ class FluidNvlinkSimulator:
                     held[f.id] = (f, at, side, gate)
                 else:  # (gated, its deps known on its side and none held: its gate was all it waited for here)
                     sides[f.id] = side
-                    _add(out[side], at, f)
+                    add_to(out[side], at, f)
                 continue
             pending = gate
             ended = False
@@ -258,7 +258,7 @@ class FluidNvlinkSimulator:
                 held[f.id] = (f, at, side, pending)
             else:  # its deps not done are all known on its side (checked, ordered): it keeps them all
                 sides[f.id] = side
-                _add(out[side], at, self._same_side(f, side) if ended else f)
+                add_to(out[side], at, self._same_side(f, side) if ended else f)
         if out[PACKET]:
             self._hand_packet(out[PACKET])
         for t, group in sorted(out[FLUID].items()):
@@ -711,12 +711,11 @@ class FluidNvlinkSimulator:
                 for j in fdependents.pop(fid, ()):
                     if j in flb:
                         self._fraise(j, c.end_ns + fstep[j])
-            for j in waiters.pop(fid, ()):  # (per flow: inline, `_unchain` only where a chain waits)
-                f, at, side, pending = held[j]
-                if pending > 1:
-                    held[j] = (f, at, side, pending - 1)
+            for j in waiters.pop(fid, ()):  # (`_unchain` only where a chain waits)
+                entry = one_nearer(held, j)
+                if entry is None:
                     continue
-                del held[j]
+                f, at, side, _ = entry
                 if side == JOIN:
                     self._arrive_join(j, now, ready, kept)
                     continue
@@ -752,11 +751,10 @@ class FluidNvlinkSimulator:
         todo = [(k, at) for k in reversed(chained.pop(fid))]
         while todo:
             j, t = todo.pop()
-            f, a, side, pending = held[j]
-            if pending > 1:
-                held[j] = (f, a, side, pending - 1)
+            entry = one_nearer(held, j)
+            if entry is None:
                 continue
-            del held[j]
+            f, a, side, _ = entry
             if side == JOIN:
                 self._arrive_join(j, t, ready, kept)
                 continue
@@ -781,11 +779,10 @@ class FluidNvlinkSimulator:
         self._joins -= 1
         held, chained = self._held, self._chained
         for k in self._waiters.pop(j):
-            f, at, side, pending = held[k]
-            if pending > 1:
-                held[k] = (f, at, side, pending - 1)
+            entry = one_nearer(held, k)
+            if entry is None:
                 continue
-            del held[k]
+            f, at, side, _ = entry
             self._side[k] = side
             at = max(at, t)
             ready.setdefault((at, side), []).append(self._same_side(f, side, kept))
@@ -797,15 +794,6 @@ def _ends_or_none(ended: IdSet) -> IdSet | tuple[()]:
     """`ended`, or an empty tuple while nothing has ended (a replay's first submit: the whole DAG), whose
     membership test is C's, not `IdSet`'s Python method."""
     return ended if len(ended) else ()
-
-
-def _add(groups: dict[int, list[Flow]], at: int, f: Flow) -> None:
-    """`f` into the group of flows submitted at `at`."""
-    group = groups.get(at)
-    if group is None:
-        groups[at] = [f]
-    else:
-        group.append(f)
 
 
 _order = attrgetter("end_ns", "flow_id")  # completions in time order, then by flow id
