@@ -40,14 +40,17 @@ class FixedLatencyClient:
         self.launches: list[tuple[int | None, int | None]] = []  # (stream, launch) of each collective
         self.after: list[list[int]] = []  # the handles each collective starts after
         self.redops: list[str] = []  # the reduction each collective names (Collective.redop)
+        self.algos: list[dict[str, Any] | None] = []  # the `algo` map each collective carries
         self.done: dict[int, int] = {}
         self.clock = 0
 
     def collective(self, *, group: Sequence[int], seq: int, kind: str, nbytes: int, dtype: str, root: Any,
                    t_issue_ns: int, name: str = "", stream: int | None = None,
-                   launch: int | None = None, after: Sequence[int] = (), redop: str = "sum") -> int:  # fmt: skip
+                   launch: int | None = None, after: Sequence[int] = (), redop: str = "sum",
+                   algo: dict[str, Any] | None = None) -> int:  # fmt: skip
         assert t_issue_ns >= self.clock
         self.calls.append((kind, nbytes, t_issue_ns))
+        self.algos.append(algo)
         self.redops.append(redop)
         self.launches.append((stream, launch))
         self.after.append(list(after))
@@ -102,18 +105,45 @@ def test_async_collective_overlaps_compute(rig):
 
 
 def test_a_coalescing_blocks_collectives_name_one_group_launch_on_the_groups_stream(rig):
-    """ProcessGroupNCCL's coalescing (`_start_coalescing` .. `_end_coalescing`) is one NCCL group launch: the calls
-    inside carry one launch id, the call after it none; all name the group's stream."""
+    """ProcessGroupNCCL's coalescing (`_start_coalescing` .. `_end_coalescing`) is one NCCL group launch: its
+    collectives are sent at the block's end, each (kind, reduction, root) as one coalesced call of the calls' bytes
+    (NCCL's group of them): two broadcasts of 32 B and 16 B from root 0 are one 48 B call, after the matmul between
+    them (NCCL launches at ncclGroupEnd), and a reduction beside it; all carry the block's launch id, the call after
+    it none; all name the group's stream."""
     s, pg, client, a = rig
-    x, y = torch.ones(8), torch.ones(8)
+    x, y, z = torch.ones(8), torch.ones(4), torch.ones(2)
     pg._start_coalescing()
-    pg.broadcast([x])
+    held = pg.broadcast([x])
+    pg.reduce([z])
+    a @ a
     pg.broadcast([y])
+    assert client.calls == [] and not held._pending and not held.is_completed()  # nothing sent before the end
+    t_end = s.now()
     pg._end_coalescing().wait()
     pg.broadcast([x]).wait()
+    assert client.calls[:2] == [("broadcast", 48, t_end), ("reduce", 8, t_end)]
+    assert client.algos[:2] == [{"group_sizes": [32, 16]}, None]
+    assert held._pending and held._pending[0].handles == [1]  # the broadcast's work waits for its group's call
+    assert held.is_completed()
     (s1, l1), (s2, l2), (s3, l3) = client.launches
     assert s1 == s2 == s3 is not None
     assert l1 == l2 is not None and l3 is None
+
+
+def test_a_coalescing_blocks_list_all_gathers_of_two_dtypes_are_one_call_of_their_calls(rig):
+    """List all-gathers (torch issues them one by one in a device block) of fp32 and bf16 are one all-gather call
+    of their outputs' bytes, each call's dtype named (NCCL aggregates them per type, in one launch); the data still
+    moves (a one-rank gather copies the input)."""
+    s, pg, client, a = rig
+    x, y = torch.full((4,), 3.0), torch.full((2,), 5.0, dtype=torch.bfloat16)
+    ox, oy = [torch.zeros(4)], [torch.zeros(2, dtype=torch.bfloat16)]
+    pg._start_coalescing()
+    pg.allgather([ox], [x])
+    pg.allgather([oy], [y])
+    pg._end_coalescing().wait()
+    assert client.calls == [("all_gather", 20, client.calls[0][2])]
+    assert client.algos == [{"group_sizes": [16, 4], "group_dtypes": ["fp32", "bf16"]}]
+    assert ox[0].tolist() == [3.0] * 4 and oy[0].tolist() == [5.0] * 2
 
 
 def _sync_all_reduce(pg: PhantoraProcessGroup, g: torch.Tensor) -> None:

@@ -41,6 +41,7 @@ from phantora.errors import InputError, PhantoraError
 from phantora.perfmodel.dtypes import short_dtype
 from phantora.runtime import session as _session
 from phantora.runtime import tensor_values
+from phantora.runtime.coalesce_block import GROUPED, HeldCall, bins, merged
 from phantora.runtime.gloo_lanes import PairLanes
 from phantora.runtime.gloo_thread import GlooOnlyWork, off_thread
 from phantora.runtime.program_env import program_nccl_env
@@ -212,6 +213,7 @@ class PhantoraWork(dist.Work):
         self._group = group
         self._t0 = time.monotonic()  # the call, in wall time: ProcessGroupNCCL times a wait's timeout from it
         self._error = ""  # set once a wait passed its timeout: what every later wait raises
+        self.unsent = False  # a device block's collective not sent yet (coalesce_block.py): its wait is a no-op
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         """With a timeout (torch's default, timedelta(0), is none), the host blocks until the work is done, as
@@ -250,6 +252,8 @@ class PhantoraWork(dist.Work):
         self.wait()
 
     def is_completed(self) -> bool:
+        if self.unsent:
+            return False
         return bool(self._error) or all(self._session.poll(p) for p in self._pending)
 
     def is_success(self) -> bool:
@@ -295,6 +299,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._name = ""
         self._desc = ""
         self._coalescing: list[Pending] | None = None
+        self._held: list[HeldCall] | None = None  # an open device block's collectives, sent at its end
         self._p2p_open = False  # a p2p group (batch_isend_irecv, coalescing) is open on this group's communicator
         self._stream = next(_STREAM_IDS)  # its NCCL stream: its collectives run one after another (stream_order)
         self._pair_streams: dict[int, int] = {}  # peer -> the stream of a lone send/recv's 2-rank communicator
@@ -457,12 +462,49 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         if self._gloo is None:  # phantom mode: timing only, and the values of small integer tensors (tensor_values)
             start = _nothing
             finalize = values() if values is not None else None  # the values are posted here, before the issue
+        cuda_stream = sim_streams.current_stream().stream_id
+        if self._held is not None and transfers is None and kind in GROUPED:  # a device block: sent at its end
+            sizes = tuple(group_sizes) or (size,)
+            types = tuple(group_dtypes) or (dtype_name(dtype_of),) * len(sizes)
+            held = HeldCall(
+                kind, name or kind, redop, root, sizes, types, dtype_of, tensors, start, finalize, result,
+                self._sync, cuda_stream, PhantoraWork(self._s, [], result, group=self),
+            )  # fmt: skip
+            held.work.unsent = True
+            self._held.append(held)
+            return held.work  # type: ignore[no-any-return]
         grouped = transfers is not None and not self._p2p_open  # one NCCL group on this communicator (p2p_group.py)
         if grouped:
             self._p2p_group(self._ranks)
-        p = self._s.issue(
+        p = self._issue(
+            kind, name or kind, size, dtype_of, tensors, start, finalize, root, redop, group_sizes, group_dtypes,
+            self._sync, cuda_stream, transfers,
+        )  # fmt: skip
+        if grouped:
+            self._p2p_group(None)
+        return self._work(p, result)
+
+    def _issue(
+        self,
+        kind: str,
+        name: str,
+        size: int,
+        dtype_of: torch.Tensor,
+        tensors: list[torch.Tensor],
+        start: Callable[[], list[Any]],
+        finalize: Callable[[], None] | None,
+        root: int | None,
+        redop: str,
+        group_sizes: Sequence[int],
+        group_dtypes: Sequence[str],
+        sync: bool,
+        cuda_stream: int,
+        transfers: Sequence[Transfer] | None = None,
+    ) -> Pending:
+        """Tell the session of one collective of this group, on its NCCL stream and in the open launch."""
+        return self._s.issue(
             kind=kind,
-            name=name or kind,
+            name=name,
             group=self._ranks,
             nbytes=size,
             dtype=dtype_name(dtype_of),
@@ -473,17 +515,14 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             finalize=finalize,
             stream=self._stream,
             launch=self._launch,
-            cuda_stream=sim_streams.current_stream().stream_id,
-            sync=self._sync,
+            cuda_stream=cuda_stream,
+            sync=sync,
             nccl_env=self._nccl_env,
             redop=redop,
             pg=self._pg,
             group_sizes=group_sizes,
             group_dtypes=group_dtypes,
         )
-        if grouped:
-            self._p2p_group(None)
-        return self._work(p, result)
 
     def _me(self) -> int:
         return self.rank()
@@ -907,17 +946,36 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
     def _start_coalescing(self, device: Any = None) -> None:
         """Open a group: the sends, recvs and collectives until `_end_coalescing` run as one NCCL launch on this
-        group's communicator (ProcessGroupNCCL's coalescing): the sends and recvs share its p2p connections, the
-        collectives start together on the group's stream (`launch`, bridge/stream_order.py)."""
+        group's communicator (ProcessGroupNCCL's coalescing): the sends and recvs share its p2p connections and
+        start together on the group's stream (`launch`, bridge/stream_order.py); the collectives are held and sent
+        at the block's end as NCCL's group of them (coalesce_block.py)."""
         self._coalescing = []
+        self._held = []
         self._launch = next(_LAUNCH_IDS)
         self._p2p_group(self._ranks)
 
     def _end_coalescing(self, device: Any = None) -> PhantoraWork:
+        self._send_held()
         pending, self._coalescing = self._coalescing or [], None
         self._launch = None
         self._p2p_group(None)
         return PhantoraWork(self._s, pending, [], host=self.gloo_sync, group=self)
+
+    def _send_held(self) -> None:
+        """The block's held collectives, each (kind, reduction, root) as one coalesced call of its launch (NCCL's
+        group of them: one ncclGroupEnd); each call's work then waits for its bin's."""
+        held, self._held = self._held or [], None
+        for calls in bins(held):
+            m = merged(calls)
+            p = self._issue(
+                m["kind"], m["name"], m["size"], m["dtype_of"], m["tensors"], m["start"], m["finalize"], m["root"],
+                m["redop"], m["group_sizes"], m["group_dtypes"], m["sync"], m["cuda_stream"],
+            )  # fmt: skip
+            for c in calls:
+                c.work._pending.append(p)
+                c.work.unsent = False
+            if self._coalescing is not None:
+                self._coalescing.append(p)
 
     def _lone_on_group(self) -> bool:
         """Under eager init (`init_process_group(device_id=...)`) ProcessGroupNCCL runs even a lone send/recv on
