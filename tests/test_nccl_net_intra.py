@@ -72,9 +72,10 @@ def test_nodes_across_hosts_and_without_shm() -> None:
 
 def test_all_reduce_net_hops_cross_the_spine_and_carry_the_rings_bytes() -> None:
     """1 GiB on one host: Ring / Simple, 2 channels, the second a copy of the one the search found (connectRings), so
-    both run the ring 0..7: its NET hops 3 -> 4 and 7 -> 0 each send 2 (n - 1) / n of the buffer through the
-    sender's NIC, onto its rail leaf, a spine and the peer's rail leaf. The bus bandwidth is the node ring's 20 GB/s
-    (under the NICs' 50)."""
+    both run the ring 0..7: its NET hops 3 -> 4 and 7 -> 0 each send 2 (n - 1) / n of the buffer through the NIC
+    their channel entered the socket by (crossNic 0: GPU 0's and GPU 4's, nccl/ring_nics.py), so the flows leave
+    GPU 0 and 4's rail leaves, cross a spine and arrive on the peer's rail leaf; no byte leaves by GPU 3's or 7's
+    NIC. The bus bandwidth is the node ring's 20 GB/s (under the NICs' 50)."""
     topo = rail_optimized(2, N, 2)
     dag = decompose(Collective("all_reduce", tuple(range(N)), GIB, "fp32"), topo, _opts(**P2P_OFF))
     choice = dag.choice or {}
@@ -86,7 +87,7 @@ def test_all_reduce_net_hops_cross_the_spine_and_carry_the_rings_bytes() -> None
             sent[f.src, f.dst] = sent.get((f.src, f.dst), 0) + f.size
             hops = [topo.nodes[topo.channel_ends(ch)[1]].name for ch in topo.route(f.src, f.dst, f.key)]
             assert hops[0] == f"rail{f.src}" and hops[1].startswith("spine") and hops[2] == f"rail{f.dst}"
-    assert sorted(sent) == [(3, 4), (7, 0)]
+    assert sorted(sent) == [(0, 4), (4, 0)]  # the hops 3 -> 4 and 7 -> 0, leaving by GPU 0's and GPU 4's NIC
     for got in sent.values():
         assert got == pytest.approx(2 * (N - 1) / N * GIB, rel=1e-6)
     t_us = _run_ns(topo, dag.flows) / 1000
@@ -102,7 +103,9 @@ def test_two_hosts_run_at_the_node_ring() -> None:
     choice = dag.choice or {}
     assert choice["transport"] == {"NET": 4, "SHM": 12}
     inside = {(f.src, f.dst) for f in dag.flows if via_nic(f.key)}
-    assert inside == {(3, 4), (N + 3, N + 4)}  # each host's socket-to-socket hop; 7 -> 8, 15 -> 0 cross hosts
+    # each host's socket-to-socket hop (3 -> 4, 11 -> 12), leaving by the socket's entry NIC; 7 -> 8, 15 -> 0 cross
+    # hosts (by GPU 4's and GPU 12's NIC)
+    assert inside == {(0, 4), (N, N + 4)}
     t_us = _run_ns(topo, dag.flows) / 1000
     assert t_us == pytest.approx(_ring_time_us(choice, n, GIB, NODE_RING), rel=0.005)
 
@@ -170,10 +173,10 @@ def test_a_socket_alone_keeps_its_shm_ring() -> None:
 @pytest.mark.slow
 @pytest.mark.ns3
 def test_ns3_sends_the_net_hops_through_the_nics(ns3_lib: object) -> None:
-    """ns-3 routes a NET hop as the flow engine does (GPU 3 -> rail leaf 3 -> spine -> rail leaf 4 -> GPU 4, not
-    the NVSwitch), with NVLink in packets too or on the fluid side (nvlink=fluid: the NET hops on its packet side,
-    the SHM hops on its fluid NVLink side), and a 64 MiB all-reduce on one host ends within 2% of the flow engine's
-    time at the packets' goodput, both at the node ring's closed form within 3%."""
+    """ns-3 routes a NET hop as the flow engine does (the hop 3 -> 4 by GPU 0's NIC: rail leaf 0 -> spine -> rail
+    leaf 4 -> GPU 4, not the NVSwitch), with NVLink in packets too or on the fluid side (nvlink=fluid: the NET hops
+    on its packet side, the SHM hops on its fluid NVLink side), and a 64 MiB all-reduce on one host ends within 2% of
+    the flow engine's time at the packets' goodput, both at the node ring's closed form within 3%."""
     from phantora.netsim.engine_spec import EngineSpec
     from phantora.netsim.factory import make_engine
     from phantora.netsim.hybrid import FLUID, PACKET, FluidNvlinkSimulator
@@ -185,7 +188,7 @@ def test_ns3_sends_the_net_hops_through_the_nics(ns3_lib: object) -> None:
     size = 64 << 20
     dag = decompose(Collective("all_reduce", tuple(range(N)), size, "fp32"), topo, _opts(**P2P_OFF))
     net = [f for f in dag.flows if via_nic(f.key)]
-    assert {(f.src, f.dst) for f in net} == {(3, 4), (7, 0)}
+    assert {(f.src, f.dst) for f in net} == {(0, 4), (4, 0)}
     for nvlink in ("packet", "fluid"):
         sim = make_engine(EngineSpec(network="ns3", packet=PacketConfig(nvlink=nvlink)), topo)
         try:

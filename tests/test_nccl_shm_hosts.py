@@ -66,9 +66,10 @@ def test_each_host_is_one_node_at_its_shm_ring(kw: dict, env: dict[str, str], ri
 
 
 def test_all_reduce_crosses_hosts_once_each_way_at_the_node_ring() -> None:
-    """1 GiB over 16 H100s with NCCL_NET_DISABLE_INTRA=1: 14 SHM hops (NVLink routes, NCCL's rate) and 2 NET hops,
-    the ring laid along the rails (layout.ring_order: 0..7, then 15..8), so 7 -> 15 and 8 -> 0, each sending
-    2 (n - 1) / n of the buffer through one rail's NICs (none through the other 6 rails), no hop keyed through
+    """1 GiB over 16 H100s with NCCL_NET_DISABLE_INTRA=1: 14 SHM hops (NVLink routes, NCCL's rate) and 2 NET hops.
+    Both channels run the one ring found, 0..7 then 8..15 (crossNic 0: no alternating rings, connect.cc), whose
+    hops 7 -> 8 and 15 -> 0 leave by the NIC their host was entered by (GPU 0's, GPU 8's: nccl/ring_nics.py), each
+    sending 2 (n - 1) / n of the buffer through rail 0's NICs (none through the other 7 rails), no hop keyed through
     the NICs inside a host; the bus bandwidth is the node ring's 20 GB/s."""
     topo = rail_optimized(2, N, 2)
     n = 2 * N
@@ -82,7 +83,7 @@ def test_all_reduce_crosses_hosts_once_each_way_at_the_node_ring() -> None:
     for f in dag.flows:
         if host[f.src] != host[f.dst]:
             sent[f.src, f.dst] = sent.get((f.src, f.dst), 0) + f.size
-    assert sorted(sent) == [(7, 15), (8, 0)]
+    assert sorted(sent) == [(0, N), (N, 0)]
     for got in sent.values():
         assert got == pytest.approx(2 * (n - 1) / n * GIB, rel=1e-6)
     assert _end_us(topo, dag.flows) == pytest.approx(_ring_us(choice, n, H100_RING), rel=0.005)

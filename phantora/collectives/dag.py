@@ -101,6 +101,10 @@ class DagBuilder:
     _conns: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (s, d, channel, qp) -> conn
     whole: dict[int, int] = field(default_factory=dict)  # a queue pair's conn -> its connection's (its qp 0's)
     helpers: int = 0  # trailing positions of ranks outside the group that only relay (`add_helper`)
+    # (channel, src, dst) -> the position whose NIC the hop leaves by, where it is not src's own (NCCL's ring leaving
+    # an NCCL node of SHM GPUs through its channel's entry NIC: nccl/ring_nics.py); `left_by`: flow id -> that node
+    exits: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    left_by: dict[int, int] = field(default_factory=dict)
 
     def add(
         self,
@@ -120,6 +124,28 @@ class DagBuilder:
         relayed parts of different senders are not messages of one queue pair. `ordered`: on the wire after the
         connection's ordered messages released before it (`Flow.queue`: `queue`, else the connection's; needs
         `comm`)."""
+        start = len(self.flows)
+        fid = self._add(src, dst, size, tag, channel, deps, delay_ns, origin, ordered, queue)
+        via = self.exits.get((channel, src, dst)) if self.exits else None
+        if via is not None:
+            s = self.nodes[src]
+            self.left_by.update({f.id: self.nodes[via] for f in self.flows[start:] if f.src == s})
+        return fid
+
+    def _add(
+        self,
+        src: int,
+        dst: int,
+        size: int,
+        tag: str,
+        channel: int,
+        deps: tuple[int, ...],
+        delay_ns: int,
+        origin: int | None,
+        ordered: bool,
+        queue: int,
+    ) -> int:
+        """`add`, its NIC as src's own."""
         if len(self.flows) >= MAX_FLOWS:
             raise InputError(
                 f"this collective needs more than {MAX_FLOWS:,} flows ({len(self.ranks)} ranks); use the coarse "

@@ -13,7 +13,7 @@ from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, commu
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.launch_group import shared
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
-from phantora.collectives.nccl import channel_split, coll_group, part_loops, tree_channels
+from phantora.collectives.nccl import channel_split, coll_group, part_loops, ring_nics, tree_channels
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import chunk_bytes, p2p_chunk_bytes, tree_line_sweeps
@@ -94,6 +94,8 @@ def decompose(
         return b.finish()
     _build(b, coll, topo, opts, nodes, choice.kernel if choice is not None else "", calls)
     dag = b.finish()
+    if b.left_by:  # NCCL's ring leaves an NCCL node of SHM GPUs through its channel's entry NIC (nccl/ring_nics.py)
+        dag.flows = [dataclasses.replace(f, src=b.left_by[f.id]) if f.id in b.left_by else f for f in dag.flows]
     if topo is not base:
         dag.flows = through_nics(dag.flows, topo, base)
     if choice is not None:
@@ -363,6 +365,21 @@ def _tree_of_channel(coll: Collective, topo: Topology, opts: AlgoOptions) -> Cal
     return lambda c: tree_channels.tree_of(p, st, c)
 
 
+def _shm_nodes(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:
+    """Whether NCCL's nodes of `coll` are NVLink hosts, or their sockets, on SHM with NICs between them (P2P off:
+    nccl/net_split.py), whose rings neither alternate nor leave by the sender's own NIC (nccl/ring_nics.py)."""
+    return opts.model == "nccl" and ring_nics.shm_nodes(platform_of(topo, coll.ranks, nccl_settings(opts)))
+
+
+def _leave_by_entry_nics(
+    b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, rings: list[list[int]], blocks: list[list[int]]
+) -> None:
+    """On NCCL nodes of SHM GPUs, each ring hop between nodes leaves by its channel's entry NIC (`b.exits`)."""
+    if _shm_nodes(coll, topo, opts):
+        node = {pos: k for k, block in enumerate(blocks) for pos in block}
+        b.exits = ring_nics.exits(rings, [node[pos] for pos in range(len(node))])
+
+
 def _host_key(topo: Topology, node: int) -> str:
     """The host an endpoint node is on (an endpoint without a host is a host of its own)."""
     host = topo.nodes[node].host
@@ -410,7 +427,9 @@ def _build(
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
         shares = channel_shares(coll, topo, opts)
         chain = channel_chain(coll, topo, opts)
+        alternate = alternate and not _shm_nodes(coll, topo, opts)
         orders = [ring_order(blocks, chain(c), alternate) for c in range(len(shares))]
+        _leave_by_entry_nics(b, coll, topo, opts, orders, blocks)
         in_turn = opts.model == "nccl"
         window = _steps_in_flight(opts, _ring_chunk_steps(opts))
         cut = ring_cut(coll, topo, opts) if chunked else None
@@ -435,7 +454,12 @@ def _build(
         root = coll.root or 0
         up, down = kind == "reduce", kind == "broadcast"
         chain = channel_chain(coll, topo, opts)
-        for c, size in enumerate(channel_shares(coll, topo, opts)):
+        shares = channel_shares(coll, topo, opts)
+        if algo == "chain":
+            alternate = alternate and not _shm_nodes(coll, topo, opts)
+            rings = [ring_order(blocks, chain(c), alternate) for c in range(len(shares))]
+            _leave_by_entry_nics(b, coll, topo, opts, rings, blocks)
+        for c, size in enumerate(shares):
             if algo == "chain":
                 order = chain_order(blocks, chain(c), root, alternate)
                 links: list[int | None] = [None] * n

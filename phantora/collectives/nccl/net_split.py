@@ -193,8 +193,19 @@ def split_view(topo: Topology, nodes: Sequence[int], parts: Sequence[tuple[int, 
         if order is not None:  # the same ranks on the same GPUs
             natural = {e: i for i, e in enumerate(n.id for n in topo.nodes if n.kind in ("gpu", "host"))}
             got = got.with_rank_order([natural[e] for e in order])
+        got.__dict__[_BASE] = topo
         views[key] = got
     return got
+
+
+_BASE = "_nccl_split_of"  # a split view's attribute: the topology it was made from
+
+
+def base_of(topo: Topology) -> Topology:
+    """The topology a split view was made from (`split_view`), else `topo`: NCCL's nodes are read from it, so a
+    view asked again is not split again."""
+    base: Topology = topo.__dict__.get(_BASE, topo)
+    return base
 
 
 def through_nics(flows: list[Flow], view: Topology, base: Topology) -> list[Flow]:

@@ -63,6 +63,7 @@ def platform_of(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None 
     major, minor = gpu.capability
     compcap = major * 10 + minor if major else 90
     arch = arch_of(compcap)
+    topo = net_split.base_of(topo)  # a split view's NCCL nodes are its base's
     nodes = [topo.node_of_rank(r) for r in ranks]
     pcie_bw = max(T.PCI_BW, gpu.host_bw / 1e9 * T.PCI_BW / 16.0)  # PCIe Gen3 x16 = 12 GB/s
     split = net_split.domains(topo, nodes, st, gpu.name, pcie_bw)  # NCCL nodes of NET pairs (net_split.py)
@@ -108,6 +109,7 @@ def nccl_view(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None) -
 
     if st is None or not p2p_off(st) or len(ranks) < 2:
         return topo
+    topo = net_split.base_of(topo)
     try:
         gpu = get_gpu(topo.gpu_model or DEFAULT_GPU)
     except InputError:

@@ -12,6 +12,11 @@ way through the communicator's rank on the sender's host at the receiver's local
 receiver's device number on the sender's node, and `ncclTopoGetIntermediateRank` makes that GPU's rank the proxy.
 That rank takes no part in the transfer otherwise (its proxy thread posts the sends from its GPU's buffer), so the
 relayed flows do not make it wait. A lone pair (a 2-rank communicator) has no such rank and crosses rails.
+
+With P2P off on NVLink (NCCL_P2P_DISABLE=1, NCCL_P2P_LEVEL below NVL) nothing is relayed: paths.cc gives a NIC a
+PATH_PXN path only through a GPU joined to the sender by NVLink (`peerNode->paths[GPU][g].type <= PATH_NVL`,
+v2.19.4-1 to v2.30.7-1), and P2P off diverts every GPU pair through the CPU first (`addInterStep`), so each GPU
+sends from its own NIC.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 from phantora.collectives.dag import DagBuilder
 from phantora.collectives.launch_group import shared
 from phantora.collectives.layout import host_blocks, rail_aligned
+from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.settings import settings_from_env, settings_of
 from phantora.collectives.p2p import Relay
 from phantora.collectives.spec import AlgoOptions, Collective
@@ -30,7 +36,7 @@ def pxn_relay(topo: Topology, nodes: list[int], blocks: list[list[int]], opts: A
     if opts.model != "nccl" or len(blocks) < 2 or not rail_aligned(topo, nodes, blocks):
         return None
     st = settings_from_env() if opts.nccl_env is None else settings_of(opts.nccl_env)
-    if not st.pxn:
+    if not st.pxn or p2p_off(st):
         return None
     where = {pos: (h, i) for h, block in enumerate(blocks) for i, pos in enumerate(block)}
 
@@ -47,7 +53,7 @@ def comm_relay_rank(topo: Topology, coll: Collective, opts: AlgoOptions) -> int 
     if opts.model != "nccl" or coll.kind != "send_recv" or not coll.comm:
         return None
     st = settings_from_env() if opts.nccl_env is None else settings_of(opts.nccl_env)
-    if not st.pxn:
+    if not st.pxn or p2p_off(st):
         return None
     comm = coll.comm
 

@@ -1,0 +1,130 @@
+"""The NIC NCCL's ring leaves an NCCL node of SHM GPUs by (P2P off on NVLink hosts with NICs: nccl/ring_nics.py).
+
+NVIDIA/nccl search.cc (v2.19.4-1 to v2.30.7-1): the ring search over such a node enters each channel at the first
+GPU from its NIC, goes on by GPU index, and leaves the last GPU for the NIC it entered from (crossNic 0); net.cc's
+`ncclTopoGetNetDev` gives the last GPU that NIC (`graph->inter[2c + 1]`). PXN relays nothing with P2P off (paths.cc:
+only through a GPU joined by NVLink). So on `rail_optimized(2, 8, 2)` with NCCL_P2P_DISABLE=1 (one NCCL node per
+socket) the ring's hop 3 -> 4 leaves by GPU 0's NIC, and with NCCL_NET_DISABLE_INTRA=1 too (one node per host) the
+hop 7 -> 8 does.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.nccl.platform import nccl_view, platform_of
+from phantora.collectives.nccl.ring_nics import exits
+from phantora.collectives.nccl.settings import nccl_env, settings_from_env
+from phantora.netsim.flow import FlowSimulator
+from phantora.topology import rail_optimized
+from phantora.topology.model import Topology, via_nic
+
+N = 8
+GIB = 1 << 30
+P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
+INTRA_OFF = {"NCCL_P2P_DISABLE": "1", "NCCL_NET_DISABLE_INTRA": "1"}
+NODE_RING = 16 * 240 / 80.0 / (2 * 6 / 5)  # Gen5 x16 over switch 0's uplink, hops 0->1 and 1->2 at 6/5: 20 GB/s
+
+
+def _opts(env: dict[str, str]) -> AlgoOptions:
+    return AlgoOptions(nccl_env=nccl_env(env))
+
+
+def _nic_bytes(topo: Topology, flows: list) -> dict[int, int]:
+    """Bytes each GPU's NIC sends onto its rail leaf (the first link of each network route)."""
+    out: dict[int, int] = {}
+    for f in flows:
+        if not f.size or f.src == f.dst:
+            continue
+        route = topo.route(f.src, f.dst, f.id if f.key is None else f.key)
+        first = topo.nodes[topo.channel_ends(route[0])[1]]
+        if first.kind == "switch":
+            out[f.src] = out.get(f.src, 0) + f.size
+    return out
+
+
+def test_exits_name_the_first_gpu_of_the_senders_node() -> None:
+    """Each hop between nodes leaves by the first GPU of its sender's node in that channel's ring; a node of one GPU,
+    or a hop inside a node, leaves by its own."""
+    node = [0, 0, 0, 0, 1, 1, 1, 1]
+    assert exits([[0, 1, 2, 3, 4, 5, 6, 7]], node) == {(0, 3, 4): 0, (0, 7, 0): 4}
+    assert exits([[1, 2, 3, 0, 5, 6, 7, 4], [0, 1, 2, 3, 4, 5, 6, 7]], node) == {
+        (0, 0, 5): 1,
+        (0, 4, 1): 5,
+        (1, 3, 4): 0,
+        (1, 7, 0): 4,
+    }
+    assert exits([[0, 1, 2, 3]], [0, 1, 2, 3]) == {}
+
+
+def test_a_split_view_has_its_bases_nccl_nodes() -> None:
+    """The topology decompose builds on (one host per socket: net_split.split_view) gives NCCL's nodes of the host
+    it was made from, not its sockets split again (before: 8 nodes of 2 GPUs, node ring 40 GB/s)."""
+    topo = rail_optimized(2, N, 2)
+    st = settings_from_env(P2P_OFF)
+    ranks = tuple(range(2 * N))
+    view = nccl_view(topo, ranks, st)
+    assert view is not topo and nccl_view(view, ranks, st) is view
+    p = platform_of(view, ranks, st)
+    assert p == platform_of(topo, ranks, st)
+    assert (p.nnodes, p.ppn, p.node_bw) == (4, 4, pytest.approx(NODE_RING))
+
+
+@pytest.mark.parametrize(
+    ("env", "hops", "busy"),
+    [
+        # sockets: 3 -> 4, 7 -> 8, 11 -> 12, 15 -> 0 leave by GPUs 0, 4, 8 and 12
+        (P2P_OFF, [(0, 4), (4, N), (N, N + 4), (N + 4, 0)], {0, 4, N, N + 4}),
+        # hosts: 7 -> 8 and 15 -> 0 leave by GPUs 0 and 8, both on rail 0
+        (INTRA_OFF, [(0, N), (N, 0)], {0, N}),
+    ],
+)
+def test_ring_leaves_each_node_by_its_entry_nic(env: dict[str, str], hops: list, busy: set[int]) -> None:
+    """1 GiB all-reduce over 16 H100s: both channels run the one ring found (0..15, no alternating), each NET hop
+    sends 2 (n - 1) / n of the buffer from the NIC of its node's first GPU; no other NIC sends a byte; the bus
+    bandwidth stays the node ring's 20 GB/s."""
+    topo = rail_optimized(2, N, 2)
+    n = 2 * N
+    dag = decompose(Collective("all_reduce", tuple(range(n)), GIB, "fp32"), topo, _opts(env))
+    choice = dag.choice or {}
+    assert (choice["algorithm"], choice["channels"], choice["path"]) == ("Ring", 2, "NET")
+    sent = _nic_bytes(topo, dag.flows)
+    assert set(sent) == busy
+    for got in sent.values():
+        assert got == pytest.approx(2 * (n - 1) / n * GIB, rel=1e-6)
+    pairs = {(f.src, f.dst) for f in dag.flows if f.size and (via_nic(f.key) or f.src // N != f.dst // N)}
+    assert sorted(pairs) == sorted(hops)
+    sim = FlowSimulator(topo)
+    sim.submit(dag.flows, at=0)
+    t_us = max(c.end_ns for c in sim.drain()) / 1000
+    assert t_us == pytest.approx(float(choice["model_lat_us"]) + GIB * 2 * (n - 1) / n / (1000 * NODE_RING), rel=0.005)
+
+
+def test_a_broadcast_chain_leaves_by_the_rings_entry_nics() -> None:
+    """A ring broadcast from rank 2 runs the ring 0..15 opened at 2: its hops between sockets 3 -> 4, 7 -> 8,
+    11 -> 12 and 15 -> 0 leave by GPUs 0, 4, 8 and 12 (the ring's entry NICs, not the chain's first GPU)."""
+    topo = rail_optimized(2, N, 2)
+    coll = Collective("broadcast", tuple(range(2 * N)), 64 << 20, "fp32", root=2)
+    dag = decompose(coll, topo, AlgoOptions(nccl_env=nccl_env(P2P_OFF), algorithm="chain"))
+    pairs = {(f.src, f.dst) for f in dag.flows if f.size and (via_nic(f.key) or f.src // N != f.dst // N)}
+    assert pairs == {(0, 4), (4, N), (N, N + 4), (N + 4, 0)}
+
+
+@pytest.mark.parametrize("kind", ["all_to_all", "send_recv"])
+def test_no_pxn_relay_with_p2p_off(kind: str) -> None:
+    """Two whole hosts on SHM (NCCL_NET_DISABLE_INTRA=1), rail-aligned: with P2P on NVLink an all-to-all's
+    cross-rail sends go by the GPU on the receiver's rail (PXN, 16 rail pairs); with P2P off each GPU sends from its
+    own NIC: 8 x 8 x 2 = 128 host-crossing pairs, and a grouped send 3 -> 12 goes 3 -> 12, not through 4."""
+    topo = rail_optimized(2, N, 2)
+    ranks = tuple(range(2 * N))
+    coll = (
+        Collective("all_to_all", ranks, 1 << 24, "fp32")
+        if kind == "all_to_all"
+        else Collective("send_recv", (3, N + 4), 1 << 24, "fp32", comm=ranks)
+    )
+    want = {"all_to_all": (16, 2 * N * N), "send_recv": ({(4, N + 4)}, {(3, N + 4)})}[kind]
+    for env, expect in (({"NCCL_P2P_LEVEL": "PXB"}, want[0]), (INTRA_OFF, want[1])):
+        dag = decompose(coll, topo, _opts(env))
+        pairs = {(f.src, f.dst) for f in dag.flows if f.size and f.src // N != f.dst // N}
+        assert (len(pairs) if kind == "all_to_all" else pairs) == expect
