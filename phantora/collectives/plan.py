@@ -146,12 +146,20 @@ class CollectivePlanner:
         return transfer_tag(name, copy[0], copy[1], lambda g: m.shift_group(g, j))
 
     def _launch(self, call: CallSpec, copy: tuple[int, ...], comm: tuple[int, ...]) -> LaunchGroup | None:
-        """The launch group of a grouped send/recv handed one (`CallSpec.launch`), its pairs on `comm`, when it runs
-        no deduplicated shifts; None otherwise, or when `copy` is not among them."""
-        if call.launch is None or not comm or self.mirrors.active:
+        """The launch group of a grouped send/recv handed one (`CallSpec.launch`), its pairs on `comm` (under
+        deduplication, every shift of them: `shifted`); None otherwise, or when `copy` is not among them."""
+        if call.launch is None or not comm:
             return None
-        g = call.launch.within(comm)
-        return g if (copy[0], copy[1]) in g.index else None
+        g = call.launch
+        own = (copy[0], copy[1])
+        if self.mirrors.active:
+            mine = g.ops((call.group[0], call.group[1]))
+            m, live = self.mirrors, g
+            g = g.cached(("shifted", m.world, m.live), lambda: shifted(live, m))
+            if not mine or g.ops(own) != mine:  # a mirror's pair the group also holds as its own: `_inflight`
+                return None
+        g = g.within(comm)
+        return g if own in g.index else None
 
     def _inflight(
         self, call: CallSpec, copy: tuple[int, ...], comm: tuple[int, ...]
@@ -203,3 +211,16 @@ class CollectivePlanner:
         """Global rank -> tensor byte ranges it must zero, given the lost ranges of a lossy plan's flows."""
         coll, algo = lossy
         return lost_ranges(coll, self.topology, algo, first_flow, lost)
+
+
+def shifted(g: LaunchGroup, m: Mirrors) -> LaunchGroup:
+    """Launch group `g` of the live ranks' pairs with every shift of them (`Mirrors.shift`): the mirrors issue the
+    same operations at the same times, so a shifted pair keeps its pair's operations (starts, bytes, in turn)."""
+    ops = {(m.shift(a, j), m.shift(b, j)): g.ops((a, b)) for a, b in g.pairs for j in range(m.shifts)}
+    order = sorted(ops)
+    return LaunchGroup(
+        tuple(order),
+        tuple(ops[p][0][0] for p in order),
+        tuple(ops[p][0][1] for p in order),
+        later=tuple((a, b, k, s, n) for a, b in order for k, (s, n) in enumerate(ops[(a, b)][1:], 1)),
+    )

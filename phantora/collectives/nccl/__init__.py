@@ -20,6 +20,7 @@ from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.ce_coll import ce_choice
 from phantora.collectives.nccl.channels import comm_channels, nvls_heads, ring_graph
 from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring_simple_chunk
+from phantora.collectives.nccl.in_turn import as_pass, in_turn
 from phantora.collectives.nccl.node_p2p import gpu_name, shm_pair_rates
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
@@ -93,10 +94,16 @@ def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSetting
             return grouped_calls(_p2p_registered(got, p, comm, st), coll.group_calls)
         on = p if comm is None or comm.pci is None or p.pci is None else _with_comm_gpus(p, comm.pci.comm_gpus)
         nodes = tuple(topo.node_of_rank(r) for r in coll.ranks)
-        group = _inflight(coll) if comm is not None and comm.pci is not None and on.pci is not None else ()
-        at = _inflight_at(coll) if group else {}
-        shm = _node_shm(coll, topo, p, comm, st)
-        got = p2p_choice(coll, on, st, opts.protocol, comm, nodes, group, at, shm)
+
+        def alone(c: Collective) -> Choice:  # `c` rated with its group's pairs in flight (a PCIe host, SHM pairs)
+            group = _inflight(c) if comm is not None and comm.pci is not None and on.pci is not None else ()
+            at = _inflight_at(c) if group else {}
+            return p2p_choice(c, on, st, opts.protocol, comm, nodes, group, at, _node_shm(c, topo, p, comm, st))
+
+        if coll.launch is not None and coll.launch.later:  # a pair's operations in turn (in_turn.py)
+            got = in_turn(coll, lambda _, g, __, nbytes: alone(as_pass(coll, g, nbytes)))
+        else:
+            got = alone(coll)
         got = _p2p_registered(_with_transports(got, on, coll.kind), p, comm or p, st)
         return grouped_calls(got, coll.group_calls)  # -m's calls: their operations to each peer in turn
     if opts.algorithm == "auto" and opts.protocol == "auto" and _sym_op(coll):
@@ -230,32 +237,15 @@ def _grouped(coll: Collective, topo: Topology, comm: Platform, st: NcclSettings,
     """A grouped send/recv on an NVLink host or across nodes, rated in its NCCL group (`Collective.in_flight`):
     nccl/p2p_group.py. The group is rated once for each start its pairs have (`p2p_group.rate_group` keyed by the
     group's pairs as positions in the communicator, with their starts after that start and their bytes). A pair
-    with several operations (`LaunchGroup.later`) runs them in turn, as NCCL's passes over its peers' queues
-    (enqueue.cc `scheduleP2pTasksToPlan`): operation k is rated in pass k's group (the pairs' k-th operations) on its
-    own bytes' protocol and channels, and its bytes start a step of its protocol after operation k - 1's end (at the
-    earliest its own start plus its latency): one launch, then each operation's step and bytes."""
-    g = coll.in_flight
-    assert g is not None
+    with several operations (`LaunchGroup.later`) runs them in turn, each rated in its pass's group (in_turn.py)."""
     own = (coll.ranks[0], coll.ranks[1])
     pos = own if coll.comm == tuple(range(len(coll.comm))) else (coll.comm.index(own[0]), coll.comm.index(own[1]))
     from phantora.collectives.nccl.p2p_group import rated_choice
 
-    ops = g.ops(own)
-    begin = end = 0.0  # ns: the bytes of the operation before begin and end there
-    got: Choice | None = None
-    for k in range(coll.launch_op + 1):
-        t, nbytes = ops[k]
-        got = rated_choice(_pass_rating(coll, topo, comm, st, protocol, g.passes(k), t), pos, nbytes)
-        begin = t + got.lat_us * 1000.0
-        if k:
-            step = got.lat_us - T.BASE_LAT["ring"][T.PROTOCOLS.index(got.protocol)]
-            begin = max(begin, end + step * 1000.0)
-        end = begin + (got.time_us - got.lat_us) * 1000.0
-    assert got is not None
-    if coll.launch_op == 0:
-        return got
-    lat = (begin - ops[coll.launch_op][0]) / 1000.0
-    return dataclasses.replace(got, lat_us=lat, time_us=lat + got.time_us - got.lat_us)
+    def rate(k: int, g: LaunchGroup, t: int, nbytes: int) -> Choice:
+        return rated_choice(_pass_rating(coll, topo, comm, st, protocol, g, t), pos, nbytes)
+
+    return in_turn(coll, rate)
 
 
 def _pass_rating(
