@@ -15,48 +15,11 @@ from phantora.netsim.fluid_shards import ShardedFluid, host_shards
 from phantora.netsim.hybrid import FluidNvlinkSimulator, in_order
 from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.loader import load_topology
-
-MIB = 1 << 20
-CAPS = (0, 100_000_000_000, 400_000_000_000, 2_000_000_000_000)
+from tests.random_dags import MIB, gpus_by_host, random_dag
 
 
 def key(done: list[Completion]) -> list[tuple[int, int, int]]:
     return sorted((c.flow_id, c.start_ns, c.end_ns) for c in done)
-
-
-def gpus_by_host(topo_name: str) -> list[list[int]]:
-    topo = load_topology(topo_name)
-    hosts: dict[int, list[int]] = {}
-    for v, n in enumerate(topo.nodes):
-        if n.kind == "gpu" and n.host is not None:
-            hosts.setdefault(n.host, []).append(v)
-    return [hosts[h] for h in sorted(hosts)]
-
-
-def random_dag(rng: random.Random, hosts: list[list[int]], first: int, n: int, before: list[int]) -> list[Flow]:
-    """`n` flows (ids from `first`): NVLink pairs inside a host, fabric pairs between hosts and markers, capped or
-    not, each after 0-3 earlier flows of the batch or of `before` (any host, any side), some after 16 or more."""
-    flows: list[Flow] = []
-    for i in range(n):
-        kind = rng.random()
-        h = rng.randrange(len(hosts))
-        src = rng.choice(hosts[h])
-        if kind < 0.15:
-            dst, size = src, 0
-        elif kind < 0.75:
-            dst = rng.choice([g for g in hosts[h] if g != src])
-            size = rng.choice([4096, MIB, rng.randint(1, 3 * MIB)])
-        else:
-            dst = rng.choice(hosts[(h + rng.randint(1, len(hosts) - 1)) % len(hosts)])
-            size = rng.choice([65_536, MIB, rng.randint(1, 2 * MIB)])
-        pool = [f.id for f in flows] + before
-        if pool and rng.random() < 0.08:
-            deps = tuple(rng.sample(pool, min(len(pool), rng.randint(16, 24))))
-        else:
-            deps = tuple(rng.sample(pool, min(len(pool), rng.randint(0, 3)))) if pool else ()
-        cap = rng.choice(CAPS) if size else 0
-        flows.append(Flow(first + i, src, dst, size, deps, rng.randint(0, 2_000), rate_bps=cap))
-    return flows
 
 
 def hybrid(topo_name: str, shards: int) -> FluidNvlinkSimulator:
@@ -84,8 +47,8 @@ def test_the_hybrid_over_fluid_shards_is_the_hybrid_over_one_fluid_engine(
     rng = random.Random(11 + shards)
     across = 0
     for trial in range(8):
-        first = random_dag(rng, hosts, 0, rng.randint(40, 120), [])
-        second = random_dag(rng, hosts, len(first), rng.randint(20, 60), [f.id for f in first])
+        first = random_dag(rng, hosts, 0, rng.randint(40, 120), [], markers=0.15, wide=0.08)
+        second = random_dag(rng, hosts, len(first), rng.randint(20, 60), [f.id for f in first], markers=0.15, wide=0.08)
         sims = (FlowSimulator(topo), hybrid(topo_name, 0), hybrid(topo_name, shards))
         one, base, split = sims
         split.fluid.wire = wire  # type: ignore[attr-defined]

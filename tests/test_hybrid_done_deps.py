@@ -13,39 +13,13 @@ from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.hybrid import FLUID, PACKET, FluidNvlinkSimulator, in_order
 from phantora.netsim.maxmin import maxmin_python
 from phantora.topology.loader import load_topology
+from tests.random_dags import MIB, gpus_by_host, random_dag
 
-MIB = 1 << 20
-CAPS = (0, 100_000_000_000, 400_000_000_000, 2_000_000_000_000)
+HOSTS = gpus_by_host("testbed16")
 
 
 def key(done: list[Completion]) -> list[tuple[int, int, int]]:
     return sorted((c.flow_id, c.start_ns, c.end_ns) for c in done)
-
-
-def random_dag(rng: random.Random, first: int, n: int, before: list[int]) -> list[Flow]:
-    """`n` flows on testbed16's two hosts (ids from `first`): NVLink pairs, fabric pairs and markers, capped or not,
-    each after 0-3 earlier flows of the batch or of `before` (flows of an earlier batch), some after 16 or more
-    (a wide list); any side may wait on any other."""
-    flows: list[Flow] = []
-    for i in range(n):
-        kind = rng.random()
-        a = rng.randrange(16)
-        if kind < 0.1:  # a marker (no bytes)
-            src, dst, size = a, a, 0
-        elif kind < 0.7:  # NVLink: inside a's host
-            src, dst = a, (a // 8) * 8 + (a + rng.randint(1, 7)) % 8
-            size = rng.choice([4096, MIB, rng.randint(1, 3 * MIB)])
-        else:  # the fabric: to the other host
-            src, dst = a, (a + 8) % 16
-            size = rng.choice([65_536, MIB, rng.randint(1, 2 * MIB)])
-        pool = [f.id for f in flows] + before
-        if pool and rng.random() < 0.1:
-            deps = tuple(rng.sample(pool, min(len(pool), rng.randint(16, 24))))
-        else:
-            deps = tuple(rng.sample(pool, min(len(pool), rng.randint(0, 3)))) if pool else ()
-        cap = rng.choice(CAPS) if size else 0
-        flows.append(Flow(first + i, src, dst, size, deps, rng.randint(0, 2_000), rate_bps=cap))
-    return flows
 
 
 def test_the_hybrid_over_two_flow_engines_is_one_flow_engine_with_deps_across_sides_and_batches() -> None:
@@ -57,8 +31,8 @@ def test_the_hybrid_over_two_flow_engines_is_one_flow_engine_with_deps_across_si
     rng = random.Random(5)
     crossed = 0
     for trial in range(12):
-        first = random_dag(rng, 0, rng.randint(20, 70), [])
-        second = random_dag(rng, len(first), rng.randint(10, 40), [f.id for f in first])
+        first = random_dag(rng, HOSTS, 0, rng.randint(20, 70), [], markers=0.1, wide=0.1)
+        second = random_dag(rng, HOSTS, len(first), rng.randint(10, 40), [f.id for f in first], markers=0.1, wide=0.1)
         one = FlowSimulator(topo)
         fluid = FlowSimulator(topo, verify=True)
         two = FluidNvlinkSimulator(FlowSimulator(topo), fluid, payload_bytes=1000, header_bytes=48)

@@ -1,0 +1,59 @@
+"""Random flow DAGs over NVLink and the fabric, for tests that hold an engine to another on any traffic (the hybrid,
+the fluid side split by host): one generator, as tests/stars.py is one star."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from phantora.netsim.base import Flow
+from phantora.topology.loader import load_topology
+
+MIB = 1 << 20
+CAPS = (0, 100_000_000_000, 400_000_000_000, 2_000_000_000_000)  # rate caps, bits/s (0: none)
+
+
+def gpus_by_host(topo_name: str) -> list[list[int]]:
+    """The GPU node ids of each host of a named topology, hosts in order."""
+    topo = load_topology(topo_name)
+    hosts: dict[int, list[int]] = {}
+    for v, n in enumerate(topo.nodes):
+        if n.kind == "gpu" and n.host is not None:
+            hosts.setdefault(n.host, []).append(v)
+    return [hosts[h] for h in sorted(hosts)]
+
+
+def random_dag(
+    rng: random.Random,
+    hosts: list[list[int]],
+    first: int,
+    n: int,
+    before: Sequence[int],
+    *,
+    markers: float,
+    wide: float,
+) -> list[Flow]:
+    """`n` flows (ids from `first`): markers (no bytes, a share `markers`), NVLink pairs inside a host (0.6) and
+    fabric pairs between hosts (the rest), capped or not (`CAPS`); each after 0-3 earlier flows of the batch or of
+    `before` (flows of an earlier batch, any host, any side), or (a share `wide`) after 16-24 of them: a wide list."""
+    flows: list[Flow] = []
+    for i in range(n):
+        kind = rng.random()
+        h = rng.randrange(len(hosts))
+        src = rng.choice(hosts[h])
+        if kind < markers:
+            dst, size = src, 0
+        elif kind < markers + 0.6:
+            dst = rng.choice([g for g in hosts[h] if g != src])
+            size = rng.choice([4096, MIB, rng.randint(1, 3 * MIB)])
+        else:
+            dst = rng.choice(hosts[(h + rng.randint(1, len(hosts) - 1)) % len(hosts)])
+            size = rng.choice([65_536, MIB, rng.randint(1, 2 * MIB)])
+        pool = [f.id for f in flows] + list(before)
+        if pool and rng.random() < wide:
+            deps = tuple(rng.sample(pool, min(len(pool), rng.randint(16, 24))))
+        else:
+            deps = tuple(rng.sample(pool, min(len(pool), rng.randint(0, 3)))) if pool else ()
+        cap = rng.choice(CAPS) if size else 0
+        flows.append(Flow(first + i, src, dst, size, deps, rng.randint(0, 2_000), rate_bps=cap))
+    return flows
