@@ -101,7 +101,12 @@ def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSetting
             return p2p_choice(c, on, st, opts.protocol, comm, nodes, group, at, _node_shm(c, topo, p, comm, st))
 
         if coll.launch is not None and coll.launch.later:  # a pair's operations in turn (in_turn.py)
-            got = in_turn(coll, lambda _, g, __, nbytes: alone(as_pass(coll, g, nbytes)))
+            key = ("in turn", coll.kind, coll.ranks, coll.comm, st, opts.protocol)  # each pass once for the pair
+
+            def rate(k: int, g: LaunchGroup, _: int, nbytes: int) -> Choice:
+                return shared(coll.launch, topo, (*key, k), lambda: alone(as_pass(coll, g, nbytes)))
+
+            got = in_turn(coll, rate)
         else:
             got = alone(coll)
         got = _p2p_registered(_with_transports(got, on, coll.kind), p, comm or p, st)
