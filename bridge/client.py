@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
@@ -69,6 +69,9 @@ class RankClient:
         self._handles: set[int] = set()
         self._next_handle = 1
         self._p2p_comm: list[int] | None = None  # the communicator of the p2p group open now (p2p_group)
+        # a recv from any source: told its send's (src, seq) by the coordinator's `source` (`p2p_any`)
+        self.on_source: Callable[[int, int, int], None] | None = None
+        self._sources: dict[int, tuple[int, int]] = {}
         self._error: BridgeError | None = None
         self._closed = False
         self._cpu0 = time.process_time()
@@ -140,6 +143,10 @@ class RankClient:
                 self._lost[h] = [(int(a), int(b)) for a, b in ranges]
             self._known_until = max(self._known_until, msg["now"])
             self._lease = msg["lease"]
+        elif msg.type == "source":
+            self._sources[msg["h"]] = (msg["src"], msg["seq"])
+            if self.on_source is not None:
+                self.on_source(msg["h"], msg["src"], msg["seq"])
 
     def _await(self, want: str, timeout_s: float | None = None, deadline: float | None = None) -> Message:
         """Block until a `want` message arrives, taking heartbeats and errors on the way; WaitTimedOut if `deadline`
@@ -322,6 +329,42 @@ class RankClient:
             **({"pg": int(pg)} if pg else {}),
         )
         return h
+
+    def p2p_any(
+        self,
+        *,
+        peers: Sequence[tuple[int, int]],
+        tag: int,
+        nbytes: int,
+        t_issue_ns: int,
+        name: str = "",
+        algo: dict[str, Any] | None = None,
+    ) -> int:
+        """Issue a recv from any of `peers` ((global rank, pg) pairs: gloo's recvAnysource; non-blocking), on no
+        stream; returns a handle. The coordinator gives it a send (bridge/anysource.py) and says which in a `source`
+        message, taken by `on_source(handle, src, seq)` and `source(handle)`, before the recv's result."""
+        if nbytes < 0 or not peers or any(p == self.rank for p, _ in peers):
+            raise BridgeError(f"rank {self.rank}: bad recv from any source (peers={list(peers)}, nbytes={nbytes})")
+        self._enter(t_issue_ns, "recv")
+        h = self._handle()
+        self._send(
+            "p2p",
+            t_issue_ns,
+            h=h,
+            peer=-1,
+            send=False,
+            tag=int(tag),
+            seq=-1,
+            nbytes=int(nbytes),
+            name=name,
+            any=[[int(p), int(pg)] for p, pg in peers],
+            **({"algo": dict(algo)} if algo else {}),
+        )
+        return h
+
+    def source(self, handle: int) -> tuple[int, int] | None:
+        """The (src, seq) a recv from any source took, once the coordinator said (None before)."""
+        return self._sources.get(handle)
 
     def storage_io(
         self, *, kind: str, nbytes: int, t_issue_ns: int, host_bps: float, shared_bps: float | None, name: str = ""

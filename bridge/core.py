@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.anysource import AnyRecv, AnySources
 from bridge.completion_log import CompletionLog
 from bridge.engine_pair import EnginePair
 from bridge.errors import RunFailed
@@ -213,6 +214,8 @@ class CoordinatorCore:
         self.p2p_batches = P2pBatches()  # the grouped send/recvs launched together (rated together)
         self.streams = StreamOrder()  # each rank's collectives on one NCCL stream, in turn (parked until then)
         self.matcher = Matcher(world, self.mirrors)
+        self.anys = AnySources()  # receives from any source not yet given their send (bridge/anysource.py)
+        self._any_floor: int | None = None  # exact mode: the network stops short of a deferred one's start
         self.on_round: Callable[[], None] | None = None  # called between engine advances (heartbeats)
         self.records: list[CollRecord] = []
         self.flow_owner: dict[int, int] = {}
@@ -410,11 +413,81 @@ class CoordinatorCore:
         comm = self._p2p_comm(rs, msg)
         algo = self._algo(rs, msg.get("algo"))
         call = Call(rs.rank, msg["h"], kind, msg["nbytes"], "uint8", None, msg.t, msg["name"], algo, comm)
+        peers = msg.get("any")
+        if peers is not None:  # a receive from any source: given its send later (`_resolve_any`)
+            self._any_recv(rs, msg, call, peers)
+            return
         self._new_handle(rs, call.handle, call)
         self._ordered(rs, msg, call, "a send/recv")
         self.p2p_batches.issued(call, msg.get("launch"))
         pg = self._pg(rs, msg, "a send/recv")
         self._joined(self.matcher.transfer(call, msg["peer"], msg["tag"], msg["seq"], msg["send"], pg), call)
+
+    def _any_recv(self, rs: RankState, msg: Message, call: Call, peers: Any) -> None:
+        """A receive from any of `peers` ([global rank, pg] pairs; gloo's recvAnysource), on no stream and in no
+        NCCL group: held until `_resolve_any` gives it a send."""
+        ok = (
+            isinstance(peers, list)
+            and peers
+            and all(
+                isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in p)
+                for p in peers
+            )
+        )
+        if not ok or msg["send"] or call.comm:
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: a recv's any must list [rank, pg] pairs, got {peers!r}")
+        pairs = tuple((int(r), int(pg)) for r, pg in peers)
+        self.matcher._check_ranks(call, tuple(r for r, _ in pairs), "a source")
+        if any(r == rs.rank or pg < 0 for r, pg in pairs) or len({r for r, _ in pairs}) != len(pairs):
+            raise RunFailed(E_PROTOCOL, f"{call.describe()} from any of {[list(p) for p in pairs]}: bad sources")
+        if self.mirrors.active:
+            raise RunFailed(
+                E_PROTOCOL,
+                f"{call.describe()} from any source in a deduplicated run: mirrored ranks cannot tell which rank "
+                "sent it (--dedup off)",
+            )
+        self._new_handle(rs, call.handle, call)
+        self.anys.add(AnyRecv(call, int(msg["tag"]), pairs))
+
+    def _lower_bound(self, rs: RankState) -> int:
+        """The earliest time a blocked rank can still issue a call at: its promise, or for a waiting one the earliest
+        it can be woken at (a result known, or anything not yet known no earlier than the network's time). Window mode
+        counts only a waiting rank's known results (it is released without the network moving; the network may pass
+        any other time by a window)."""
+        if rs.state == DONE:
+            return INF_NS
+        if rs.state != WAIT:
+            return rs.promise if not self.window else INF_NS
+        known = [rs.results[h] for h in rs.handles if h in rs.results]
+        if len(known) < len(rs.handles):  # window mode: the network may pass any wake-up by a window; waits for none
+            known.append(self.engine.now() if not self.window else INF_NS)
+        return max(rs.promise, min([*known, rs.deadline]))
+
+    def _resolve_any(self, force: bool = False) -> bool:
+        """Give each receive from any source that can have one its send (bridge/anysource.py), once every live rank
+        is blocked: the earliest matching send, unless a candidate could still issue an earlier one (then the network
+        stops short of it: `_any_floor`), or `force` (nothing can move: the earliest issued wins). True if any was."""
+        self._any_floor = None
+        if not self.anys or not self.settled():
+            return False
+        lower = {rs.rank: self._lower_bound(rs) for rs in self.ranks}
+        given = False
+        for a in self.anys.in_turn():
+            sends = self.anys.sends(a, self.matcher)
+            pick = self.anys.first(sends)
+            if pick is None:
+                continue
+            if not force and self.anys.may_precede(a, pick, sends, lower):
+                start = max(pick.t, a.call.t)
+                self._any_floor = start if self._any_floor is None else min(self._any_floor, start)
+                continue
+            self.anys.open.remove(a)
+            rv = self.matcher.transfer(a.call, pick.src, a.tag, pick.seq, False, pick.pg)
+            assert rv is not None, "the send was in: the transfer is complete"
+            self.send(a.call.rank, encode("source", self.engine.now(), h=a.call.handle, src=pick.src, seq=pick.seq))
+            self._hold(rv)
+            given = True
+        return given
 
     def _algo(self, rs: RankState, raw: Any) -> tuple[tuple[str, Any], ...]:
         """A call's AlgoOptions overrides, hashable: `nccl_env` (the NCCL_* variables the program set before its
@@ -645,6 +718,7 @@ class CoordinatorCore:
         the engine has run every event before s (a wake-up it causes comes first): `_may_start`."""
         if not self.settled():
             return
+        self._resolve_any()
         self._start_io()
         while (step := self._held_step()) is not None and (self.window or self._may_start(step[0])):
             self._apply_step(*step)
@@ -867,7 +941,7 @@ class CoordinatorCore:
             if hz < now:  # a rank released at the network's time runs, so none blocked is behind it
                 raise RunFailed(E_INTERNAL, f"exact mode broken: horizon {hz} ns is behind the network ({now} ns)")
             step = self._held_step()
-            for held in (self.held.head_start(), step[0] if step else None):
+            for held in (self.held.head_start(), step[0] if step else None, self._any_floor):
                 if held is not None:  # a held rendezvous' flows (a step's events) start before the engine runs that ns
                     hz = min(hz, held - 1)
             if hz < now or hz == INF_NS and (not watch or nxt is None):
@@ -942,13 +1016,16 @@ class CoordinatorCore:
 
         Raises RunFailed on a deadlock.
         """
-        self._launch_ready()
-        self._release()
-        while self._step():
+        while True:
             self._launch_ready()
             self._release()
-            if self.on_round is not None:
-                self.on_round()
+            while self._step():
+                self._launch_ready()
+                self._release()
+                if self.on_round is not None:
+                    self.on_round()
+            if not (self._any_floor is not None and self._resolve_any(force=True)):  # stuck short of a send's time
+                break
         self._check_deadlock()
 
     # ----- deadlock and the end ----------------------------------------------------------------
@@ -962,6 +1039,10 @@ class CoordinatorCore:
                 parts.append(f"{call.describe()} (started {rec.t_start} ns, {rec.outstanding} flows in flight)")
                 continue
             rv = next((p for p in self.matcher.pending.values() if p.calls.get(rs.rank) is call), None)
+            a = self.anys.of(rs.rank, h) if rv is None else None
+            if a is not None:
+                parts.append(f"{call.describe()} from any of ranks {[r for r, _ in a.peers]}, none of which sent it")
+                continue
             if rv is None:
                 held = any(p.calls.get(rs.rank) is call for p in self.streams.parked.values())
                 parts.append(call.describe() + (", matched, held behind an earlier call on its stream" if held else ""))
@@ -1029,6 +1110,12 @@ class CoordinatorCore:
     def finalize(self) -> dict[str, Any]:
         """After every rank finished: check nothing is left unmatched, launch what is held, drain the network,
         report."""
+        for a in list(self.anys.open):
+            text = f"missing participant: every rank finished, but {a.call.describe()} from any source got no send"
+            if not self.isolate:
+                raise RunFailed(E_DEADLOCK, text)
+            assert self.jobs is not None
+            self.fail_job(self.jobs.job_of(a.call.rank), E_DEADLOCK, text)
         for rv in list(self.matcher.pending.values()):
             text = f"missing participant: every rank finished, but {rv.describe()}"
             if not self.isolate:

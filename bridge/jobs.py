@@ -90,9 +90,17 @@ class JobTable:
             if f["root"] is not None:
                 f["root"] = glob(f["root"], "the root")
         elif msg.type in ("p2p", "handoff"):
-            f["peer"] = glob(f["peer"], "the peer")
+            peers = f.get("any")  # a recv from any source: its candidates' [rank, pg] pairs, no peer
+            if isinstance(peers, list) and all(isinstance(p, list) and len(p) == 2 and _rank(p[0]) for p in peers):
+                f["any"] = [[glob(p[0], "a source"), p[1]] for p in peers]
+            else:
+                f["peer"] = glob(f["peer"], "the peer")
             comm = f.get("comm")  # a grouped transfer's (or an eager-init lone send's) communicator
             if isinstance(comm, list) and all(isinstance(r, int) and not isinstance(r, bool) for r in comm):
                 f["comm"] = [glob(r, "a communicator member") for r in comm]
         elif msg.type in ("value", "values"):
             f["group"] = [glob(r, "a group member") for r in f["group"]]
+
+
+def _rank(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)

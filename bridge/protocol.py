@@ -11,7 +11,8 @@ rank -> coordinator
   coll ~>                           collective request: handle, group, seq, kind, nbytes, dtype, root
   p2p ~>                            send or recv: handle, peer, send, tag, seq, nbytes (``handoff``: a lone send's
                                     kernel ns; the calls after it follow its hand-off, not its flow; ``gate``: the
-                                    rank's earlier sends whose flows end before it hands off)
+                                    rank's earlier sends whose flows end before it hands off); a recv from any
+                                    source (gloo's recvAnysource) gives ``any``, its candidates' [rank, pg] pairs
   io ~>                             a checkpoint file read or written: handle, kind, nbytes, the storage's bandwidths
   value ~>                          an object collective's bytes (torch's pickle, opaque here) under group + key
   values -> valued                  the bytes posted under group + key, one per member (nil: none posted)
@@ -27,6 +28,8 @@ rank -> coordinator
 coordinator -> rank
   error ~>                          the run failed; ``text`` is the diagnostic
   heartbeat ~>                      liveness while a rank waits
+  source ~>                         the send a recv from any source takes: its handle ``h``, ``src``, ``seq``
+                                    (sent while the rank is blocked, before the recv's result; bridge/anysource.py)
 coordinator -> network server
   hello -> welcome                  role "coordinator"; the welcome means the engine is built (ready)
   submit -> state                   flows eligible from ``at``
@@ -184,6 +187,7 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "ack": {},
     "error": {"code": _str, "text": _str},
     "heartbeat": {},
+    "source": {"h": _int, "src": _int, "seq": _int},
     "shutdown": {"reason": _str},
     "submit": {"flows": _list, "at": _int},
     "advance": {"until": _int, "watch": _ints, "earliest": _opt_int},

@@ -265,6 +265,14 @@ class PhantoraWork(dist.Work):
     def result(self) -> list[torch.Tensor]:
         return self._result
 
+    def _source_rank(self) -> int:
+        """A recv from any source: the group rank it received from (torch's `dist.recv` returns its global rank);
+        -1 until the coordinator has said, as gloo's RecvWork answers before its wait."""
+        src = self._session.any_recvs.source(self._pending[0]) if len(self._pending) == 1 else None
+        if src is None or self._group is None:
+            return -1
+        return self._group.global_ranks.index(src)
+
     def get_future(self) -> Future:
         """A completed future holding the outputs; reading them joins the collective (data dependency)."""
         fut: Future = Future()
@@ -310,6 +318,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         # a plain gloo group of real mode (`new_group(backend="gloo")`): its calls are host-side synchronisations of
         # zero network bytes, each member leaving at the latest member's issue (`_map_backend`)
         self.gloo_sync = False
+        self.plain_gloo = False  # asked for as plain gloo (either mode): it may receive from any source
         self._home = threading.get_ident()  # the rank's thread: a gloo call from another runs on gloo alone
         # real mode's sends and receives, off the rank's thread until their pair is connected (gloo_lanes.py)
         self._pairs = PairLanes(timeout.total_seconds(), self._ranks)
@@ -371,6 +380,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         )
         g.torch_backend = self.torch_backend
         g.gloo_sync = self.gloo_sync
+        g.plain_gloo = self.plain_gloo
         g._set_group_name(dist.distributed_c10d.GroupName(group_name))
         g._set_group_desc(group_desc or f"{self.group_desc}:split:{self._splits}")
         return g
@@ -931,7 +941,34 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         return stream, None
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> PhantoraWork:
-        raise PhantoraError("recv from any source is not supported by the phantora backend: name the source rank")
+        """gloo's recvAnysource, on a plain gloo group: the coordinator gives it the matching send issued earliest in
+        virtual time (bridge/anysource.py), and in real mode gloo then receives from that rank (runtime/any_source.py).
+        ProcessGroupNCCL has none: on any other group it is refused."""
+        if not self.plain_gloo:
+            raise PhantoraError(
+                "recv from any source on an NCCL group: ProcessGroupNCCL has no recvAnysource (a gloo group has); "
+                "name the source rank"
+            )
+        if self.gloo_sync and off_thread(self._home):  # not the rank's thread: gloo alone (gloo_thread.py)
+            return GlooOnlyWork([self._data.recv_anysource(tensors, tag)], tensors, None)  # type: ignore[return-value]
+        me = self.rank()
+        peers = [(g, self._pair_pg(g)) for j, g in enumerate(self._ranks) if j != me]
+
+        def on_source(src: int) -> tuple[list[Any], Callable[[], None] | None]:
+            j = self._ranks.index(src)
+            if self._gloo is None:  # phantom mode: the values of small integer tensors, if carried
+                return [], self._p2p_finish(tensors, j, tag)
+            return [self._pairs.start(j, lambda: self._data.recv(tensors, j, tag))], None
+
+        p = self._s.any_recvs.issue(
+            peers=peers,
+            tag=tag,
+            nbytes=0 if self.gloo_sync else nbytes(tensors),
+            tensors=tensors,
+            on_source=on_source,
+            nccl_env=None if self.gloo_sync else self._nccl_env,
+        )
+        return self._work(p, tensors)
 
     def barrier(self, opts: Any = None) -> PhantoraWork:
         def start() -> list[Any]:
@@ -1177,6 +1214,7 @@ def use_as_default() -> None:
         if isinstance(pg, PhantoraProcessGroup):
             pg.torch_backend = backend_name.cuda_name(backend, kwargs.get("device_id"))
             pg.gloo_sync = not phantom and _is_gloo(backend)
+            pg.plain_gloo = _is_gloo(backend)
         return out
 
     @functools.wraps(orig_new)
@@ -1190,8 +1228,10 @@ def use_as_default() -> None:
         if asked and isinstance(pg, PhantoraProcessGroup):  # no backend: the default group's name (name_of)
             pg.torch_backend = backend_name.cuda_name(asked)
             pg.gloo_sync = not _phantom() and _is_gloo(asked)
+            pg.plain_gloo = _is_gloo(asked)
         elif isinstance(pg, PhantoraProcessGroup):  # the default group's backend, gloo too
             pg.gloo_sync = getattr(c10d._get_default_group(), "gloo_sync", False)
+            pg.plain_gloo = getattr(c10d._get_default_group(), "plain_gloo", False)
         return pg
 
     init_process_group._phantora = True  # type: ignore[attr-defined]

@@ -23,6 +23,7 @@ class GlooOnlyWork(dist.Work):
     def __init__(self, works: list[Any], result: list[torch.Tensor], finalize: Callable[[], None] | None) -> None:
         super().__init__()
         self._works = works
+        self._first = works[0] if works else None  # its source rank, for a recv from any source
         self._result = result
         self._finalize = finalize
 
@@ -46,6 +47,10 @@ class GlooOnlyWork(dist.Work):
 
     def result(self) -> list[torch.Tensor]:
         return self._result
+
+    def _source_rank(self) -> int:
+        """gloo's answer for a recv from any source (-1 before its wait)."""
+        return int(self._first._source_rank()) if self._first is not None else -1
 
 
 def off_thread(home: int) -> bool:

@@ -27,6 +27,7 @@ from phantora.errors import PhantoraError
 from phantora.procmem import proportional_set_mb
 from phantora.results.run_dir import RunDir
 from phantora.runtime import flex_chunks, program_env
+from phantora.runtime.any_source import AnyRecvs
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
@@ -274,6 +275,7 @@ class RankSession:
         self.handoff_copies = 0  # real data: lone sends handed off before their receive was issued, copied at issue
         self.handoff_copy_bytes = 0  # ... and their bytes in all (`send_copies` frees each once its receive took it)
         self.send_copies = SendCopies()
+        self.any_recvs = AnyRecvs(self)  # receives from any source (gloo's recvAnysource; runtime/any_source.py)
         self._launches = itertools.count(1)  # the group launches of transfers' collectives (negative ids: own space)
         self._internal = 0
         self.ops = 0
@@ -594,6 +596,8 @@ class RankSession:
         group's), which decides whether NCCL uses PXN; a send NCCL moves zero-copy between registered buffers
         (`Slots.zero_copy`) does not hand off: it waits for its receiver on its stream. `host`: as `issue`'s (a plain
         gloo group's send or recv: `nbytes` 0, not `eager`)."""
+        if not is_send:
+            self.any_recvs.check_named(peer, tag, pg)
         t = self.clock.issue()
         key = (peer, tag, is_send, pg)
         seq = self._p2p_seq.get(key, 0)
