@@ -32,7 +32,8 @@ INTEL = 6 / 5
 NODE_RING = GEN5 / (2 * INTEL)  # switch 0's uplink: hops 0->1 and 1->2 at 6/5: 20 GB/s
 SKL_QPI = 10.0  # topo.h SKL_QPI_BW
 GIB = 1 << 30
-P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
+# NVLS, which P2P off leaves on (tests/test_nccl_nvls_p2p_off.py), off: these tests check the ring over the NCCL nodes
+P2P_OFF = {"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}
 
 
 def _opts(**env: str) -> AlgoOptions:

@@ -78,12 +78,14 @@ def test_the_ring_search_runs_over_the_pcie_and_cpu_links(
     [("h100", min(GEN5 / (UPLINK_HOPS * INTEL), SPR)), ("a100", min(GEN4 / UPLINK_HOPS, AMD))],
 )
 def test_all_reduce_1gib_at_nccls_pcie_ring(gpu: str, busbw: float) -> None:
-    """8 GPUs of a DGX, NCCL_P2P_DISABLE=1: Ring / Simple on 2 x 1 channels (connectRings doubles), every hop SHM,
-    the farthest path SYS; 1 GiB runs at the one channel's bus bandwidth through the flow engine (H100: the switch
+    """8 GPUs of a DGX, NCCL_P2P_DISABLE=1 (and NCCL_NVLS_ENABLE=0: on H100 NVLS stays on with P2P off,
+    tests/test_nccl_nvls_p2p_off.py): Ring / Simple on 2 x 1 channels (connectRings doubles), every hop SHM, the
+    farthest path SYS; 1 GiB runs at the one channel's bus bandwidth through the flow engine (H100: the switch
     uplinks' 20 under SPR's 22; A100: the uplinks' 12 under AMD's 16), though its flows travel the NVLink routes."""
     topo = dgx_host(N, gpu=gpu)
     size = 1 << 30
-    dag = decompose(Collective("all_reduce", tuple(range(N)), size, "fp32"), topo, _opts(NCCL_P2P_DISABLE="1"))
+    opts = _opts(NCCL_P2P_DISABLE="1", NCCL_NVLS_ENABLE="0")
+    dag = decompose(Collective("all_reduce", tuple(range(N)), size, "fp32"), topo, opts)
     choice = dag.choice or {}
     assert (choice["algorithm"], choice["protocol"], choice["channels"]) == ("Ring", "Simple", 2)
     assert choice["transport"] == {"SHM": N} and choice["path"] == "SYS"
@@ -108,5 +110,5 @@ def test_one_host_of_a_rail_fabric_and_across_hosts() -> None:
     second = platform_of(topo, tuple(range(N, 2 * N)), st).pci
     assert second is not None and second.sockets == (0,) * 4 + (1,) * 4
     coll = Collective("all_reduce", tuple(range(2 * N)), 1 << 20, "fp32")
-    got = choose(coll, topo, _opts(NCCL_P2P_DISABLE="1", NCCL_NET_DISABLE_INTRA="1"))
+    got = choose(coll, topo, _opts(NCCL_P2P_DISABLE="1", NCCL_NET_DISABLE_INTRA="1", NCCL_NVLS_ENABLE="0"))
     assert got is not None and dict(got.transport or ()) == {"NET": 2, "SHM": 2 * N - 2}

@@ -233,9 +233,10 @@ def test_what_is_not_modelled_is_refused_clearly() -> None:
 def test_p2p_off_on_nvlink_across_hosts_by_any_variable(env: dict[str, str], var: str) -> None:
     """Each way of turning P2P off (NCCL_P2P_DISABLE wins over NCCL_P2P_LEVEL, as in `ncclGetLevel`) runs NVLink
     GPUs of a communicator across hosts, kept on SHM inside each host by NCCL_NET_DISABLE_INTRA=1, as one NCCL node
-    a host (test_nccl_shm_hosts.py): 2 NET hops, 14 SHM; the variable is recorded."""
+    a host (test_nccl_shm_hosts.py): 2 NET hops, 14 SHM (its ring: NVLS, which P2P off leaves on, turned off); the
+    variable is recorded."""
     coll = Collective("all_reduce", tuple(range(2 * N)), 1 << 20, "fp32")
-    got = choose(coll, rail_optimized(2, N, 2), _opts(**env, NCCL_NET_DISABLE_INTRA="1"))
+    got = choose(coll, rail_optimized(2, N, 2), _opts(**env, NCCL_NET_DISABLE_INTRA="1", NCCL_NVLS_ENABLE="0"))
     assert got is not None and dict(got.transport) == {"NET": 2, "SHM": 2 * N - 2}
     assert var in dict(_opts(**env).nccl_env or ())
 

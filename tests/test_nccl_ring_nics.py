@@ -22,8 +22,9 @@ from phantora.topology.model import Topology, via_nic
 
 N = 8
 GIB = 1 << 30
-P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
-INTRA_OFF = {"NCCL_P2P_DISABLE": "1", "NCCL_NET_DISABLE_INTRA": "1"}
+# NVLS, which P2P off leaves on (tests/test_nccl_nvls_p2p_off.py), off: these tests check the ring
+P2P_OFF = {"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}
+INTRA_OFF = {"NCCL_P2P_DISABLE": "1", "NCCL_NET_DISABLE_INTRA": "1", "NCCL_NVLS_ENABLE": "0"}
 NODE_RING = 16 * 240 / 80.0 / (2 * 6 / 5)  # Gen5 x16 over switch 0's uplink, hops 0->1 and 1->2 at 6/5: 20 GB/s
 
 

@@ -29,8 +29,9 @@ GIB = 1 << 30
 INTEL = 6 / 5
 H100_RING = 16 * 240 / 80.0 / (2 * INTEL)  # Gen5 x16 48 GB/s over switch 0's uplink: 20
 A100_RING = 16 * 120 / 80.0 / 2  # Gen4 x16 24 GB/s, AMD: 12
-INTRA_OFF = {"NCCL_P2P_DISABLE": "1", "NCCL_NET_DISABLE_INTRA": "1"}
-P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
+# NVLS, which P2P off leaves on (tests/test_nccl_nvls_p2p_off.py), off: these tests check the ring over the hosts
+INTRA_OFF = {"NCCL_P2P_DISABLE": "1", "NCCL_NET_DISABLE_INTRA": "1", "NCCL_NVLS_ENABLE": "0"}
+P2P_OFF = {"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}
 
 
 def _opts(env: dict[str, str]) -> AlgoOptions:

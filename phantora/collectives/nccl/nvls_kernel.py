@@ -26,4 +26,4 @@ def nvls_kernel_algbw(kind: str, p: Platform) -> float:
     if kind != "all_reduce" or p.nnodes != 1 or p.ppn < 2:
         return 0.0
     n = nvls_heads(p)  # a head's NVLink carries S + S/heads; on more GPUs than heads the others carry S
-    return p.gpu_intra_bw * T.NVLS_EFFICIENCY[p.arch] * n / (n + 1)
+    return p.nvls_gpu_bw * T.NVLS_EFFICIENCY[p.arch] * n / (n + 1)

@@ -62,7 +62,7 @@ def single_chunk_us(p: Platform, nbytes: int, channels: int) -> float:
     nodes and NVLS multicast alone."""
     ops = max(1, channels * nvls_heads(p))
     chunk = math.ceil(nbytes / ops)
-    nvls = p.gpu_intra_bw * T.NVLS_EFFICIENCY[p.arch] * 1000.0  # bytes per µs of one GPU's NVLink, NVLS
+    nvls = p.nvls_gpu_bw * T.NVLS_EFFICIENCY[p.arch] * 1000.0  # bytes per µs of one GPU's NVLink, NVLS
     nic = p.nic_bw * min(1.0, p.nics_per_node / max(1, p.ppn)) * 1000.0  # bytes per µs of a head GPU's NIC
     intra = 2 * ops * chunk / nvls if nvls > 0 else 0.0
     hops = path_shares(p.nnodes) * math.ceil(channels / 2) * chunk / nic if nic > 0 else 0.0

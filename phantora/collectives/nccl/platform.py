@@ -41,6 +41,20 @@ class Platform:
     pci: PciHost | None = None  # one PCIe host's sockets, switches and P2P settings (pci_paths.py), if described
     node_bw: float = 0.0  # NCCL nodes that are NVLink hosts, or their sockets, with P2P off: what their ring
     # carries over PCIe and CPU links (net_split.py)
+    nvls_bw: float = 0.0  # P2P off on an NVSwitch: the GPU's NVLink GB/s that NCCL's NVLS graph still runs on
+    # (`nvswitch` and `gpu_intra_bw` are then the ring's PCIe view; nvls.cc has no P2P gate: `nvls_fabric`)
+
+    @property
+    def nvls_fabric(self) -> bool:
+        """Whether NCCL's NVLS search finds the NVSwitch: GPUs of a node share one, with P2P on or off (nvls.cc
+        `ncclNvlsInit` reads only NCCL_NVLS_ENABLE, the GPU count and multicast; search.cc's NVLS pattern follows
+        the GPU <-> NVSwitch paths, which P2P off does not divert, v2.19.4-1 to v2.30.7-1)."""
+        return self.nvswitch or self.nvls_bw > 0
+
+    @property
+    def nvls_gpu_bw(self) -> float:
+        """GB/s of one GPU's NVLink as NCCL's NVLS search sees it."""
+        return self.nvls_bw or self.gpu_intra_bw
 
     @property
     def index2(self) -> int:
@@ -78,9 +92,9 @@ def platform_of(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None 
         assert st is not None
         node_bw = net_split.shm_hosts_bw(topo, nodes, blocks, st, gpu.name, pcie_bw)
         off = node_bw > 0  # else (no NICs) refused: check_transports
+    nvl_bw = nvl_bps / 8e9 / T.NVLINK_RAW_PER_LINK[arch] * T.NVLINK_BW_PER_LINK[arch] if nvl_bps else 0.0
     if nvl_bps and not off:
-        links = nvl_bps / 8e9 / T.NVLINK_RAW_PER_LINK[arch]
-        intra, intra_bw = "nvlink", links * T.NVLINK_BW_PER_LINK[arch]
+        intra, intra_bw = "nvlink", nvl_bw
     else:
         intra, intra_bw = "pci", pcie_bw
     nic_bps = _nic_bps(topo, nodes[0]) if len(blocks) > 1 else 0
@@ -99,6 +113,7 @@ def platform_of(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None 
         sm_clock_ghz=gpu.clock_hz / 1e9,
         pci=_pci_host(topo, nodes, gpu.name, intra_bw, st, off) if intra == "pci" and len(blocks) == 1 else None,
         node_bw=node_bw,
+        nvls_bw=nvl_bw if off and nvswitch else 0.0,  # P2P off leaves NVLS its NVLink (tuning.nvls_graph)
     )
 
 

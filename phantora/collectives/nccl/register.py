@@ -259,7 +259,7 @@ def efficiency_nvls(kind: str, p: Platform, st: NcclSettings) -> bool:
         return False
     if release_of(st) < CTA_POLICY_FROM or "NCCL_ALGO" in dict(st.raw) or "NCCL_PROTO" in dict(st.raw):
         return False
-    return p.nnodes == 1 and st.nvls and p.nvswitch and p.compcap >= 90 and 2 <= p.ppn <= T.NVLS_MAX_ARITY
+    return p.nnodes == 1 and st.nvls and p.nvls_fabric and p.compcap >= 90 and 2 <= p.ppn <= T.NVLS_MAX_ARITY
 
 
 P2P_REG_FROM = (2, 24, 0)  # register/sendrecv_reg.cc: IPC and NET registration of send/recv buffers (as read)

@@ -107,9 +107,9 @@ def nvls_graph(p: Platform) -> Graph:
     """The NVLS graph: one channel per GPU of the node (at most 32), the fastest candidate that fits, a channel's
     head GPU carrying it twice (so n + 1 shares of each GPU's NVLink); across nodes, the fastest that fits a NIC."""
     n = min(T.NVLS_MAX_ARITY, p.ppn)
-    if n < 2 or not p.nvswitch or p.compcap < 90:
+    if n < 2 or not p.nvls_fabric or p.compcap < 90:
         return Graph(0, 0.0, 0.0)
-    fits = [s for s in T.SPEEDS_INTRA[p.arch] if (n + 1) * s <= p.gpu_intra_bw + 1e-9]
+    fits = [s for s in T.SPEEDS_INTRA[p.arch] if (n + 1) * s <= p.nvls_gpu_bw + 1e-9]
     s = fits[0] if fits else T.SPEEDS_INTRA[p.arch][-1]
     inter = s
     if p.nnodes > 1:
@@ -177,7 +177,7 @@ def costs(kind: str, p: Platform, st: NcclSettings, ring: Graph | None = None) -
 
 def _algo_enabled(kind: str, a: str, p: Platform, st: NcclSettings) -> bool:
     if a in ("nvls", "nvls_tree"):
-        if not (st.nvls and p.nvswitch and p.compcap >= 90 and p.ppn > 1):
+        if not (st.nvls and p.nvls_fabric and p.compcap >= 90 and p.ppn > 1):
             return False
         if kind != "all_reduce" and p.ppn > T.NVLS_MAX_ARITY:
             return False
@@ -216,8 +216,10 @@ def _ring_hop_us(pi: int, p: Platform, overhead: float) -> tuple[float, float]:
 
 
 def _latency(kind: str, a: str, pi: int, p: Platform, nsteps: int, overhead: float) -> float:
-    """NCCL's latency (µs) of algorithm `a` with protocol index `pi`."""
-    hw_intra = "nvlink" if p.intra == "nvlink" else "pci"
+    """NCCL's latency (µs) of algorithm `a` with protocol index `pi` (the hardware inside a node is that of the
+    algorithm's graph, tuning.cc `intraHw[a]`: NVLS's is NVLink with P2P off too)."""
+    nvls_nvlink = a in ("nvls", "nvls_tree") and p.nvls_bw > 0
+    hw_intra = "nvlink" if p.intra == "nvlink" or nvls_nvlink else "pci"
     hw = hw_intra if p.nnodes == 1 else "net"
     lat = T.BASE_LAT[a][pi]
     intra = T.HW_LAT[hw_intra][a][pi]
