@@ -39,8 +39,8 @@ from torch.futures import Future
 from bridge.client import WaitTimedOut
 from phantora.errors import InputError, PhantoraError
 from phantora.perfmodel.dtypes import short_dtype
+from phantora.runtime import gloo_cost, tensor_values
 from phantora.runtime import session as _session
-from phantora.runtime import tensor_values
 from phantora.runtime.coalesce_block import GROUPED, HeldCall, bins, merged
 from phantora.runtime.gloo_lanes import PairLanes
 from phantora.runtime.gloo_thread import GlooOnlyWork, off_thread
@@ -468,7 +468,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         if self.gloo_sync and off_thread(self._home):  # not the rank's thread: gloo alone (gloo_thread.py)
             return GlooOnlyWork(start(), result, finalize)  # type: ignore[return-value]
         if self.gloo_sync:  # a plain gloo group: a synchronisation, no network bytes (`_map_backend`)
-            return self._work(self._s.issue(**_sync_call(self, kind, tensors, start, finalize, name)), result)
+            p = self._s.issue(**_sync_call(self, kind, tensors, start, finalize, name))
+            p.host_ns = gloo_cost.host_ns(kind, size)  # 0 unless PHANTORA_GLOO_COST opts in
+            return self._work(p, result)
         if self._gloo is None:  # phantom mode: timing only, and the values of small integer tensors (tensor_values)
             start = _nothing
             finalize = values() if values is not None else None  # the values are posted here, before the issue

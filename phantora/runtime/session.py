@@ -147,6 +147,7 @@ class Pending:
     handoff_gate: list[Pending] = field(default_factory=list)  # earlier sends whose flows it waits for (slot_window)
     reads_user: bool = False  # a handed-off send whose data moves from its caller's tensors: taken before its join
     stream: int | None = None  # the NCCL stream it runs on: its communicator (ProcessGroupNCCL's, one stream each)
+    host_ns: int = 0  # a plain gloo group's host cost, added to its end (runtime/gloo_cost.py; opt-in)
 
 
 @dataclass
@@ -814,6 +815,7 @@ class RankSession:
         t_done = p.t_issue
         for h in p.handles:
             t_done = max(t_done, self.client.wait(h) if deadline is None else self.client.wait(h, deadline))
+        t_done += p.host_ns
         with self.internal():  # ops that gloo or the finaliser run here are not GPU work
             for work in p.inner:
                 work.wait()
