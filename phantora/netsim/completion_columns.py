@@ -78,7 +78,10 @@ class CompletionColumns(Sequence[Completion]):
         self.ready()
         cols: tuple[list[Any], ...] = (self.ids, self.starts, self.ends, self.sizes, self.srcs, self.dsts, self.tags)
         n = len(self.ids)
-        if rows is not None and not (len(rows) == n and all(map(operator.eq, rows, range(n)))):
+        if isinstance(rows, range) and rows.step == 1 and 0 <= rows.start <= rows.stop <= n:  # (a run's rows: sliced)
+            cols = tuple(col[rows.start : rows.stop] for col in cols)
+            n = len(rows)
+        elif rows is not None and not (len(rows) == n and all(map(operator.eq, rows, range(n)))):
             cols = tuple(list(map(col.__getitem__, rows)) for col in cols)
             n = len(rows)
         else:

@@ -27,7 +27,6 @@ dies ends the run within about a second, named (`WorkerDiedError`); workers exit
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import operator
 import time
@@ -38,7 +37,8 @@ from typing import Any, Protocol
 
 from phantora.errors import PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow, RunsByCompletion
-from phantora.netsim.completion_columns import CompletionColumns, Ref, completions_of
+from phantora.netsim.completion_buffer import CompletionBuffer, Segment, built
+from phantora.netsim.completion_columns import CompletionColumns
 from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.gc_pause import Freezer
@@ -69,7 +69,6 @@ HAND_OVER_MIN = 4096
 # (0.2-0.4 CPU s of the driver's serial part on bench_decompose's 64 MiB hierarchical DAG, none of it collected).
 FREEZE_MIN = HAND_OVER_MIN
 _drop: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end, keeping nothing
-_REF = operator.itemgetter(2)  # a buffer entry's completion or (batch, row)
 WORKER_PEER_TIMEOUT_S = 120.0  # a worker exits after this much silence from us (we also heartbeat it)
 CALL_TIMEOUT_S = 3600.0  # one round may legitimately run this long
 KEEPALIVE_S = 0.5  # the driver's heartbeats to its workers go out at most this often (their limit is minutes)
@@ -186,13 +185,12 @@ class DecomposedSimulator(RunsByCompletion):
         self._routes, self._piece_worker, n = self._layout()
         self._now = 0
         self._wtime = 0  # every completion at or before this ns is gathered (the workers ran that far)
-        # gathered completions not handed out, (end, id, c) in order (a sorted list: a reply's are sorted in at once,
-        # each worker's already in end order, and handed out from the front a ns at a time); c is the completion, or
-        # (its reply's `CompletionColumns`, its row) until it is handed out (`completions_of`)
-        self._buffer: list[tuple[int, int, Ref]] = []
+        # gathered completions not handed out: each reply a run of its own in end order, its objects built when
+        # handed out (`completion_buffer.built`: in (end, id) order across the runs)
+        self._buffer = CompletionBuffer()
         # while `drain` runs: what it handed out whose objects are not built yet (built while the workers run the next
         # round, `_while_round`), and those built
-        self._handed: list[Ref] | None = None
+        self._handed: list[Segment] | None = None
         self._drained: list[Completion] = []
         self._owner: dict[int, int] = {}  # flow id -> its worker, DRIVER for markers (they complete here)
         self._ends: dict[int, int] = {}  # flow id -> end ns, as gathered
@@ -346,27 +344,22 @@ class DecomposedSimulator(RunsByCompletion):
 
     def _build_handed(self) -> None:
         if self._handed:
-            self._drained += completions_of(self._handed)
+            self._drained += built(self._handed)
             self._handed = []
 
     def _gathered(self, done: Sequence[Completion], worker: int) -> None:
         """Completions from a worker: buffered for the caller; what they release here (gates, markers) goes out.
         A reply's `CompletionColumns` are booked from its id and end columns and buffered unbuilt."""
-        refs: Iterable[Ref]
         if isinstance(done, CompletionColumns):
             ids, ends = done.ids, done.ends
-            refs = zip(repeat(done), range(len(ids)))
         else:
             ids = [c.flow_id for c in done]
             ends = [c.end_ns for c in done]
-            refs = done
         bounds = list(map(self._lb.pop, ids, repeat(0)))  # (their bounds, dropped: per completion at C speed)
         if any(map(operator.lt, ends, bounds)):
             k = next(k for k, (e, b) in enumerate(zip(ends, bounds, strict=True)) if e < b)
             raise PhantoraError(f"internal: flow {ids[k]} ended at {ends[k]} ns, before its bound {bounds[k]} ns")
-        if ids:  # (one sort for a reply: its completions come in end order, so the sort merges two runs)
-            self._buffer += zip(ends, ids, refs, strict=True)
-            self._buffer.sort()
+        self._buffer.add(ends, ids, done)  # (a run of its own: no per-completion work here but a check of its order)
         self._arrived(done, ids, ends, worker)
 
     def _bounds(self, flat: list[int]) -> None:
@@ -446,7 +439,7 @@ class DecomposedSimulator(RunsByCompletion):
                     self._out[self._owner[fid]].gates.append([fid, p])
                 else:
                     c = Completion(g.id, p, p, g.size, g.src, g.dst, g.tag)
-                    bisect.insort(self._buffer, (p, g.id, c))
+                    self._buffer.add_one(p, g.id, c)
                     markers.append(c)
             done, ids, stamps, popped, worker = markers, None, None, False, -1
 
@@ -624,7 +617,7 @@ class DecomposedSimulator(RunsByCompletion):
                 bare = f if len(cross) == len(f.deps) else f.with_deps(tuple(cross))
                 for m, p in self._rel.add([bare], a):
                     c = Completion(m.id, p, p, m.size, m.src, m.dst, m.tag)
-                    bisect.insort(self._buffer, (p, m.id, c))
+                    self._buffer.add_one(p, m.id, c)
                     released.append(c)
                 continue
             self._check_post(f.id, a)
@@ -679,7 +672,7 @@ class DecomposedSimulator(RunsByCompletion):
     def advance_to_completion(self, until: int) -> list[Completion]:
         """Run to `until` but return right after the first ns at which any flow completes (now() is that ns).
         With no limit it also returns once nothing can happen any more."""
-        return completions_of(self._handout(until, False))
+        return built(self._handout(until, False))
 
     def drain(self, limit_ns: int | None = None) -> list[Completion]:
         """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns. The rounds of
@@ -702,26 +695,18 @@ class DecomposedSimulator(RunsByCompletion):
         finally:
             self._handed, self._drained = None, []
 
-    def _handout(self, until: int, bulk: bool) -> list[Ref]:
-        """`advance_to_completion`'s completions, unbuilt (`Ref`s); with `bulk`, every one gathered up to
-        min(`until`, the workers' time) at once (now() is the last one's end)."""
+    def _handout(self, until: int, bulk: bool) -> list[Segment]:
+        """`advance_to_completion`'s completions, unbuilt (segments of the buffer's runs); with `bulk`, every one
+        gathered up to min(`until`, the workers' time) at once (now() is the last one's end)."""
         if until < self._now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {self._now} ns")
         self.keepalive()  # (the caller may step a long fluid stretch between rounds, one call per step)
         while True:
             buf = self._buffer
             t = min(self._wtime, until)
-            if buf and buf[0][0] <= t:
-                if bulk:
-                    k = bisect.bisect_left(buf, (t + 1,))  # (the first entry ending after t)
-                else:
-                    end = buf[0][0]
-                    k, n = 1, len(buf)
-                    while k < n and buf[k][0] == end:
-                        k += 1
-                self._now = buf[k - 1][0]
-                got = list(map(_REF, buf[:k]))
-                del buf[:k]
+            first = buf.earliest()
+            if first is not None and first <= t:
+                got, self._now = buf.take(t if bulk else first)
                 return got
             if until < INF_NS and self._wtime >= until:
                 self._now = until
@@ -765,7 +750,7 @@ class DecomposedSimulator(RunsByCompletion):
             floor = self._wtime + 1 if not self._out[w].empty() or nxt is None else max(self._wtime + 1, nxt)
             e = min(e, max(m, floor))
             r = min(r, max(mr, floor))
-        for t, fid, _ in self._buffer:
+        for t, fid in self._buffer.pairs():
             if react is None or react(fid):
                 r = min(r, t)
                 if t > self._wtime:
@@ -779,8 +764,9 @@ class DecomposedSimulator(RunsByCompletion):
         times = [t for t in self._next if t is not None]
         times += [a + self.latency for out in self._out for a in out.at]
         times += [p + self.latency for out in self._out for _, p in out.gates]
-        if self._buffer:
-            times.append(self._buffer[0][0])
+        first = self._buffer.earliest()
+        if first is not None:
+            times.append(first)
         return min(times) if times else None
 
     def next_event_time(self) -> int | None:

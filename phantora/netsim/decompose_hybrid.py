@@ -279,7 +279,7 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         for f in self._watch:
             if f in lbs:
                 r = min(r, self._pulled(f, floors, memo, wide, r))
-        for t, fid, _ in self._buffer if self._watch else ():  # (a drain watches nothing)
+        for t, fid in self._buffer.pairs() if self._watch else ():  # (a drain watches nothing)
             if fid in self._watch:
                 r = min(r, t)
         hz = [min(until, r)] * n

@@ -252,7 +252,7 @@ class SteppedPartition(DecomposedSimulator):
         t0 = time.perf_counter()
         e = until if self.floor is None else max(until, self.floor())
         r = self._least_reacting_end()
-        for t, fid, _ in self._buffer:
+        for t, fid in self._buffer.pairs():
             d = reaction(fid)
             if d < INF_NS:
                 r = min(r, t)
