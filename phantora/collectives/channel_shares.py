@@ -12,6 +12,8 @@ Before 2.20, outside the NCCL model, and for phantora's own algorithms, the byte
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from phantora.collectives.dag import split
 from phantora.collectives.nccl import TO_NCCL, channel_split, coll_group, host_split, platform_of, ring_loops
 from phantora.collectives.nccl import settings as nccl_settings
@@ -23,6 +25,7 @@ from phantora.topology.model import Topology
 
 SPLIT_ALGORITHMS = ("ring", "tree", "chain")  # phantora's names of NCCL's ring, tree and (broadcast, reduce) ring
 SPLIT_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+NVLS_ALGORITHMS = ("nvls", "nvls_tree")  # NCCL's NVLS scheduling kind: dealt apart, from channel 0
 
 
 def channel_shares(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[int]:
@@ -37,7 +40,9 @@ def channel_shares(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[
     n = coll.size
     comm = plan_channels(TO_NCCL[opts.algorithm], platform_of(topo, coll.ranks, st), st)
     count = channel_split.count_bytes(coll.kind, n, coll.nbytes)
-    if len(coll.group_sizes) > 1:  # a group's calls dealt one after another (nccl.coll_group.deal), carried together
+    if coll.dealt_parts:  # an aggregate of a group dealt on after the aggregates before it (`plan_parts`)
+        parts: tuple[int, ...] | None = coll.dealt_parts
+    elif len(coll.group_sizes) > 1:  # a group's calls dealt one after another (nccl.coll_group.deal), together
         parts = _group_parts(coll, opts, st.nccl_version, channels, max(comm, channels))
     else:
         parts = channel_split.split(st.nccl_version, coll.kind, opts.protocol, n, count, channels, max(comm, channels))
@@ -65,6 +70,45 @@ def _group_parts(
     if dealt is None:
         return None
     return tuple(b for b in coll_group.channel_bytes(dealt) if b > 0) or (0,)
+
+
+def plan_parts(
+    parts: Sequence[Collective], resolved: Sequence[AlgoOptions], topo: Topology
+) -> list[tuple[int, ...]] | None:
+    """The bytes of count on each used channel (lowest first) of each of a group's aggregates NCCL keeps apart
+    (`parts`, in NCCL's plan order, each under its `resolved` options), as NCCL 2.22+'s `scheduleCollTasksToPlan`
+    deals a plan's tasks: the aggregates that are not NVLS one after another, the channel cursor and each channel's
+    traffic shared (nccl.coll_group.deal_plan); an NVLS aggregate (dealt after them from channel 0, with its own
+    channels) gets (). None where this is not NCCL's split (before 2.22, outside the NCCL model) or where an
+    aggregate among the dealt runs an algorithm whose channels are not dealt so (PAT): each is then dealt alone."""
+    head = resolved[0]
+    if head.model != "nccl":
+        return None
+    st = nccl_settings(head)
+    if st.nccl_version < channel_split.SPLIT_FROM:
+        return None
+    dealt = [i for i, o in enumerate(resolved) if o.algorithm not in NVLS_ALGORITHMS]
+    if any(resolved[i].algorithm not in SPLIT_ALGORITHMS or parts[i].kind not in SPLIT_KINDS for i in dealt):
+        return None
+    tasks: list[tuple[str, str, int, int]] = []
+    owner: list[int] = []
+    most = 1
+    for i in dealt:
+        part, o = parts[i], resolved[i]
+        n, channels = part.size, max(1, o.channels)
+        p = platform_of(topo, part.ranks, st)
+        most = max(most, plan_channels(TO_NCCL[o.algorithm], p, st), channels)
+        for size in part.group_sizes or (part.nbytes,):
+            tasks.append((part.kind, o.protocol, channel_split.count_bytes(part.kind, n, size), channels))
+            owner.append(i)
+    got = coll_group.deal_plan(st.nccl_version, parts[0].size, tasks, most)
+    if got is None:
+        return None
+    out: list[tuple[int, ...]] = [() for _ in parts]
+    for i in dealt:
+        mine = [d for d, who in zip(got, owner, strict=True) if who == i]
+        out[i] = tuple(b for b in coll_group.channel_bytes(mine) if b > 0) or (0,)
+    return out
 
 
 def host_align(coll: Collective, topo: Topology, opts: AlgoOptions) -> int:

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from phantora.collectives.channel_shares import channel_shares, ring_cut
+from phantora.collectives.channel_shares import channel_shares, plan_parts, ring_cut
 from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.launch_group import shared
@@ -147,6 +147,7 @@ def group_aggregates(coll: Collective, topo: Topology, opts: AlgoOptions) -> lis
             dtype=types[members[0]],
             group_sizes=sizes if len(sizes) > 1 else (),
             group_dtypes=(),
+            plan_sizes=coll.group_sizes,
         )
         out.append(part)
     if coll.group_dtypes:
@@ -173,10 +174,14 @@ def _aggregates_dag(
     """One group's aggregates in one launch: each decomposed with its own choice, all started together. NCCL deals
     their traffic over the plan's channels, so the group's bandwidth time is the sum of theirs (bytes / algbw each):
     each aggregate's flows are capped to spread its bytes over that sum, not over its own time. The choice recorded
-    is the largest aggregate's, with the group's calls and every aggregate's pick. The aggregates run on the same
-    channels here (from channel 0 each, where NCCL deals them one after another), so an aggregate after the first
+    is the largest aggregate's, with the group's calls and every aggregate's pick. From 2.22 each aggregate's bytes
+    are split over the channels as NCCL deals them, on from where the one before it stopped (`plan_parts`; each
+    aggregate's flows still take channels from 0 here, so they share channel ids), and an aggregate after the first
     has its own connection ids (`_apart`): the packet engine runs one connection's messages in turn, which would
     put the capped aggregates one after another there and double their time against the flow engine's."""
+    dealt = plan_parts(parts, [resolve(part, topo, opts)[0] for part in parts], topo)
+    if dealt is not None:  # NCCL deals the aggregates one after another over the channels
+        parts = [dataclasses.replace(p, dealt_parts=d) if d else p for p, d in zip(parts, dealt, strict=True)]
     dags: list[FlowDag] = []
     next_id = first_flow_id
     for i, part in enumerate(parts):

@@ -104,6 +104,13 @@ class Collective:
     # each of those calls' dtype where they differ (a coalesced call's tensors of mixed dtypes: NCCL aggregates per
     # type, decompose.group_aggregates); () where all are `dtype`
     group_dtypes: tuple[str, ...] = ()
+    # one of the aggregates NCCL keeps apart in a group of calls (decompose.group_aggregates): the bytes of every
+    # call of that group, its own among them (NCCL rates every aggregate with numPipeOps from the group's calls);
+    # () otherwise
+    plan_sizes: tuple[int, ...] = ()
+    # such an aggregate's bytes of count on each channel NCCL's plan deals it, lowest first: its calls dealt on
+    # from where the plan's aggregates before it stopped (nccl/coll_group.deal_plan); () to deal it alone
+    dealt_parts: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -172,6 +179,14 @@ class Collective:
                 f"group_dtypes {list(self.group_dtypes)} must name a known dtype for each of group_sizes' "
                 f"{len(self.group_sizes)} calls, the first `dtype` ({self.dtype})",
                 field="group_dtypes",
+            )
+        if self.plan_sizes and (
+            len(self.plan_sizes) < 2 or min(self.plan_sizes) < 0 or sum(self.plan_sizes) < self.nbytes
+        ):
+            raise InputError(
+                f"plan_sizes {list(self.plan_sizes)} must be the >= 0 bytes of the 2 or more calls of a group this "
+                f"{self.nbytes}-byte aggregate is part of",
+                field="plan_sizes",
             )
         if self.root is not None and not 0 <= self.root < len(self.ranks):
             raise InputError(f"root {self.root} is not a group-local index of {len(self.ranks)} ranks", field="root")

@@ -120,6 +120,8 @@ def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSetting
     if len(sizes) > 1 and coll.kind in coll_group.KINDS:  # NCCL's legacy kernels on the group's aggregate
         calls, pipe = len(sizes), _group_pipe_ops(coll, sizes, p, st)
         coll = dataclasses.replace(coll, nbytes=sum(sizes), group_calls=1, group_sizes=())
+    elif coll.plan_sizes and coll.kind in coll_group.KINDS:  # a lone call, an aggregate of a group of more
+        pipe = _group_pipe_ops(coll, (coll.nbytes,), p, st)
     skip = {a for a in skipped(coll.kind, coll.redop, coll.dtype, st.nccl_version) if st.algo_enabled(coll.kind, a)}
     if opts.algorithm != "auto":
         skip &= {TO_NCCL.get(opts.algorithm, opts.algorithm)}
@@ -160,16 +162,18 @@ def call_sizes(coll: Collective) -> tuple[int, ...]:
 
 
 def _group_pipe_ops(coll: Collective, sizes: tuple[int, ...], p: Platform, st: NcclSettings) -> int:
-    """numPipeOps of the calls of `sizes` bytes, one aggregate of a group of only them (coll_group.py); a group past
-    what one launch is modelled for is refused."""
-    if len(sizes) > coll_group.MAX_CALLS:
+    """numPipeOps of the calls of `sizes` bytes, one aggregate of a group of only them, or of the group of
+    `coll.plan_sizes` where NCCL keeps its aggregates apart (coll_group.py); a group past what one launch is
+    modelled for is refused."""
+    group = coll.plan_sizes or sizes
+    if len(group) > coll_group.MAX_CALLS:
         raise InputError(
-            f"{len(sizes)} collectives in one NCCL group: more than {coll_group.MAX_CALLS} (one launch) are "
+            f"{len(group)} collectives in one NCCL group: more than {coll_group.MAX_CALLS} (one launch) are "
             "not modelled",
             field="-m" if coll.group_calls > 1 else "group_sizes",
         )
     channels = comm_channels(p, ring_graph(p), st)
-    return coll_group.pipe_ops(st.nccl_version, sizes, len(sizes), p.nranks, channels)
+    return coll_group.pipe_ops(st.nccl_version, sizes, len(group), p.nranks, channels, sum(group))
 
 
 def runs_as_one(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:

@@ -92,17 +92,25 @@ def _traffic(call: tuple[str, str, str, int]) -> int:
     return call[3] * traffic_per_byte(call[0], 2)
 
 
-def pipe_ops(version: tuple[int, int], sizes: Sequence[int], ntasks: int, nranks: int, channels: int) -> int:
+def pipe_ops(
+    version: tuple[int, int],
+    sizes: Sequence[int],
+    ntasks: int,
+    nranks: int,
+    channels: int,
+    group_bytes: int | None = None,
+) -> int:
     """numPipeOps of an aggregate of calls of `sizes` bytes (in issue order) in a group of `ntasks` collective
-    calls on a communicator of `nranks` ranks and `channels` channels (comm->nChannels)."""
-    if len(sizes) < 2:
-        return 1
+    calls on a communicator of `nranks` ranks and `channels` channels (comm->nChannels). From 2.22 every aggregate
+    of the group, one call's too, takes DIVUP(the group's calls, channels) (ncclPrepareTasks' nTasksPerChannel);
+    2.20 - 2.21 take 1; 2.19 counts an aggregate's own calls' channels, halving NCCL_AGG_CHANNEL_SIZE while the
+    group's bytes (`group_bytes`, default the aggregate's) would not fill the channels."""
     if version >= SORTED_FROM:
-        return div_up(ntasks, max(1, channels))
-    if version >= PIPE_ONE_FROM:
+        return div_up(max(1, ntasks), max(1, channels))
+    if len(sizes) < 2 or version >= PIPE_ONE_FROM:
         return 1
     per = AGG_CHANNEL_SIZE * min(16, nranks)
-    total = sum(sizes)  # v2.19: the group's collective bytes (one aggregate here)
+    total = sum(sizes) if group_bytes is None else group_bytes  # v2.19: tasks->collBytesTotal, the group's
     while total < per * channels and per > MIN_CHANNEL_SIZE:
         per //= 2
     asked = sum(max(1, min(div_up(s, per), channels)) for s in sizes[1:])  # the head's own are not counted
@@ -127,26 +135,40 @@ def deal(
     `scheduleCollTasksToPlan` deals one aggregate's tasks (`counts`: each task's count in bytes, in plan order;
     `task_channels`: the aggregate's nMaxChannels; `max_channels`: the communicator's channels of its kind). None
     before 2.22 (each task strides its channels: the caller splits the sum)."""
+    return deal_plan(version, nranks, [(kind, proto, c, task_channels) for c in counts], max_channels)
+
+
+def deal_plan(
+    version: tuple[int, int],
+    nranks: int,
+    tasks: Sequence[tuple[str, str, int, int]],
+    max_channels: int,
+) -> list[tuple[int, tuple[int, ...]]] | None:
+    """`deal` over a plan's tasks of one scheduling kind (not NVLS, not CollNet), several aggregates' one after
+    another: `tasks` are (function, protocol, count in bytes, its aggregate's nMaxChannels) in plan order. Each
+    channel is given the tasks' summed traffic over min(their nMaxChannels summed, `max_channels`) and the channel
+    cursor runs on from one aggregate to the next; each task's traffic is its function's per byte, 4 x for LL from
+    2.26. None before 2.22."""
     if version < SPLIT_FROM:
         return None
-    per_byte = traffic_per_byte(kind, nranks)
-    if proto == "LL" and version >= LL_TRAFFIC_X4_FROM:
-        per_byte *= 4
+    per_bytes = []
+    for kind, proto, _, _ in tasks:
+        pb = traffic_per_byte(kind, nranks)
+        per_bytes.append(4 * pb if proto == "LL" and version >= LL_TRAFFIC_X4_FROM else pb)
     least = _min_traffic(version)
     nmax = max(1, max_channels)
-    nch = max(1, min(task_channels * len(counts), nmax))
+    nch = max(1, min(sum(t[3] for t in tasks), nmax))
     if version < CELL_TRAFFIC_FROM:
-        cell = 16
-        total = sum(c * per_byte for c in counts)
+        total = sum(t[2] * pb for t, pb in zip(tasks, per_bytes, strict=True))
         budget = max(least, total // nch)
     else:
-        cell = div_up(div_up(least, per_byte), 16) * 16
-        total = sum(max(least, c * per_byte) for c in counts)
+        total = sum(max(least, t[2] * pb) for t, pb in zip(tasks, per_bytes, strict=True))
         budget = div_up(total // nch, 16) * 16 if version >= BUDGET_ROUNDED_FROM else max(least, total // nch)
-    per_cell = cell * per_byte
     out: list[tuple[int, tuple[int, ...]]] = []
     channel, current = 0, 0
-    for count in counts:
+    for (_, _, count, _), per_byte in zip(tasks, per_bytes, strict=True):
+        cell = 16 if version < CELL_TRAFFIC_FROM else div_up(div_up(least, per_byte), 16) * 16
+        per_cell = cell * per_byte
         cells = div_up(count, cell)
         per_channel = min(cells, div_up(budget, per_cell))
         if channel + 1 == nmax:
