@@ -48,7 +48,7 @@ def test_small_aggregate_and_large_one_share_the_first_channel():
     resolved = [resolve(p, H100, opts(**V227))[0] for p in parts]
     assert [(o.algorithm, o.protocol, o.channels) for o in resolved] == [("ring", "LL", 1), ("ring", "LL", 24)]
     large = (10 * 2048,) + (22 * 2048,) * 22 + (18 * 2048,)
-    assert plan_parts(parts, resolved, H100) == [(3 * 8 * KiB,), large]
+    assert plan_parts(parts, resolved, H100) == [(0, (3 * 8 * KiB,)), (0, large)]
     assert channel_shares(parts[0], H100, resolved[0]) == [8 * KiB] * 3  # alone: a channel each
     dag = decompose(group, H100, opts(**V227))
     assert dag.choice["group_calls"] == 4
@@ -66,10 +66,36 @@ def test_an_nvls_aggregate_is_dealt_apart_and_2_21_deals_none():
     resolved = [resolve(p, H100, opts(**V227))[0] for p in parts]
     assert [o.algorithm for o in resolved] == ["ring", "nvls"]
     got = plan_parts(parts, resolved, H100)
-    assert got is not None and got[1] == ()
-    assert got[0] == (32 * KiB, 32 * KiB) and list(got[0]) == channel_shares(parts[0], H100, resolved[0])
+    assert got is not None and got[1] == (0, ())
+    assert got[0] == (0, (32 * KiB, 32 * KiB)) and list(got[0][1]) == channel_shares(parts[0], H100, resolved[0])
     old = [resolve(p, H100, opts(PHANTORA_NCCL_VERSION="2.21.5"))[0] for p in parts]
     assert plan_parts(parts, old, H100) is None
+
+
+def test_an_aggregate_dealt_from_channel_11_runs_channel_11s_ring_and_tree():
+    """The two 1 MiB aggregates of 1 MiB fp32 + 1 MiB bf16 (2.27; dealt as in the first test): the second starts on
+    NCCL channel 11, so its first channel runs the ring and tree NCCL's channel 11 runs (on 8 H100s: the search's
+    chain 5, tree 0; its channel 12, chain 0 of tree 1), not channel 0's."""
+    from phantora.collectives.decompose import _tree_of_channel, channel_chain
+    from phantora.collectives.nccl import platform_of, settings, tree_channels
+
+    o = opts(**V227)
+    group = Collective("all_reduce", RANKS, 2 * MiB, "fp32", group_sizes=(MiB, MiB), group_dtypes=("fp32", "bf16"))
+    parts = group_aggregates(group, H100, o)
+    assert parts is not None
+    resolved = [resolve(p, H100, o)[0] for p in parts]
+    got = plan_parts(parts, resolved, H100)
+    assert got is not None and [lo for lo, _ in got] == [0, 11]
+    second = Collective(
+        "all_reduce", RANKS, MiB, "bf16", plan_sizes=(MiB, MiB), dealt_parts=got[1][1], dealt_from=got[1][0]
+    )
+    st = settings(o)
+    p = platform_of(H100, RANKS, st)
+    assert [channel_chain(second, H100, o)(k) for k in (0, 1)] == [tree_channels.chain_of(p, st, c) for c in (11, 12)]
+    assert [channel_chain(second, H100, o)(k) for k in (0, 1)] == [5, 0]
+    assert [_tree_of_channel(second, H100, o)(k) for k in (0, 1)] == [(0, 5), (1, 0)]
+    with pytest.raises(InputError, match="dealt_from"):
+        Collective("all_reduce", RANKS, MiB, "bf16", dealt_from=3)
 
 
 def test_every_aggregate_takes_numpipeops_from_the_groups_calls():

@@ -74,12 +74,12 @@ def _group_parts(
 
 def plan_parts(
     parts: Sequence[Collective], resolved: Sequence[AlgoOptions], topo: Topology
-) -> list[tuple[int, ...]] | None:
-    """The bytes of count on each used channel (lowest first) of each of a group's aggregates NCCL keeps apart
-    (`parts`, in NCCL's plan order, each under its `resolved` options), as NCCL 2.22+'s `scheduleCollTasksToPlan`
+) -> list[tuple[int, tuple[int, ...]]] | None:
+    """(its first channel, the bytes of count on each used channel from it) of each of a group's aggregates NCCL
+    keeps apart (`parts`, in NCCL's plan order, each under its `resolved` options), as 2.22+'s `scheduleCollTasksToPlan`
     deals a plan's tasks: the aggregates that are not NVLS one after another, the channel cursor and each channel's
     traffic shared (nccl.coll_group.deal_plan); an NVLS aggregate (dealt after them from channel 0, with its own
-    channels) gets (). None where this is not NCCL's split (before 2.22, outside the NCCL model) or where an
+    channels) gets (0, ()). None where this is not NCCL's split (before 2.22, outside the NCCL model) or where an
     aggregate among the dealt runs an algorithm whose channels are not dealt so (PAT): each is then dealt alone."""
     head = resolved[0]
     if head.model != "nccl":
@@ -104,10 +104,12 @@ def plan_parts(
     got = coll_group.deal_plan(st.nccl_version, parts[0].size, tasks, most)
     if got is None:
         return None
-    out: list[tuple[int, ...]] = [() for _ in parts]
+    out: list[tuple[int, tuple[int, ...]]] = [(0, ()) for _ in parts]
     for i in dealt:
         mine = [d for d, who in zip(got, owner, strict=True) if who == i]
-        out[i] = tuple(b for b in coll_group.channel_bytes(mine) if b > 0) or (0,)
+        per = coll_group.channel_bytes(mine)
+        first = next((c for c, b in enumerate(per) if b > 0), 0)
+        out[i] = (first, tuple(b for b in per[first:] if b > 0) or (0,))
     return out
 
 

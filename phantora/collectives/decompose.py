@@ -175,13 +175,16 @@ def _aggregates_dag(
     their traffic over the plan's channels, so the group's bandwidth time is the sum of theirs (bytes / algbw each):
     each aggregate's flows are capped to spread its bytes over that sum, not over its own time. The choice recorded
     is the largest aggregate's, with the group's calls and every aggregate's pick. From 2.22 each aggregate's bytes
-    are split over the channels as NCCL deals them, on from where the one before it stopped (`plan_parts`; each
-    aggregate's flows still take channels from 0 here, so they share channel ids), and an aggregate after the first
+    are split over the channels as NCCL deals them, on from where the one before it stopped (`plan_parts`: its
+    channel k runs NCCL channel `dealt_from` + k's ring or tree), and an aggregate after the first
     has its own connection ids (`_apart`): the packet engine runs one connection's messages in turn, which would
     put the capped aggregates one after another there and double their time against the flow engine's."""
     dealt = plan_parts(parts, [resolve(part, topo, opts)[0] for part in parts], topo)
     if dealt is not None:  # NCCL deals the aggregates one after another over the channels
-        parts = [dataclasses.replace(p, dealt_parts=d) if d else p for p, d in zip(parts, dealt, strict=True)]
+        parts = [
+            dataclasses.replace(p, dealt_parts=d, dealt_from=lo) if d else p
+            for p, (lo, d) in zip(parts, dealt, strict=True)
+        ]
     dags: list[FlowDag] = []
     next_id = first_flow_id
     for i, part in enumerate(parts):
@@ -356,7 +359,7 @@ def channel_chain(coll: Collective, topo: Topology, opts: AlgoOptions) -> Callab
         return lambda c: c
     st = nccl_settings(opts)
     p = platform_of(topo, coll.ranks, st)
-    return lambda c: tree_channels.chain_of(p, st, c)
+    return lambda c: tree_channels.chain_of(p, st, c + coll.dealt_from)
 
 
 def _tree_of_channel(coll: Collective, topo: Topology, opts: AlgoOptions) -> Callable[[int], tuple[int, int]]:
@@ -367,7 +370,7 @@ def _tree_of_channel(coll: Collective, topo: Topology, opts: AlgoOptions) -> Cal
         return lambda c: (c % 2, c // 2)
     st = nccl_settings(opts)
     p = platform_of(topo, coll.ranks, st)
-    return lambda c: tree_channels.tree_of(p, st, c)
+    return lambda c: tree_channels.tree_of(p, st, c + coll.dealt_from)
 
 
 def _shm_nodes(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:

@@ -111,6 +111,8 @@ class Collective:
     # such an aggregate's bytes of count on each channel NCCL's plan deals it, lowest first: its calls dealt on
     # from where the plan's aggregates before it stopped (nccl/coll_group.deal_plan); () to deal it alone
     dealt_parts: tuple[int, ...] = ()
+    # the NCCL channel the first of `dealt_parts` is on: its channel k runs channel dealt_from + k's ring or tree
+    dealt_from: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -187,6 +189,10 @@ class Collective:
                 f"plan_sizes {list(self.plan_sizes)} must be the >= 0 bytes of the 2 or more calls of a group this "
                 f"{self.nbytes}-byte aggregate is part of",
                 field="plan_sizes",
+            )
+        if self.dealt_from < 0 or (self.dealt_from and not self.dealt_parts):
+            raise InputError(
+                f"dealt_from {self.dealt_from} must be the >= 0 channel its dealt_parts start at", field="dealt_from"
             )
         if self.root is not None and not 0 <= self.root < len(self.ranks):
             raise InputError(f"root {self.root} is not a group-local index of {len(self.ranks)} ranks", field="root")

@@ -14,9 +14,11 @@ of it runs with that choice, each on its own channels, all in one plan (one kern
   channels are dealt by bytes (addCBDCollToPlan).
 - v2.22.3-1 on (`ncclPrepareTasks`): tasks sorted by traffic, binned by (function, reduction, type), each bin
   ascending; a run of tasks under 4 x the traffic of its first aggregates. numPipeOps is
-  DIVUP(nTasksColl, comm->nChannels). `scheduleCollTasksToPlan` deals every task's traffic onto the channels in
-  turn (`deal`): each channel is given the plan's traffic over its channels, a task starts where the one before
-  it left off, so small tasks share a channel (run one after another on it) and a large one spans several.
+  DIVUP(nTasksColl, comm->nChannels), the group's calls, for every aggregate. `scheduleCollTasksToPlan` deals every
+  task's traffic onto the channels in turn (`deal`, `deal_plan` for several aggregates: those not NVLS first, then
+  the NVLS ones from channel 0): each channel is given the plan's traffic over its channels, a task starts where the
+  one before it left off, so small tasks share a channel (run one after another on it) and a large one spans
+  several.
 
 The tuner's time for an aggregate is lat x latCount + bytes / bw (`ncclTopoGetAlgoTime`): latCount is numPipeOps
 for a ring, DIVUP(numPipeOps, works a batch holds) for the others: NCCL_MAX_WORK_ELEMENTS, 9, before 2.22;
@@ -43,8 +45,9 @@ SORTED_FROM = (2, 22)  # v2.22.3-1: ncclPrepareTasks sorts, bins and aggregates 
 PIPE_ONE_FROM = (2, 20)  # v2.20.3-1: an aggregate is rated with numPipeOps 1
 AGG_CHANNEL_SIZE = 2 << 20  # NCCL_AGG_CHANNEL_SIZE, v2.19
 MIN_CHANNEL_SIZE = 8 * 64  # NCCL_MIN_CHANNEL_SIZE: NCCL_LL_THREAD_THRESHOLD x 64, v2.19
-# the calls of one group modelled (as one launch; NCCL starts another plan once a plan's work batches overflow its
-# kernel arguments or its works half its work FIFO: ncclTestBudget, not restated)
+# the calls of one group modelled (as one launch; from 2.22 NCCL starts another plan once a task's channels would take
+# the plan's 16-byte work batches past its 4 KiB kernel arguments less their 32-byte header, 254, or its works past
+# half its 1 MiB work FIFO: ncclTestBudget; the batch packing and plans in turn are not restated)
 MAX_CALLS = 1024
 
 
