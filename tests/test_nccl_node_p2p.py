@@ -5,7 +5,9 @@ NCCL_NET_DISABLE_INTRA=1, the host. A pair inside a node runs SHM (shm.cc, the b
 up the sender's x16 and its PCIe switch's uplink to the CPU, across the CPU link between sockets, down the
 receiver's (paths.cc addInterStep). On the DGX-like layout (two GPUs a switch, Gen5 x16 and uplinks 48 GB/s,
 Sapphire Rapids' 22 between the sockets) the pairs of one call share those links max-min fairly, as pci_p2p.py
-rates one host's (before: a share of the GPU's x16, 48 / 3 = 16 each in an 8-GPU all-to-all).
+rates one host's (before: a share of the GPU's x16, 48 / 3 = 16 each in an 8-GPU all-to-all). A pair between NCCL
+nodes runs NET through the GPUs' own NICs under their switches, by GPU Direct RDMA (paths.cc ncclTopoCheckGdr: PIX,
+GDR reads on from sm80): its bytes share the sender's x16 up and the receiver's x16 down with the SHM pairs.
 """
 
 from __future__ import annotations
@@ -31,33 +33,40 @@ def _opts(env: dict[str, str]) -> AlgoOptions:
 
 
 @pytest.mark.parametrize(("gpu", "x16"), [("h100", GEN5), ("a100", GEN4)])
-def test_all_to_all_shm_pairs_share_their_switch_uplink(gpu: str, x16: float) -> None:
-    """8 GPUs of one host (H100 on 400G, A100 on 200G: the sockets are NCCL nodes): a switch's uplink carries the
-    SHM blocks of its 2 GPUs to their 3 socket peers each, 6 pairs: x16 / 6 each (8 and 4 GB/s), and the flows of
-    those pairs end at their block over it; the cross-socket blocks go NET, not rated here."""
+def test_all_to_all_pairs_share_their_gpus_x16(gpu: str, x16: float) -> None:
+    """8 GPUs of one host (H100 on 400G, A100 on 200G: the sockets are NCCL nodes): each GPU's x16 carries its 3
+    SHM blocks to its socket peers and its 4 NET blocks to the other socket's NICs, 7 pairs each way: x16 / 7 each
+    (6.86 and 3.43 GB/s; a switch's uplink, 6 SHM pairs, would allow x16 / 6), and the flows of the SHM pairs end
+    at their block over it (before the NET pairs were counted: x16 / 6)."""
     topo = rail_optimized(1, N, 2, gpu=gpu, nic_rate="400Gbps" if gpu == "h100" else "200Gbps")
     size = 1 << 28
     coll = Collective("all_to_all", tuple(range(N)), size, "fp32")
     got = choose(coll, topo, _opts(P2P_OFF))
     assert got is not None and dict(got.transport) == {"NET": 32, "SHM": 24}
     rates = {(a, b): r for a, b, r in got.pair_bw}
-    assert sorted(rates) == sorted((a, b) for a in range(N) for b in range(N) if a != b and a // 4 == b // 4)
-    assert list(rates.values()) == [pytest.approx(x16 / 6)] * len(rates)
+    assert sorted(rates) == sorted((a, b) for a in range(N) for b in range(N) if a != b)
+    assert list(rates.values()) == [pytest.approx(x16 / 7)] * len(rates)
     dag = decompose(coll, topo, _opts(P2P_OFF))
     sim = FlowSimulator(topo)
     sim.submit(dag.flows, at=0)
     ends: dict[tuple[int, int], int] = {}
     for c in sim.drain():
-        if (c.src, c.dst) in rates:
+        if c.src // 4 == c.dst // 4:
             ends[c.src, c.dst] = max(ends.get((c.src, c.dst), 0), c.end_ns)
-    block_us = size / N / (1000 * x16 / 6)
+    block_us = size / N / (1000 * x16 / 7)
     assert max(ends.values()) / 1000 == pytest.approx(got.lat_us + block_us, rel=0.01)
+    caps: dict[tuple[int, int], float] = {}
+    for f in dag.flows:  # a NET pair's flows (one a channel) too are capped at its x16 share in all
+        if f.size and f.src // 4 != f.dst // 4:
+            caps[f.src, f.dst] = caps.get((f.src, f.dst), 0.0) + f.rate_bps / 8e9
+    assert len(caps) == 2 * 4 * 4 and list(caps.values()) == [pytest.approx(x16 / 7)] * len(caps)
 
 
 def test_shm_hosts_all_to_all_shares_the_cpu_link() -> None:
     """16 H100s on 2 hosts with NCCL_NET_DISABLE_INTRA=1 (each host one NCCL node): a host's 4 x 4 cross-socket
-    pairs share each direction of the CPU link, 22 / 16 each; switch 0's uplink carries GPUs 0 and 1's 14 SHM
-    pairs up, 8 of them at 22 / 16, the 6 same-socket ones at the rest, (48 - 8 x 22 / 16) / 6."""
+    pairs share each direction of the CPU link, 22 / 16 each; a GPU's x16 then carries its 4 of them and its 11
+    other blocks (3 same-socket SHM, 8 NET to the other host): (48 - 4 x 22 / 16) / 11 each (before the NET pairs
+    were counted, switch 0's uplink bound the same-socket ones at (48 - 8 x 22 / 16) / 6)."""
     topo = rail_optimized(2, N, 2)
     got = choose(
         Collective("all_to_all", tuple(range(2 * N)), 1 << 28, "fp32"),
@@ -66,12 +75,11 @@ def test_shm_hosts_all_to_all_shares_the_cpu_link() -> None:
     )
     assert got is not None
     rates = {(a, b): r for a, b, r in got.pair_bw}
-    assert len(rates) == 2 * N * (N - 1)
+    assert len(rates) == 2 * N * (2 * N - 1)
     cross = SPR / 16
     for (a, b), r in rates.items():
-        assert a // N == b // N
-        same = a % N // 4 == b % N // 4
-        assert r == pytest.approx((GEN5 - 8 * cross) / 6 if same else cross)
+        socket_apart = a // N == b // N and a % N // 4 != b % N // 4
+        assert r == pytest.approx(cross if socket_apart else (GEN5 - 4 * cross) / 11)
 
 
 def test_sendrecv_perfs_socket_pairs_share_the_uplinks() -> None:

@@ -18,8 +18,9 @@ from phantora.collectives.nccl import choose
 from phantora.collectives.nccl.platform import platform_of
 from phantora.collectives.nccl.settings import nccl_env, settings_from_env
 from phantora.netsim.flow import FlowSimulator
+from phantora.errors import InputError
 from phantora.topology import dgx_host, rail_optimized
-from phantora.topology.model import via_nic
+from phantora.topology.model import Topology, via_nic
 
 N = 8
 GIB = 1 << 30
@@ -87,3 +88,20 @@ def test_nccl_nodes_of_a_fabric_run_nvls_tree(env: dict[str, str], block: int) -
     assert inside and apart
     assert not any(via_nic(f.key) for f in inside)
     assert all(via_nic(f.key) or f.src // N != f.dst // N for f in apart)
+
+
+def test_hosts_without_nics_are_refused_in_one_line() -> None:
+    """Two hosts of 4 GPUs on one NVLink domain (an NVSwitch of no host, as a multi-node NVLink rack) whose GPUs have
+    no NIC: with P2P off NCCL joins the hosts by NET (its RDMA NICs, else its socket transport over the hosts' IP
+    interfaces), which the topology gives these GPUs no link for: a one-line error naming the variable."""
+    topo = Topology("nvl-no-nics", gpu_model="h100")
+    switch = topo.add_node("nvswitch")
+    for h in range(2):
+        for _ in range(4):
+            topo.add_link(topo.add_node("gpu", host=h), switch, 3_600_000_000_000, 100)
+    coll = Collective("all_reduce", tuple(range(8)), 1 << 20, "fp32")
+    assert choose(coll, topo.validate(), AlgoOptions()) is not None  # P2P on: NVLink across the hosts
+    with pytest.raises(InputError) as err:
+        choose(coll, topo, _opts(P2P_OFF))
+    assert err.value.field == "NCCL_P2P_DISABLE" and "no network link" in str(err.value)
+    assert "\n" not in str(err.value)

@@ -21,7 +21,7 @@ from phantora.collectives.nccl.ce_coll import ce_choice
 from phantora.collectives.nccl.channels import comm_channels, nvls_heads, ring_graph
 from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring_simple_chunk
 from phantora.collectives.nccl.in_turn import as_pass, in_turn
-from phantora.collectives.nccl.node_p2p import gpu_name, shm_pair_rates
+from phantora.collectives.nccl.node_p2p import gpu_name, node_pair_rates
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
 from phantora.collectives.nccl.p2p_calls import grouped_calls
@@ -285,14 +285,15 @@ def _pass_rating(
 def _node_shm(
     coll: Collective, topo: Topology, p: Platform, comm: Platform | None, st: NcclSettings
 ) -> dict[tuple[int, int], float] | None:
-    """The SHM pairs' rates (positions in `coll.ranks`) of a p2p call on NCCL nodes of NVLink hosts with P2P off
-    (`node_p2p.py`): an all-to-all's pairs inside one node, or a grouped send/recv's own pair with its group's SHM
-    pairs in flight (their starts and bytes as `pci_p2p.group_ends` schedules them); None elsewhere."""
+    """The pairs' rates over the hosts' PCIe and CPU links (positions in `coll.ranks`) of a p2p call on NCCL nodes
+    of NVLink hosts with P2P off (`node_p2p.py`: SHM pairs inside a node, NET pairs' x16 legs between nodes): an
+    all-to-all's pairs, or a grouped send/recv's own pair with its group's pairs in flight (their starts and bytes
+    as `pci_p2p.group_ends` schedules them); None elsewhere."""
     if coll.kind == "all_to_all" and p.node_bw and p.nnodes > 1:
         n = len(coll.ranks)
         nodes = [topo.node_of_rank(r) for r in coll.ranks]
         pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
-        return shm_pair_rates(topo, nodes, pairs, st, gpu_name(topo), p.gpu_intra_bw) or None
+        return node_pair_rates(topo, nodes, pairs, st, gpu_name(topo), p.gpu_intra_bw) or None
     if coll.kind != "send_recv" or comm is None or not comm.node_bw:
         return None
     at = {r: i for i, r in enumerate(coll.comm)}
@@ -300,7 +301,7 @@ def _node_shm(
     group = list(_inflight(coll)) or [own]
     nodes = [topo.node_of_rank(r) for r in coll.comm]
     gpu = gpu_name(topo)
-    rates = shm_pair_rates(topo, nodes, group, st, gpu, comm.gpu_intra_bw)
+    rates = node_pair_rates(topo, nodes, group, st, gpu, comm.gpu_intra_bw)
     if own not in rates:
         return None
     at_of = _inflight_at(coll)
@@ -308,7 +309,7 @@ def _node_shm(
         starts = {p: float(at_of.get(p, (0, coll.nbytes))[0]) for p in rates}
         sizes = {p: float(at_of.get(p, (0, coll.nbytes))[1]) for p in rates}
         starts[own], sizes[own] = 0.0, float(coll.nbytes)
-        end = group_ends(lambda run: shm_pair_rates(topo, nodes, run, st, gpu, comm.gpu_intra_bw), starts, sizes)
+        end = group_ends(lambda run: node_pair_rates(topo, nodes, run, st, gpu, comm.gpu_intra_bw), starts, sizes)
         if end[own] > 0:
             return {(0, 1): coll.nbytes / end[own]}
     return {(0, 1): rates[own]}
@@ -380,7 +381,8 @@ def check_transports(p: Platform, st: NcclSettings) -> None:
         var = "NCCL_P2P_DISABLE" if env.get("NCCL_P2P_DISABLE", "").strip() == "1" else "NCCL_P2P_LEVEL"
         raise InputError(
             f"{var}={env.get(var, '').strip()} on NVLink GPUs of a communicator across hosts without NICs: not "
-            "modelled (NCCL's nodes join through their NICs)",
+            "modelled (NCCL would join the hosts by NET, over RDMA NICs or its socket transport on the hosts' IP "
+            "interfaces, and these GPUs have no network link in the topology)",
             field=var,
         )
     if p.pci is not None:

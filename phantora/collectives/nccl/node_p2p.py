@@ -1,13 +1,16 @@
-"""Send/recv and all-to-all between GPUs of one NCCL node of an NVLink host with P2P off (net_split.py): the SHM
-pairs' shares of the host's PCIe and CPU links, as `pci_p2p.py` gives them on one host.
+"""Send/recv and all-to-all on NCCL nodes of NVLink hosts with P2P off (net_split.py): each pair's share of the
+hosts' PCIe and CPU links, as `pci_p2p.py` gives them on one host.
 
 With NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL=LOC) on a fabric host, NCCL's nodes are its sockets (NET between them)
 or, where no pair goes NET, the whole host. A pair inside a node runs SHM (shm.cc, its buffer on the receiver's
 side): the bytes climb the sender's x16 link and its PCIe switch's uplink to the CPU, cross the inter-CPU link when
 the sockets differ, and come down the receiver's (`pci_paths.hop_links` on `nvlink_pci.host_pci`'s DGX-like
-layout). The SHM pairs of one call (an all-to-all's, or a grouped send/recv's pairs in flight) share those links
-by max-min fairness (`pci_p2p.pair_rates`), each host's apart. The NET pairs' use of the GPU's x16 link on their
-way to the NIC is not counted here (their flows cross the network engine's NIC links).
+layout). A pair between nodes runs NET through each GPU's own NIC (p2p: `ncclTopoGetNetDev` without a graph; no PXN
+with P2P off, pxn.py), which sits under the GPU's PCIe switch, so GPU Direct RDMA reads and writes the GPU's memory
+(paths.cc `ncclTopoCheckGdr`: PIX is within NCCL_NET_GDR_LEVEL's PXB, and GDR reads are on from sm80,
+v2.19.4-1 to v2.30.7-1): its bytes cross the sender's x16 up and the receiver's x16 down, beside the SHM pairs'.
+All the pairs of one call (an all-to-all's, or a grouped send/recv's pairs in flight) share those links by max-min
+fairness (`pci_p2p.max_min`, every host's links at once); the network carries the NET pairs past their NICs.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from collections.abc import Sequence
 
 from phantora.collectives.nccl import net_split
 from phantora.collectives.nccl.nvlink_pci import host_pci
-from phantora.collectives.nccl.pci_p2p import pair_rates
+from phantora.collectives.nccl.pci_p2p import max_min
+from phantora.collectives.nccl.pci_paths import Link, PciHost, hop_links, switch
+from phantora.collectives.nccl.pci_paths import link_bw as pci_link_bw
 from phantora.collectives.nccl.platform import DEFAULT_GPU
 from phantora.collectives.nccl.settings import NcclSettings
 from phantora.errors import InputError
@@ -40,7 +45,7 @@ def node_of(topo: Topology, nodes: Sequence[int], st: NcclSettings, gpu: str, li
     return list(parts) if parts is not None else [topo.nodes[n].host for n in nodes]
 
 
-def shm_pair_rates(
+def node_pair_rates(
     topo: Topology,
     nodes: Sequence[int],
     pairs: Sequence[tuple[int, int]],
@@ -48,18 +53,31 @@ def shm_pair_rates(
     gpu: str,
     link_bw: float,
 ) -> dict[tuple[int, int], float]:
-    """GB/s of each SHM pair among `pairs` (positions in `nodes`, the communicator's GPUs) while all of them are in
-    flight: the pairs inside one NCCL node, each host's sharing its links; the NET pairs are left out."""
+    """GB/s of each of `pairs` (positions in `nodes`, the communicator's GPUs) while all of them are in flight, over
+    the PCIe and CPU links of their hosts: a SHM pair (inside one NCCL node) on its path through the CPUs, a NET
+    pair (between nodes) on its GPUs' x16 links to their switches (its NICs' rate is the network's)."""
     node = node_of(topo, nodes, st, gpu, link_bw)
-    by_host: dict[object, list[tuple[int, int]]] = {}
+    hosts: dict[object, PciHost] = {}
+    at: dict[int, int] = {}
+
+    def host(k: int) -> tuple[object, PciHost]:
+        h = topo.nodes[nodes[k]].host
+        if h not in hosts:
+            local = [x for x, n in enumerate(nodes) if topo.nodes[n].host == h]
+            at.update({x: i for i, x in enumerate(local)})
+            hosts[h] = host_pci(topo, [nodes[x] for x in local], gpu, link_bw, st)
+        return h, hosts[h]
+
+    loads: dict[tuple[int, int], dict[tuple[object, Link], float]] = {}
     for i, j in pairs:
-        if i != j and node[i] == node[j]:
-            by_host.setdefault(topo.nodes[nodes[i]].host, []).append((i, j))
-    out: dict[tuple[int, int], float] = {}
-    for host, shm in by_host.items():
-        local = [k for k, n in enumerate(nodes) if topo.nodes[n].host == host]
-        at = {k: x for x, k in enumerate(local)}
-        h = host_pci(topo, [nodes[k] for k in local], gpu, link_bw, st)
-        got = pair_rates(h, [(at[i], at[j]) for i, j in shm])
-        out.update({(i, j): got[at[i], at[j]] for i, j in shm})
-    return out
+        if i == j:
+            continue
+        (hi, pi), (hj, pj) = host(i), host(j)
+        if node[i] == node[j]:
+            links, _ = hop_links(pi, at[i], at[j])
+            loads[i, j] = {(hi, link): 1.0 for link in links}
+        else:
+            up = (("gpu", at[i]), ("sw", switch(pi, at[i])))
+            down = (("sw", switch(pj, at[j])), ("gpu", at[j]))
+            loads[i, j] = {(hi, up): 1.0, (hj, down): 1.0}
+    return max_min(loads, lambda key: pci_link_bw(hosts[key[0]], key[1]))

@@ -190,8 +190,9 @@ def p2p_choice(
     own first, which share that host's links with it (one NCCL group); (): it alone. `inflight_at`: the (start
     offset ns, bytes) of those pairs that start at another time than it or move other bytes (`group_ends`); the
     others start with it and move its bytes, all in flight at once as in nccl-tests' sendrecv_perf. `shm`: the
-    GB/s of the SHM pairs inside NCCL nodes of NVLink hosts with P2P off (positions in the call's ranks,
-    `node_p2p.py`), which set those pairs' rates; the others go over the network."""
+    GB/s of the pairs over the hosts' PCIe and CPU links on NCCL nodes of NVLink hosts with P2P off (positions in
+    the call's ranks, `node_p2p.py`: SHM pairs inside a node, NET pairs' x16 legs), which set those pairs' rates;
+    the NET pairs' network part is the NIC's."""
     peers = 1 if coll.kind == "send_recv" else p.nranks - 1
     per_peer = coll.nbytes if coll.kind == "send_recv" else coll.nbytes // p.nranks
     intra = p.nnodes == 1
@@ -232,6 +233,8 @@ def p2p_choice(
         t_ns = per_peer / slowest
         if coll.kind == "all_to_all" and nic and p.nranks > p.ppn:  # the remote blocks through the NIC
             t_ns = max(t_ns, (p.nranks - p.ppn) / p.nranks * coll.nbytes / nic)
+        elif not intra and nic:  # a NET send/recv: its x16 share and its network channels
+            t_ns = max(t_ns, coll.nbytes / nic)
         algbw = coll.nbytes / t_ns if t_ns > 0 else slowest
         keyed = tuple((nodes[i], nodes[j], r) for (i, j), r in rates.items()) if nodes else ()
         return Choice("p2p", protocol, nch, lat, algbw, lat + t_ns / 1000.0, slowest, pair_bw=keyed, net_bw=net_bw)

@@ -19,7 +19,8 @@ in flight together filling the links at one rate until a link is full (progressi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from phantora.collectives.nccl.pci_paths import (
     INTEL_P2P_OVERHEAD,
@@ -32,6 +33,8 @@ from phantora.collectives.nccl.pci_paths import (
 )
 
 PCI_PEER_CHANNELS = 2  # paths.cc ncclTopoGetNchannels: "PCIe connection"
+K = TypeVar("K")
+L = TypeVar("L", bound=tuple[object, ...])  # a directed link: (from, to)
 
 
 def _loads(h: PciHost, i: int, j: int) -> dict[Link, float]:
@@ -45,21 +48,26 @@ def _loads(h: PciHost, i: int, j: int) -> dict[Link, float]:
 def pair_rates(h: PciHost, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
     """The GB/s each of the (sender, receiver) position pairs moves while all of them are in flight: max-min fair
     shares of the directed links of their paths."""
-    loads = {pair: _loads(h, *pair) for pair in pairs}
-    rate: dict[tuple[int, int], float] = {}
-    used: dict[Link, float] = {}
-    while len(rate) < len(pairs):
+    return max_min({pair: _loads(h, *pair) for pair in pairs}, lambda link: link_bw(h, link))
+
+
+def max_min(loads: Mapping[K, Mapping[L, float]], capacity: Callable[[L], float]) -> dict[K, float]:
+    """Progressive filling: each transfer's rate (GB/s) when all of them are in flight, `loads[t][link]` the GB/s
+    `link` carries per GB/s of transfer t, `capacity(link)` its GB/s."""
+    rate: dict[K, float] = {}
+    used: dict[L, float] = {}
+    while len(rate) < len(loads):
         best, tight = float("inf"), None
-        for link in sorted({link for pair in pairs if pair not in rate for link in loads[pair]}):
-            weight = sum(loads[p][link] for p in pairs if p not in rate and link in loads[p])
-            share = (link_bw(h, link) - used.get(link, 0.0)) / weight
+        for link in sorted({link for t, on in loads.items() if t not in rate for link in on}):
+            weight = sum(on[link] for t, on in loads.items() if t not in rate and link in on)
+            share = (capacity(link) - used.get(link, 0.0)) / weight
             if share < best - 1e-12:
                 best, tight = share, link
         assert tight is not None
-        for pair in pairs:
-            if pair not in rate and tight in loads[pair]:
-                rate[pair] = best
-                for link, w in loads[pair].items():
+        for t, on in loads.items():
+            if t not in rate and tight in on:
+                rate[t] = best
+                for link, w in on.items():
                     used[link] = used.get(link, 0.0) + w * best
     return rate
 

@@ -251,7 +251,8 @@ def _net_caps(
 ) -> list[int]:
     """Across nodes: the flows that cross the network into a GPU share its channels' rate from its remote peers,
     `choice.net_bw`, in proportion to their wire bytes (its channels run all its remote peers at once); `share`:
-    each flow's part of the rate in bytes (its connection's, when the flows are its steps in turn)."""
+    each flow's part of the rate in bytes (its connection's, when the flows are its steps in turn). A crossing flow
+    keeps a lower cap of its own (a NET pair's share of its GPUs' x16 links with P2P off: nccl/node_p2p.py)."""
     if choice.net_bw <= 0:
         return caps
     share = share or wire
@@ -260,10 +261,11 @@ def _net_caps(
     for f, w, crosses in zip(flows, wire, net, strict=True):
         if crosses:
             into[f.dst] += w
-    return [
-        math.ceil(choice.net_bw * 8e9 * w / into[f.dst]) if crosses else cap
-        for f, w, cap, crosses in zip(flows, share, caps, net, strict=True)
-    ]
+    out = []
+    for f, w, cap, crosses in zip(flows, share, caps, net, strict=True):
+        got = math.ceil(choice.net_bw * 8e9 * w / into[f.dst]) if crosses else cap
+        out.append(min(got, cap) if crosses and cap else got)  # a NET pair's PCIe share too (nccl/node_p2p.py)
+    return out
 
 
 CHANNEL_BITS = (1 << 56) - 1  # a flow key's nodes and channel, less its queue pair (dag.DagBuilder._message)
