@@ -18,7 +18,6 @@ import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl.settings import nccl_env
-from phantora.errors import InputError
 from phantora.netsim.flow import FlowSimulator
 from phantora.topology import dgx_host, rail_optimized
 
@@ -119,13 +118,12 @@ def test_a_cut_batch_syncs_between_batches_of_8_under_2_28(version: str, part: i
     assert c["model_lat_us"] == pytest.approx(syncs * SYNC_US)
 
 
-def test_across_hosts_nccl_runs_no_copy_engine_before_2_30_7_and_it_is_refused_from_it() -> None:
+def test_across_hosts_nccl_runs_no_copy_engine_before_2_30_7_and_its_hierarchical_one_from_it() -> None:
+    """The hierarchical CE's eligibility, flows and times: tests/test_nccl_hier_ce.py."""
     rail = rail_optimized(hosts=2, gpus_per_host=8, gpu="h100")
     ranks = tuple(range(16))
     assert algo("all_gather", 16 * MiB, rail, ranks, PHANTORA_NCCL_VERSION="2.30.4", **ZERO) != "ce"
-    with pytest.raises(InputError, match="hierarchical copy-engine") as got:
-        algo("all_gather", 16 * MiB, rail, ranks, PHANTORA_NCCL_VERSION="2.30.7", **ZERO)
-    assert got.value.field == "NCCL_CTA_POLICY"
+    assert algo("all_gather", 16 * MiB, rail, ranks, PHANTORA_NCCL_VERSION="2.30.7", **ZERO) == "ce"
 
 
 def test_nccl_tests_x_2_r_2_prints_the_copy_engine_choice(capsys: pytest.CaptureFixture[str]) -> None:

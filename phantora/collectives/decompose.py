@@ -429,7 +429,7 @@ def _build(
     elif algo == "sym":
         sym_flows(b, kind, kernel, n, coll.nbytes, blocks)
     elif algo == "ce":
-        ce_flows(b, kind, n, coll.nbytes)
+        ce_flows(b, kind, n, coll.nbytes, blocks)
     elif algo == "pat":
         pat_flows(b, kind, n, coll.nbytes, chunk=opts.chunk_bytes if chunked else 0, window=_steps_in_flight(opts))
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":

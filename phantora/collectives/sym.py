@@ -22,6 +22,23 @@ peer, s a pair across hosts; `_LsaLDMC` loads through the switch, (L - 1) H s GP
 from __future__ import annotations
 
 from phantora.collectives.dag import DagBuilder
+from phantora.collectives.nccl import tables as T
+from phantora.errors import InputError
+
+HIER_CHUNK = 64 << 20  # ce_coll.cc HIER_COLL_MAX_CHUNK_SIZE
+HIER_ALIGN = 8 << 10  # ncclHierCollBuildChunk's alignment of a uniform chunk
+HOST_SYNC_NS = round(1000 * T.HW_LAT["nvlink"]["ring"][T.PROTOCOLS.index("Simple")])  # ncclMemOpSync (ce_coll.py)
+
+
+def hier_chunks(nbytes: int) -> list[int]:
+    """`ncclHierCollBuildChunk`: one peer's bytes as the RMA proxy's puts: one if at most 64 MiB, else
+    ceil(nbytes / 64 MiB) chunks of a uniform size (rounded down to 8 KiB, at least 8 KiB), the last one the rest."""
+    if nbytes <= HIER_CHUNK:
+        return [nbytes]
+    k = -(-nbytes // HIER_CHUNK)
+    uniform = max(HIER_ALIGN, nbytes // k // HIER_ALIGN * HIER_ALIGN)
+    return [uniform] * (k - 1) + [nbytes - uniform * (k - 1)]
+
 
 MULTICAST = ("AllReduce_AGxLLMC_R", "AllReduce_RSxLDMC_AGxSTMC", "AllGather_LLMC", "AllGather_STMC")
 MULTICAST_RS = ("ReduceScatter_LDMC",)
@@ -93,8 +110,57 @@ def mesh(b: DagBuilder, n: int, size: int, tag: str) -> None:
                 b.add(i, j, size, tag, 0)
 
 
-def ce_flows(b: DagBuilder, kind: str, n: int, nbytes: int) -> None:
+def ce_flows(b: DagBuilder, kind: str, n: int, nbytes: int, blocks: list[list[int]] | None = None) -> None:
     """A copy-engine collective (`nccl/ce_coll.py`): each GPU's copy engines write its part of an all-gather (S/n of
     the output S) or its block of an all-to-all (S/n of its send buffer S) into every peer's window, one copy a
-    peer, all in one batch. The copy into its own output stays in its memory."""
+    peer, all in one batch. The copy into its own output stays in its memory. Across hosts (`blocks` of more than
+    one host): NCCL 2.30.7's hierarchical CE, `hier_ce_flows`."""
+    if blocks is not None and len(blocks) > 1:
+        hier_ce_flows(b, kind, blocks, nbytes)
+        return
     mesh(b, n, -(-nbytes // n), f"ce/{kind}")
+
+
+def hier_ce_flows(b: DagBuilder, kind: str, blocks: list[list[int]], nbytes: int) -> None:
+    """NCCL 2.30.7's hierarchical CE (`ncclHierCeAllGather` / `ncclHierCeAlltoAll`) on H hosts of L GPUs, a rank's
+    part s = S / (H L), each peer's bytes put across the network in `hier_chunks` (the RMA proxy's puts, posted all
+    at once; a peer's chunks go on the wire in order, `DagBuilder.add_chunks`).
+    All-to-all: each GPU puts s to every GPU of every other host and copies s to each host peer, all at once.
+    All-gather: each GPU puts s to the GPU of its local index on every other host (its rail peers) and, one host sync
+    later (`HOST_SYNC_NS`, a delay of its own), copies s to each host peer; then, for the other hosts in shift order
+    (host h - k for k = 1 .. H - 1) and each chunk, once that chunk has arrived and its previous batch of copies
+    has ended (its stream runs them in turn), it copies the chunk to each host peer."""
+    hosts = len(blocks)
+    if len({len(block) for block in blocks}) > 1:
+        raise InputError(
+            f"NCCL's hierarchical copy-engine {kind} over hosts of {sorted({len(x) for x in blocks})} GPUs of the "
+            "communicator: not modelled (NCCL pairs each GPU with the GPU of its local index on every other host)",
+            field="NCCL_CTA_POLICY",
+        )
+    s = -(-nbytes // sum(len(block) for block in blocks))
+    chunks = hier_chunks(s)
+    tag = f"ce/{kind}"
+    if kind == "all_to_all":
+        for h, block in enumerate(blocks):
+            for pos in block:
+                for k in range(1, hosts):
+                    for peer in blocks[(h + k) % hosts]:
+                        b.add_chunks(pos, peer, chunks, f"{tag}/put", 0, window=len(chunks))
+                for other in block:
+                    if other != pos:
+                        b.add(pos, other, s, tag, 0)
+        return
+    puts: dict[tuple[int, int], list[int]] = {}
+    for h, block in enumerate(blocks):
+        for i, pos in enumerate(block):
+            for k in range(1, hosts):
+                peer = blocks[(h + k) % hosts][i]
+                puts[pos, peer] = b.add_chunks(pos, peer, chunks, f"{tag}/put", 0, window=len(chunks))
+    for h, block in enumerate(blocks):
+        for i, pos in enumerate(block):
+            others = [o for o in block if o != pos]
+            batch = tuple(b.add(pos, o, s, tag, 0, delay_ns=HOST_SYNC_NS) for o in others)
+            for k in range(1, hosts):
+                arrived = puts[blocks[(h - k) % hosts][i], pos]
+                for j, c in enumerate(chunks):
+                    batch = tuple(b.add(pos, o, c, tag, 0, deps=(arrived[j], *batch)) for o in others)

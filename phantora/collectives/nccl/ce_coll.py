@@ -21,18 +21,30 @@ the peers' streams poll, charged NCCL's NVLink hop for a Simple step's flag hand
 its PCI hop, 5.7, on a PCIe host); the bytes move as flows at whatever the links give (no copy-engine rate in
 NCCL's code). On a PCIe host (2.28.3) NCCL copies over P2P where it gives the host symmetric support
 (`pci_symmetric.py`: every pair within its P2P level); 2.28.7+ decide that by CUDA's peer capability: refused.
-Refused too: 2.30.7's hierarchical CE across hosts (`ncclHierCeAvailable`, RMA proxy puts).
+Across hosts, 2.30.7's hierarchical CE (`ncclHierCeAvailable`, `ncclHierCeAllGather` / `ncclHierCeAlltoAll`):
+under the ZERO policy on windows registered on both sides, every host's GPUs one NVLink domain (its LSA team covers
+its local ranks), symmetric support across hosts (GIN: `register.gin_available`, NCCL_GIN_ENABLE) and the host RMA
+proxy (init.cc `hostRmaSupport`: NCCL_NUM_RMA_CTX > 0, its internal IB RMA plugin on phantora's RDMA NICs with
+GPUDirect, NCCL_CROSS_NIC not 0). What it runs: a rail sync (a signal put to every other host's GPU of the same
+local index, and a wait for theirs), then the RMA proxy's puts (`sym.hier_chunks`: a peer's bytes cut into chunks of at
+most 64 MiB) and the host's copy engines, and a final sync. All-gather: each GPU puts its part s to its rail peer on
+every other host, syncs its host, copies s to each host peer, then, host by host in shift order, waits for each
+chunk's signal and copies that chunk to each host peer (one batch after another on its stream). All-to-all: after a
+host sync each GPU puts its block to every GPU of every other host and copies its block to each host peer, all at
+once. Latency: the rail sync, charged NCCL's network Simple hop (tuning.cc hwLat, 14 µs; NCCL rates none of this),
+and the host syncs at NVLink's (3.4 µs; all-gather's first one delays only its host copies).
 """
 
 from __future__ import annotations
 
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.pci_symmetric import pci_symmetric_support, release_text
+from phantora.collectives.nccl.pci_symmetric import pci_symmetric_support
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.register import gin_available, nvlink_domain, register_mode, release_of
 from phantora.collectives.nccl.settings import NcclSettings
 from phantora.collectives.nccl.tuning import Choice
 from phantora.collectives.spec import DTYPE_BYTES, Collective
+from phantora.collectives.sym import HOST_SYNC_NS, hier_chunks
 from phantora.errors import InputError
 
 CE_FROM = (2, 28, 0)  # ce_coll.cc
@@ -52,6 +64,21 @@ def ce_copies(n: int) -> int:
     return n
 
 
+def hier_ce(p: Platform, st: NcclSettings) -> bool:
+    """Whether NCCL 2.30.7+ runs a multi-host CE call hierarchically (module docstring; the ZERO policy, windows,
+    the function and the release are the caller's). Raises where it would and the hosts are not one NVLink domain
+    each (their LSA team is then not modelled)."""
+    if not (gin_available(p, st) and st.gin_enable and st.num_rma_ctx > 0 and st.cross_nic != 0):
+        return False  # no symmetric support across hosts, or no host RMA proxy: NCCL's kernels, not its CE
+    if not nvlink_domain(p):
+        raise InputError(
+            "NCCL_CTA_POLICY ZERO with symmetric registration (-R 2) across hosts whose GPUs are not all direct "
+            "NVLink peers: NCCL's hierarchical copy-engine collective needs each host's LSA team, not modelled there",
+            field="NCCL_CTA_POLICY",
+        )
+    return True
+
+
 def ce_syncs(kind: str, nbytes: int, n: int, rel: tuple[int, int, int]) -> int:
     """The syncs of one CE call: before and after the batch, and under 2.28.x one between batches of 8 copies when
     the batch is cut (more than 8 copies of 512 MiB or more in all)."""
@@ -61,6 +88,12 @@ def ce_syncs(kind: str, nbytes: int, n: int, rel: tuple[int, int, int]) -> int:
     if not cut or rel >= ROUNDS_FROM:
         return 2
     return 2 + -(-copies // SYNC_FREQ) - 1
+
+
+def rail_sync_us() -> float:
+    """The hierarchical CE's rail sync: a signal put across the network and the wait for the peers', charged NCCL's
+    network hop of a Simple step (tuning.cc hwLat[NET][RING][SIMPLE], 14 µs)."""
+    return T.HW_LAT["net"]["ring"][T.PROTOCOLS.index("Simple")]
 
 
 def ce_sync_us(p: Platform) -> float:
@@ -85,15 +118,8 @@ def runs_ce(coll: Collective, p: Platform, st: NcclSettings) -> bool:
     if register_mode(st) != 2 or not st.win_enable:
         return False
     zero = bool(st.cta_policy & ZERO)
-    if p.nnodes > 1:
-        if zero and rel >= HIER_CE_FROM and gin_available(p, st) and st.gin_enable:
-            raise InputError(
-                f"NCCL_CTA_POLICY ZERO with symmetric registration (-R 2): NCCL {release_text(rel)} runs this "
-                f"{coll.kind} across {p.nnodes} hosts as a hierarchical copy-engine collective (RMA proxy puts), "
-                "which is not modelled",
-                field="NCCL_CTA_POLICY",
-            )
-        return False  # ncclCeAvailable: not every rank in the LSA team (one node)
+    if p.nnodes > 1:  # ncclCeAvailable: not every rank in the LSA team (one node); 2.30.7+: ncclHierCeAvailable
+        return zero and rel >= HIER_CE_FROM and hier_ce(p, st)
     auto = (
         rel >= AUTO_CE_FROM
         and coll.kind == "all_gather"
@@ -113,8 +139,37 @@ def ce_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None:
     if not runs_ce(coll, p, st):
         return None
     n = coll.size
+    if p.nnodes > 1:
+        return _hier_choice(coll, p)
     syncs = ce_syncs(coll.kind, coll.nbytes, n, release_of(st))
     lat = syncs * ce_sync_us(p)
     bw_us = (n - 1) * -(-coll.nbytes // n) / (1000.0 * p.gpu_intra_bw)
     algbw = coll.nbytes / (1000.0 * bw_us)
     return Choice("ce", "Simple", 0, lat, algbw, lat + bw_us, ce_syncs=syncs)
+
+
+def _hier_choice(coll: Collective, p: Platform) -> Choice:
+    """The hierarchical CE Choice: latency the rail sync and two host syncs; its time the closed form on idle links
+    (`hier_idle_us`) at NCCL's figures for the GPU's NVLink and its NIC."""
+    lat = rail_sync_us() + 2 * ce_sync_us(p)
+    bw_us = hier_idle_us(coll.kind, coll.nbytes, p.nnodes, p.ppn, 1000.0 * p.nic_bw, 1000.0 * p.gpu_intra_bw)
+    return Choice("ce", "Simple", 0, lat, coll.nbytes / (1000.0 * bw_us), lat + bw_us, ce_syncs=2)
+
+
+def hier_idle_us(kind: str, nbytes: int, hosts: int, local: int, nic: float, nvl: float) -> float:
+    """`sym.hier_ce_flows` on idle links past its latency, in µs (`nic`, `nvl`: a GPU's NIC and NVLink, bytes a µs;
+    a rank's part s = S / n, a peer's chunks c_1 .. c_m). All-to-all: max((H - 1) L s / NIC, (L - 1) s / NVLink).
+    All-gather: the H - 1 rail puts share the NIC, so chunk j of every host arrives at (H - 1) (c_1 + .. + c_j) / NIC;
+    the host copies of s end at one host sync + (L - 1) s / NVLink; then each received chunk's copies, (L - 1) c_j /
+    NVLink, start once it has arrived and the copies before have ended."""
+    s = -(-nbytes // (hosts * local))
+    if kind == "all_to_all":
+        return max((hosts - 1) * local * s / nic, (local - 1) * s / nvl)
+    chunks = hier_chunks(s)
+    end = HOST_SYNC_NS / 1000.0 + (local - 1) * s / nvl
+    for _ in range(1, hosts):
+        sent = 0
+        for c in chunks:
+            sent += c
+            end = max(end, (hosts - 1) * sent / nic) + (local - 1) * c / nvl
+    return end

@@ -61,6 +61,8 @@ ENV_VARS = (
     "NCCL_SYM_GIN_KERNELS_ENABLE",
     "NCCL_SYM_RS_GIN_CHUNK_SIZE",
     "NCCL_SYM_CE_THRESHOLD",
+    "NCCL_NUM_RMA_CTX",
+    "NCCL_CROSS_NIC",
 )
 CE_THRESHOLD = 8 * 1024 * 1024  # enqueue.cc NCCL_PARAM(SymCeThreshold), in elements
 IB_MAX_QPS = 128  # net_ib: NCCL_IB_MAX_QPS
@@ -113,6 +115,8 @@ class NcclSettings:
     sym_rs_gin_chunk: int = -1  # NCCL_SYM_RS_GIN_CHUNK_SIZE: the GIN reduce-scatter's chunk (2.30.7+; sym_gin.py)
     sym_ce_threshold: int = CE_THRESHOLD  # NCCL_SYM_CE_THRESHOLD: elements a rank above which a Blackwell
     # all-gather on symmetric windows runs on the copy engines (2.29.2+, enqueue.cc; ce_coll.py)
+    num_rma_ctx: int = 1  # NCCL_NUM_RMA_CTX: RMA contexts (0: no RMA proxy, no hierarchical CE; ce_coll.py)
+    cross_nic: int = 2  # NCCL_CROSS_NIC: 0 leaves no RMA proxy (init.cc globalRmaProxySupport) and no full GIN
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
 
     def algo_enabled(self, kind: str, algo: str) -> bool:
@@ -153,6 +157,12 @@ def parse_list(value: str, names: tuple[str, ...], var: str) -> Enabled:
         for func in [funcs[prefix.strip().lower()]] if prefix else list(table):
             table[func] = enabled
     return tuple(sorted(table.items()))
+
+
+def _rma_ctx(env: Mapping[str, str]) -> int:
+    """NCCL_NUM_RMA_CTX as init.cc takes it: a value below 0 leaves the config's (1)."""
+    n = _int(env, "NCCL_NUM_RMA_CTX", 1, low=-(2**31))
+    return n if n >= 0 else 1
 
 
 def _int(env: Mapping[str, str], var: str, default: int, low: int = 0) -> int:
@@ -333,5 +343,7 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         sym_gin_kernels=_int(env, "NCCL_SYM_GIN_KERNELS_ENABLE", 1) != 0,
         sym_rs_gin_chunk=_int(env, "NCCL_SYM_RS_GIN_CHUNK_SIZE", -1, low=-1),
         sym_ce_threshold=_int(env, "NCCL_SYM_CE_THRESHOLD", CE_THRESHOLD),
+        num_rma_ctx=_rma_ctx(env),
+        cross_nic=_int(env, "NCCL_CROSS_NIC", 2, low=-(2**31)),
         raw=raw,
     )
