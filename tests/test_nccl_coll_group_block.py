@@ -108,3 +108,41 @@ def test_a_device_blocks_broadcasts_take_the_same_time_through_ns3(tmp_path, cap
     group_us, _ = _nccl_tests_group_us(tmp_path, capsys, "512K")
     times, _ = _live_block_us(tmp_path, 512 * KiB, dgx_host(8, gpu="h100"), EngineSpec(network="ns3"))
     assert all(t == pytest.approx(group_us, rel=0.03) for t in times)
+
+
+def test_a_recorded_broadcast_group_keeps_its_calls_and_root_through_chakra(tmp_path):
+    """A device block's broadcasts as the recording holds them (type 14: broadcasts of 1 MiB and 8 MiB from global
+    rank 1, two aggregates as NCCL keeps calls over 4 x apart) replay as that group, from the graph and from its
+    Chakra export read back, to the same end: the group decomposed alone (one launch, each aggregate its choice),
+    not one broadcast of their total (Ring LL and Ring Simple, 42.54 against 38.02 us)."""
+    from phantora.collectives import Collective, decompose
+    from phantora.egraph import replay_graph
+    from phantora.egraph.builder import ProgramBuilder
+    from phantora.egraph.chakra import export_chakra, read_chakra
+    from phantora.egraph.format import Coll, Program, assemble
+    from phantora.topology.generators import dgx_host
+
+    topo = dgx_host(8, gpu="h100")
+    ranks, sizes = (0, 1, 2, 3), (1024 * KiB, 8192 * KiB)
+    parts = []
+    for r in ranks:
+        b = ProgramBuilder(r)
+        b.wait([b.collective("broadcast", ranks, sum(sizes), dtype="fp32", root=1, group_sizes=sizes)])
+        prog, groups = b.build()
+        parts.append((Program.decode(prog.encode()), groups))
+    graph = assemble(parts)
+    export_chakra(graph, tmp_path / "chakra")
+
+    def end_us(coll: Collective) -> float:
+        sim = FlowSimulator(topo)
+        sim.submit(decompose(coll, topo).flows, at=0)
+        return max(c.end_ns for c in sim.drain()) / 1000
+
+    group_us = end_us(Collective("broadcast", ranks, sum(sizes), "fp32", root=1, group_sizes=sizes))
+    whole_us = end_us(Collective("broadcast", ranks, sum(sizes), "fp32", root=1))
+    assert abs(group_us - whole_us) > 0.01 * whole_us
+    for g in (graph, read_chakra(tmp_path / "chakra")):
+        colls = [n for p in g.programs for n in p.nodes if isinstance(n, Coll)]
+        assert colls and all(n.group_sizes == sizes and n.root == 1 for n in colls)
+        res = replay_graph(g, topo, FlowSimulator(topo))
+        assert max(c.end_ns for c in res.completions) / 1000 == pytest.approx(group_us, abs=1e-3)
