@@ -760,7 +760,7 @@ class CoordinatorCore:
         try:
             plan = self.planner.plan(call, name or f"coll{cid}")
         except (PhantoraError, TypeError) as exc:
-            raise RunFailed(E_PROTOCOL, f"{rv.describe()}: {exc}; {first.describe()}") from None
+            raise RunFailed(E_PROTOCOL, f"{exc} ({rv.describe()}; {first.describe()})") from None
         flows, last = plan.flows, plan.last
         job = key0 = None
         if self.jobs is not None:

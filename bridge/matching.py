@@ -11,6 +11,7 @@ dtype, root, algorithm options, reduction); any disagreement is a `RunFailed` na
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,12 +49,20 @@ class Call:
         return (self.kind, self.nbytes, self.dtype, self.root, self.algo, self.redop)
 
 
+def ranks_list(ranks: Iterable[int]) -> str:
+    """Ranks as a list; more than 16 cut to the first 8, the last and how many, so a line stays short."""
+    rs = list(ranks)
+    if len(rs) <= 16:
+        return str(rs)
+    return "[" + ", ".join(map(str, rs[:8])) + f", ..., {rs[-1]}] ({len(rs)} ranks)"
+
+
 def describe_key(key: tuple[Any, ...]) -> str:
     """A rendezvous key as text: ("coll", group, seq, pg) or ("p2p", src, dst, tag, seq, pg)."""
     pg = key[3] if key[0] == "coll" and len(key) > 3 else key[5] if len(key) > 5 else 0
     on = f" (its process group {pg} over them)" if pg else ""
     if key[0] == "coll":
-        return f"group {list(key[1])}{on} seq {key[2]}"
+        return f"group {ranks_list(key[1])}{on} seq {key[2]}"
     src, dst, tag, seq = key[1:5]
     return f"transfer {src} -> {dst}{on} tag {tag} seq {seq}"
 
@@ -73,10 +82,13 @@ class Rendezvous:
     def describe(self) -> str:
         first = next(iter(self.calls.values()))
         kind = "send/recv" if self.key[0] == "p2p" else first.kind
-        return (
-            f"{kind} on {describe_key(self.key)} ({first.nbytes} B): "
-            f"issued by ranks {sorted(self.calls)}, missing {self.missing}"
+        missing = self.missing
+        who = (
+            f"issued by ranks {ranks_list(sorted(self.calls))}, missing {ranks_list(missing)}"
+            if missing
+            else f"issued by all {len(self.members)} ranks"
         )
+        return f"{kind} on {describe_key(self.key)} ({first.nbytes} B): {who}"
 
 
 class Matcher:
