@@ -55,6 +55,7 @@ LL128_SHARE = 0.92  # p2p's LL128 keeps 0.92 of the rate (NCCL's 120 of each 128
 # channel (302 GB/s busbw on 4 channels a peer at 256 MiB), the rate NCCL's sizing of two channels per NVLink
 # implies (paths.cc `ncclTopoGetNchannels`). Sources: tests/data/nccl_tests/SOURCES.md.
 P2P_LINKS_PER_CHANNEL = {"send_recv": 1.0, "all_to_all": 0.5}
+LL_BY_PEER_CHANNELS = ((2, 22), (2, 29))  # NCCL releases whose p2p LL threshold counts a peer's most channels
 
 
 def channel_links(k: np.ndarray | int, peers: int) -> np.ndarray | float:
@@ -143,6 +144,23 @@ def auto_protocol(intra: bool, nbytes: int, nch: int) -> str:
     return "LL" if intra and nbytes <= nch * T.P2P_LL_THRESHOLD else "Simple"
 
 
+def auto_plan(layout: TransferLayout, on: Platform, st: NcclSettings, intra: bool, nbytes: int) -> tuple[str, int]:
+    """NCCL's protocol and channels for a transfer of `nbytes` on communicator `on` (enqueue.cc `addP2pToPlan`).
+    From 2.29 (v2.29.2-1 .. v2.30.7-1) the channels come from Simple's part sizes, then LL if at most 16 KiB a
+    channel (`auto_protocol`; before 2.22 each part of at most 16 KiB took LL, taken as the same). 2.22 - 2.28
+    (v2.22.3-1 .. v2.28.9-1) took LL up to 16 KiB for each channel a peer may have (`thresholdLL =
+    nChannelsMax * P2P_LL_THRESHOLD`, nChannelsMax = p2pnChannelsPerPeer: `layout.most`), then cut the parts by
+    LL's step (its buffer over NCCL_STEPS) instead of the p2p chunk."""
+    if LL_BY_PEER_CHANNELS[0] <= st.nccl_version < LL_BY_PEER_CHANNELS[1]:
+        if intra and nbytes <= layout.most * T.P2P_LL_THRESHOLD:
+            step = step_bytes("LL", st)
+            lo, hi = (step // 8, step * 32) if on.nnodes == 1 else (step // 2, step)
+            return "LL", transfer_channels(nbytes, layout.least, layout.most, lo, hi)
+        return "Simple", layout.channels(nbytes)
+    nch = layout.channels(nbytes)
+    return auto_protocol(intra, nbytes, nch), nch
+
+
 @lru_cache(maxsize=1024)
 def channels_at_work(p: Platform, parts: int, p2p_total: int, remote: bool) -> int:
     """The distinct p2p channels one rank's transfers of `parts` parts each run on, to its peers on other nodes
@@ -199,13 +217,14 @@ def p2p_choice(
     on = comm or p  # the communicator sets the chunk, the part sizes and the channels (init.cc, enqueue.cc)
     layout = transfer_layout(on, st, per_peer > 0)
     total = layout.total
-    nch = layout.channels(per_peer)
+    if protocol == "auto":
+        protocol, nch = auto_plan(layout, on, st, intra, per_peer)
+    else:
+        nch = layout.channels(per_peer)
 
     def at_work(remote: bool) -> int:  # a send/recv has one peer: its own channels are all at work
         return channels_at_work(on, nch, total, remote) if coll.kind == "all_to_all" else nch
 
-    if protocol == "auto":
-        protocol = auto_protocol(intra, per_peer, nch)
     if protocol == "LL" and per_peer > 0:
         refuse_empty_chunk(step_bytes("LL", st) // 2, "a send/recv's LL step", "LL", st)
     pi = T.PROTOCOLS.index(protocol)

@@ -37,7 +37,7 @@ import numpy as np
 
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import refuse_empty_chunk, step_bytes
-from phantora.collectives.nccl.p2p import auto_protocol, transfer_layout
+from phantora.collectives.nccl.p2p import auto_plan, transfer_layout
 from phantora.collectives.nccl.p2p import channel_links as channel_links  # the test of its ends imports it here
 from phantora.collectives.nccl.p2p_group_ends import group_ends
 from phantora.collectives.nccl.p2p_group_ends import table as ends_table
@@ -75,9 +75,8 @@ def plan_parts(
     layout = transfer_layout(on, st, any(n > 0 for n in sizes.values()))
     out = {}
     for (s, d), n in sizes.items():
-        nch = layout.channels(n)
         remote = hosts[s] != hosts[d]
-        proto = auto_protocol(not remote, n, nch) if protocol == "auto" else protocol
+        proto, nch = auto_plan(layout, on, st, not remote, n) if protocol == "auto" else (protocol, layout.channels(n))
         if proto == "LL" and n > 0:
             refuse_empty_chunk(step_bytes("LL", st) // 2, "a send/recv's LL step", "LL", st)
         out[(s, d)] = Part(tuple(transfer_channel_ids(hosts, s, d, nch, layout.total)), proto, remote)
