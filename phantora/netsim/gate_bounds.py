@@ -20,6 +20,7 @@ back, to be pulled from its deps (`_pulled`).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from itertools import chain as chained
 
@@ -259,8 +260,9 @@ class GateBounds:
 
 
 def _array(ints: list[int]) -> np.ndarray:
-    """A round's ids or ns as int64s (`fromiter`: no type discovery, a quarter fewer instructions than `asarray`)."""
-    return np.fromiter(ints, np.int64, len(ints))
+    """A round's ids or ns as int64s, read only: packed by `struct` and read in place (about half the instructions
+    of `fromiter`, a quarter fewer than `asarray`'s; an int beyond int64 raises struct.error)."""
+    return np.frombuffer(struct.pack(f"{len(ints)}q", *ints), np.int64)
 
 
 def _first_unfinished(nodes: list[int], lbs: dict[int, int]) -> int:
