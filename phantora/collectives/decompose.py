@@ -10,6 +10,7 @@ from typing import Any
 
 from phantora.collectives.channel_shares import channel_shares, plan_parts, ring_cut
 from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id
+from phantora.collectives.group_plans import Piece, chain_plans, group_plans
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.launch_group import shared
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
@@ -64,6 +65,9 @@ def decompose(
     `sent` carries the network connections' message counters from one call to the next (which queue pair a
     message takes under NCCL_IB_QPS_PER_CONNECTION); None starts them at 0 for this call alone.
     """
+    cut = group_plans(coll, topo, opts) if coll.group_sizes or coll.group_calls > 1 else None
+    if cut is not None:  # a group NCCL launches as several plans, one after another
+        return _plans_dag(coll, cut, topo, first_flow_id, tag, sent)
     if coll.group_sizes and opts.model == "nccl":  # a group whose calls NCCL aggregates apart: each on its own
         several = group_aggregates(coll, topo, opts)
         if several is not None:
@@ -163,6 +167,32 @@ def group_aggregates(coll: Collective, topo: Topology, opts: AlgoOptions) -> lis
     return out
 
 
+def _plans_dag(
+    coll: Collective,
+    cut: list[list[Piece]],
+    topo: Topology,
+    first_flow_id: int,
+    tag: str,
+    sent: MessageCounters | None,
+) -> FlowDag:
+    """A group's plans (`group_plans.group_plans`), each decomposed as a group of its own calls on its aggregates'
+    options, one after another (`group_plans.chain_plans`)."""
+    dags: list[FlowDag] = []
+    next_id = first_flow_id
+    for k, pieces in enumerate(cut):
+        sub = f"{tag}/plan{k}" if tag else f"plan{k}"
+        if len(pieces) == 1:
+            dag = decompose(pieces[0][0], topo, pieces[0][1], next_id, sub, sent)
+        else:
+            parts = [p for p, _ in pieces]
+            dealt = [(p.dealt_from, p.dealt_parts) for p in parts]
+            dag = _aggregates_dag(parts, topo, pieces[0][1], next_id, sub, sent, [o for _, o in pieces], dealt)
+        dags.append(dag)
+        next_id = dag.next_id
+    calls = len(coll.group_sizes) or coll.group_calls
+    return chain_plans(dags, coll.ranks, topo.node_of_rank, calls)
+
+
 def _aggregates_dag(
     parts: list[Collective],
     topo: Topology,
@@ -170,6 +200,8 @@ def _aggregates_dag(
     first_flow_id: int,
     tag: str,
     sent: MessageCounters | None,
+    part_opts: list[AlgoOptions] | None = None,
+    dealt_already: list[tuple[int, tuple[int, ...]]] | None = None,
 ) -> FlowDag:
     """One group's aggregates in one launch: each decomposed with its own choice, all started together. NCCL deals
     their traffic over the plan's channels, so the group's bandwidth time is the sum of theirs (bytes / algbw each):
@@ -178,17 +210,22 @@ def _aggregates_dag(
     are split over the channels as NCCL deals them, on from where the one before it stopped (`plan_parts`: its
     channel k runs NCCL channel `dealt_from` + k's ring or tree), and an aggregate after the first
     has its own connection ids (`_apart`): the packet engine runs one connection's messages in turn, which would
-    put the capped aggregates one after another there and double their time against the flow engine's."""
-    dealt = plan_parts(parts, [resolve(part, topo, opts)[0] for part in parts], topo)
-    if dealt is not None:  # NCCL deals the aggregates one after another over the channels
+    put the capped aggregates one after another there and double their time against the flow engine's.
+    `part_opts`: each part's own options (a plan's pieces, on their aggregates' choices; default `opts` for all);
+    `dealt_already`: each part's (first channel, parts) as its plan dealt them (default: `plan_parts`)."""
+    each = part_opts or [opts] * len(parts)
+    dealt = dealt_already or plan_parts(
+        parts, [resolve(part, topo, o)[0] for part, o in zip(parts, each, strict=True)], topo
+    )
+    if dealt is not None and dealt_already is None:  # NCCL deals the aggregates one after another over the channels
         parts = [
             dataclasses.replace(p, dealt_parts=d, dealt_from=lo) if d else p
             for p, (lo, d) in zip(parts, dealt, strict=True)
         ]
     dags: list[FlowDag] = []
     next_id = first_flow_id
-    for i, part in enumerate(parts):
-        dag = decompose(part, topo, opts, next_id, f"{tag}/agg{i}" if tag else f"agg{i}", sent)
+    for i, (part, o) in enumerate(zip(parts, each, strict=True)):
+        dag = decompose(part, topo, o, next_id, f"{tag}/agg{i}" if tag else f"agg{i}", sent)
         dags.append(dag)
         next_id = dag.next_id
     times = [_bandwidth_ns(part, dag) for part, dag in zip(parts, dags, strict=True)]

@@ -163,13 +163,13 @@ def call_sizes(coll: Collective) -> tuple[int, ...]:
 
 def _group_pipe_ops(coll: Collective, sizes: tuple[int, ...], p: Platform, st: NcclSettings) -> int:
     """numPipeOps of the calls of `sizes` bytes, one aggregate of a group of only them, or of the group of
-    `coll.plan_sizes` where NCCL keeps its aggregates apart (coll_group.py); a group past what one launch is
-    modelled for is refused."""
+    `coll.plan_sizes` where NCCL keeps its aggregates apart (coll_group.py); before 2.22 a group of more than
+    `coll_group.MAX_CALLS` calls is refused (from 2.22 `group_plans` cuts it into NCCL's plans)."""
     group = coll.plan_sizes or sizes
-    if len(group) > coll_group.MAX_CALLS:
+    if len(group) > coll_group.MAX_CALLS and st.nccl_version < coll_group.SORTED_FROM:
         raise InputError(
-            f"{len(group)} collectives in one NCCL group: more than {coll_group.MAX_CALLS} (one launch) are "
-            "not modelled",
+            f"{len(group)} collectives in one NCCL group: more than {coll_group.MAX_CALLS} are not modelled before "
+            "NCCL 2.22 (from 2.22 its plans are)",
             field="-m" if coll.group_calls > 1 else "group_sizes",
         )
     channels = comm_channels(p, ring_graph(p), st)

@@ -24,11 +24,15 @@ The tuner's time for an aggregate is lat x latCount + bytes / bw (`ncclTopoGetAl
 for a ring, DIVUP(numPipeOps, works a batch holds) for the others: NCCL_MAX_WORK_ELEMENTS, 9, before 2.22;
 NCCL_MAX_DEV_WORK_BATCH_COLLS = 1024 / sizeof(ncclDevWorkColl) from 2.22 (16 for 2.22's 64-byte work, 10 for
 2.23 - 2.29's 96 bytes, 7 for 2.30's padded 144 bytes).
+
+From 2.22 a group may take several plans, launched one after another (`plans`): each plan guesses it holds the tasks
+whose batches, at 4 works each, fit the kernel's 4 KiB arguments (1017 tasks), then ends before a task that could
+take its batches past 254. 2.19 - 2.21 are modelled as one launch up to MAX_CALLS calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from phantora.collectives.nccl.channel_split import (
     BUDGET_ROUNDED_FROM,
@@ -45,10 +49,15 @@ SORTED_FROM = (2, 22)  # v2.22.3-1: ncclPrepareTasks sorts, bins and aggregates 
 PIPE_ONE_FROM = (2, 20)  # v2.20.3-1: an aggregate is rated with numPipeOps 1
 AGG_CHANNEL_SIZE = 2 << 20  # NCCL_AGG_CHANNEL_SIZE, v2.19
 MIN_CHANNEL_SIZE = 8 * 64  # NCCL_MIN_CHANNEL_SIZE: NCCL_LL_THREAD_THRESHOLD x 64, v2.19
-# the calls of one group modelled (as one launch; from 2.22 NCCL starts another plan once a task's channels would take
-# the plan's 16-byte work batches past its 4 KiB kernel arguments less their 32-byte header, 254, or its works past
-# half its 1 MiB work FIFO: ncclTestBudget; the batch packing and plans in turn are not restated)
+# the calls of one group modelled before 2.22 (one launch; 2.19 - 2.21 reach their plan budget past them). From 2.22
+# the group is cut into plans as NCCL cuts it (`plans`), one launch each, one after another.
 MAX_CALLS = 1024
+ARGS_BYTES = 4 << 10  # ncclMaxKernelArgsSize, v2.22.3-1 .. v2.30.7-1 (NCCL_WORK_ARGS_BYTES only lowers it)
+ARGS_HEADER = 32  # sizeof(ncclDevKernelArgs): the work batches follow it in the kernel's arguments
+BATCH_BYTES = 16  # sizeof(ncclDevWorkBatch)
+FIFO_BYTES = 1 << 20  # NCCL_WORK_FIFO_BYTES' default: a non-persistent plan's works fill at most half of it
+MAX_BATCH_BYTES = 1024  # NCCL_MAX_DEV_WORK_BATCH_BYTES: the works one batch (with its extensions) holds
+EXTEND_PAST = 63  # a batch's works lie within 64 work sizes of its base (its offset bitset); past that, an extension
 
 
 def batch_colls(version: tuple[int, int]) -> int:
@@ -58,6 +67,11 @@ def batch_colls(version: tuple[int, int]) -> int:
     if version < (2, 23):
         return 16
     return 10 if version < (2, 30) else 7
+
+
+def work_bytes(version: tuple[int, int]) -> int:
+    """sizeof(ncclDevWorkColl) from 2.22: 64 bytes, 96 from 2.23, 144 (padded) from 2.30."""
+    return {16: 64, 10: 96, 7: 144}[batch_colls(version)]
 
 
 def aggregates(version: tuple[int, int], calls: Sequence[tuple[str, str, str, int]]) -> list[list[int]]:
@@ -154,20 +168,28 @@ def deal_plan(
     2.26. None before 2.22."""
     if version < SPLIT_FROM:
         return None
-    per_bytes = []
-    for kind, proto, _, _ in tasks:
-        pb = traffic_per_byte(kind, nranks)
-        per_bytes.append(4 * pb if proto == "LL" and version >= LL_TRAFFIC_X4_FROM else pb)
+    return list(_placements(version, nranks, tasks, max_channels))
+
+
+def _placements(
+    version: tuple[int, int],
+    nranks: int,
+    tasks: Sequence[tuple[str, str, int, int]],
+    max_channels: int,
+) -> Iterator[tuple[int, tuple[int, ...]]]:
+    """Each of `tasks`' (first channel, parts) in turn, as `deal_plan` deals them (2.22+): NCCL may end its plan
+    before the last (the plan budget, `plans`)."""
+    per_bytes = [_per_byte(version, kind, proto, nranks) for kind, proto, _, _ in tasks]
+    counted, counted_per = tasks, per_bytes
     least = _min_traffic(version)
     nmax = max(1, max_channels)
-    nch = max(1, min(sum(t[3] for t in tasks), nmax))
+    nch = max(1, min(sum(t[3] for t in counted), nmax))
     if version < CELL_TRAFFIC_FROM:
-        total = sum(t[2] * pb for t, pb in zip(tasks, per_bytes, strict=True))
+        total = sum(t[2] * pb for t, pb in zip(counted, counted_per, strict=True))
         budget = max(least, total // nch)
     else:
-        total = sum(max(least, t[2] * pb) for t, pb in zip(tasks, per_bytes, strict=True))
+        total = sum(max(least, t[2] * pb) for t, pb in zip(counted, counted_per, strict=True))
         budget = div_up(total // nch, 16) * 16 if version >= BUDGET_ROUNDED_FROM else max(least, total // nch)
-    out: list[tuple[int, tuple[int, ...]]] = []
     channel, current = 0, 0
     for (_, _, count, _), per_byte in zip(tasks, per_bytes, strict=True):
         cell = 16 if version < CELL_TRAFFIC_FROM else div_up(div_up(least, per_byte), 16) * 16
@@ -197,7 +219,7 @@ def deal_plan(
         parts = [lo * cell] + [per_channel * cell] * n_mid + ([hi * cell] if hi else [])
         parts[-1 if hi else 0] -= cells * cell - count
         used = len(parts)
-        out.append((channel, tuple(parts)))
+        yield channel, tuple(parts)
         if hi:
             channel += used - 1
             current = hi * cell * per_byte
@@ -208,7 +230,12 @@ def deal_plan(
             current += lo * cell * per_byte
         if current >= budget and channel + 1 != nmax:
             channel, current = channel + 1, 0
-    return out
+
+
+def _per_byte(version: tuple[int, int], kind: str, proto: str, nranks: int) -> int:
+    """A task's traffic per byte as `scheduleCollTasksToPlan` counts it: its function's, 4 x for LL from 2.26."""
+    pb = traffic_per_byte(kind, nranks)
+    return 4 * pb if proto == "LL" and version >= LL_TRAFFIC_X4_FROM else pb
 
 
 def channel_bytes(dealt: Sequence[tuple[int, tuple[int, ...]]]) -> list[int]:
@@ -219,3 +246,76 @@ def channel_bytes(dealt: Sequence[tuple[int, tuple[int, ...]]]) -> list[int]:
         for i, b in enumerate(parts):
             per[lo + i] += b
     return per
+
+
+Task = tuple[str, str, int, int, object, bool]  # (function, protocol, count bytes, nMaxChannels, kernel, NVLS)
+
+
+def plans(
+    version: tuple[int, int],
+    nranks: int,
+    tasks: Sequence[Task],
+    channels: int,
+    nvls_channels: int = 0,
+    persistent: bool = False,
+) -> list[list[tuple[int, int, tuple[int, ...]]]]:
+    """A group's collective tasks (in NCCL's plan order: those not NVLS, then NVLS) cut into the plans NCCL 2.22+
+    launches one after another (`ncclLaunchPrepare`), each plan a list of (task index, first channel, parts).
+    `tasks`: (function, protocol, count in bytes, its aggregate's nMaxChannels, its kernel (devFuncId: any key
+    equal for equal kernels), NVLS); `channels` / `nvls_channels`: the communicator's. Per plan,
+    `scheduleCollTasksToPlan` first guesses the tasks it holds (4 works a batch) and deals their traffic over their
+    channels; each task then needs room for one new batch per channel it spans (`ncclTestBudget`: the batches in
+    the kernel's 4 KiB arguments past their 32-byte header, 254; the works in half the work FIFO unless
+    `persistent`, a CUDA graph's) or the plan ends; `addWorkBatchToPlan` opens a batch on a channel for another
+    kernel, past 1024 bytes of works, or (an extension) past 64 works from its base. Before 2.22: one plan."""
+    if version < SPLIT_FROM:
+        return [[(i, 0, (t[2],)) for i, t in enumerate(tasks)]]
+    ws = work_bytes(version)
+    in_args = ARGS_BYTES - ARGS_HEADER
+    out_args = (1 << 30) if persistent else FIFO_BYTES // 2
+
+    def fits(batches: int, works: int) -> bool:
+        batch = batches * BATCH_BYTES
+        return batch + works <= in_args or (batch <= in_args and works <= out_args)
+
+    out: list[list[tuple[int, int, tuple[int, ...]]]] = []
+    start = 0
+    while start < len(tasks):
+        guess = 0
+        while start + guess < len(tasks) and fits(div_up(guess, 4), (guess + 1) * ws):
+            guess += 1
+        held = list(range(start, start + guess))
+        plan: list[tuple[int, int, tuple[int, ...]]] = []
+        batches, works = 0, 0
+        tail: dict[int, tuple[object, int]] = {}  # channel -> its last batch's (kernel, base offset)
+        filled: dict[int, int] = {}  # channel -> the works' bytes of its batch (and extensions)
+        full = False
+        for nvls in (False, True):
+            mine = [i for i in held if tasks[i][5] == nvls]
+            if not mine or full:
+                continue
+            most = nvls_channels if nvls else channels
+            dealt = _placements(
+                version, nranks, [(tasks[i][0], tasks[i][1], tasks[i][2], tasks[i][3]) for i in mine], most
+            )
+            for i, (lo, parts) in zip(mine, dealt, strict=False):
+                span = max(1, len(parts))
+                if not fits(batches + span, works + ws):
+                    full = True
+                    break
+                for c in range(lo, lo + span):
+                    last = tail.get(c)
+                    new = last is None or last[0] != tasks[i][4] or filled[c] + ws > MAX_BATCH_BYTES
+                    if new or works - last[1] > EXTEND_PAST * ws:  # type: ignore[index]
+                        batches += 1
+                        tail[c] = (tasks[i][4], works)
+                        if new:
+                            filled[c] = 0
+                    filled[c] += ws
+                plan.append((i, lo, parts))
+                works += ws
+        if not plan:  # NCCL places at least one task a plan (a lone task fits an empty one)
+            plan = [(start, 0, (tasks[start][2],))]
+        out.append(plan)
+        start += len(plan)
+    return out

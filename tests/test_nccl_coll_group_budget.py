@@ -1,0 +1,87 @@
+"""NCCL 2.22+'s plan budget: a group of collectives cut into plans, one kernel launch each, run one after another
+(enqueue.cc `ncclLaunchPrepare`, `scheduleCollTasksToPlan`, `addWorkBatchToPlan`, `ncclTestBudget`, v2.22.3-1 to
+v2.30.7-1). The kernel's arguments are 4 KiB (ncclMaxKernelArgsSize) with a 32-byte header, so 4,064 bytes of
+16-byte work batches: 254. The expected cuts and times are worked out by hand in each docstring from NCCL's code.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.collectives import Collective, decompose
+from phantora.collectives.group_plans import group_plans
+from phantora.collectives.nccl import coll_group
+from phantora.errors import InputError
+from tests.test_nccl_symmetric import H100, RANKS, opts
+
+RING_LL = {"PHANTORA_NCCL_VERSION": "2.27.3", "NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
+RING_LL_LAT_US = 15.0  # NCCL's Ring LL latency on one 8-GPU NVLink host (docs/collectives.md, -m 1 at 8 KiB)
+
+
+def _sizes(plans: list[list[tuple[int, int, tuple[int, ...]]]]) -> list[int]:
+    return [len(p) for p in plans]
+
+
+@pytest.mark.parametrize("version", [(2, 22), (2, 27), (2, 30)])
+def test_a_plan_holds_the_1017_tasks_its_guess_of_4_works_a_batch_allows(version):
+    """Each plan first guesses the tasks it holds: task k is taken while its batches at 4 works each,
+    16 x ceil(k / 4) bytes, fit the 4,096 - 32 bytes of the kernel's arguments: k <= 1016, so 1017 tasks (their
+    works, 1017 x at most 144 bytes, are far inside half the 1 MiB work FIFO). 2000 small all-reduces on 24
+    channels then take a plan of 1017 and one of 983 (their batches, about 1017 / 7 + 24, stay under 254)."""
+    task = ("all_reduce", "LL", 8, 1, "k", False)
+    got = coll_group.plans(version, 8, [task] * 2000, 24)
+    assert _sizes(got) == [1017, 983]
+    assert _sizes(coll_group.plans(version, 8, [task] * 1017, 24)) == [1017]
+    assert _sizes(coll_group.plans(version, 8, [task] * 5000, 24)) == [1017] * 4 + [932]
+
+
+def test_tasks_of_alternating_kernels_on_one_channel_fill_254_batches():
+    """Tasks of two kernels in turn on one channel open a batch each (addWorkBatchToPlan: another funcId); a task
+    is placed while the plan's batches plus its channels stay within 4,064 / 16 = 254: 254 tasks, then 46."""
+    tasks = [("all_reduce", "LL", 8, 1, k % 2, False) for k in range(300)]
+    assert _sizes(coll_group.plans((2, 27), 8, tasks, 1)) == [254, 46]
+    same = [("all_reduce", "LL", 8, 1, 0, False)] * 300  # one kernel: 10 works (96 B) a batch, 30 batches
+    assert _sizes(coll_group.plans((2, 27), 8, same, 1)) == [300]
+
+
+def test_1030_calls_run_two_plans_one_after_another_each_with_its_latency():
+    """-m 1030 of 8-byte Ring LL all-reduces on 8 H100s (2.27, 24 channels): one plan of 1017 calls, numPipeOps
+    DIVUP(1017, 24) = 43, and one of 13 calls, numPipeOps 1: (43 + 1) x 15.0 us of latency, where one launch of
+    all 1030 would count DIVUP(1030, 24) = 43. The bytes (8 KiB in all) add about 0.1 us. Both engines."""
+    from tests.engine_pair import flow_and_ns3_end_ns
+
+    group = Collective("all_reduce", RANKS, 8, "fp32", group_calls=1030)
+    dag = decompose(group, H100, opts(**RING_LL))
+    assert dag.choice is not None and dag.choice["plans"] == 2 and dag.choice["group_calls"] == 1030
+    ends = flow_and_ns3_end_ns(H100, dag.flows)
+    expected = (43 + 1) * RING_LL_LAT_US * 1000
+    assert expected < ends["flow"] < expected + 200
+    assert abs(ends["ns3"] - ends["flow"]) < 0.001 * ends["flow"]
+    one = decompose(Collective("all_reduce", RANKS, 8, "fp32", group_calls=1017), H100, opts(**RING_LL))
+    assert one.choice is not None and "plans" not in one.choice
+
+
+def test_a_plan_cut_inside_the_second_aggregate_keeps_both_aggregates_choices():
+    """1000 fp32 and 1000 bf16 8-byte all-reduces (2 aggregates, one per type): the first plan holds the 1000
+    fp32 calls and 17 bf16 ones (its guess, 1017), the second the other 983 bf16 calls; each piece on its
+    aggregate's choice, and the first plan's two pieces dealt as one plan (the bf16 ones from the channel the
+    fp32 ones ended on)."""
+    sizes = (8,) * 2000
+    group = Collective(
+        "all_reduce", RANKS, 16000, "fp32", group_sizes=sizes, group_dtypes=("fp32",) * 1000 + ("bf16",) * 1000
+    )
+    cut = group_plans(group, H100, opts(**RING_LL))
+    assert cut is not None
+    got = [[(p.dtype, len(p.group_sizes) or 1) for p, _ in plan] for plan in cut]
+    assert got == [[("fp32", 1000), ("bf16", 17)], [("bf16", 983)]]
+    assert cut[0][1][0].dealt_from == cut[0][0][0].dealt_from + len(cut[0][0][0].dealt_parts) - 1
+    assert all(o.protocol == "LL" and o.algorithm == "ring" for plan in cut for _, o in plan)
+
+
+def test_more_than_1024_calls_are_refused_before_2_22_only():
+    """2.19 - 2.21 keep the refusal past 1024 calls (their budget is not restated); 2.22+ cut the group."""
+    group = Collective("all_reduce", RANKS, 8, "fp32", group_calls=1025)
+    with pytest.raises(InputError, match="before NCCL 2.22"):
+        decompose(group, H100, opts(PHANTORA_NCCL_VERSION="2.21.5"))
+    dag = decompose(group, H100, opts(PHANTORA_NCCL_VERSION="2.22.3"))
+    assert dag.choice is not None and dag.choice["plans"] == 2
