@@ -85,3 +85,81 @@ def test_more_than_1024_calls_are_refused_before_2_22_only():
         decompose(group, H100, opts(PHANTORA_NCCL_VERSION="2.21.5"))
     dag = decompose(group, H100, opts(PHANTORA_NCCL_VERSION="2.22.3"))
     assert dag.choice is not None and dag.choice["plans"] == 2
+
+
+LIVE_BLOCK = """
+    import torch, torch.distributed as dist
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    xs = [torch.full((8,), float(rank + 1), device=dev) for _ in range(1100)]
+
+    def block():
+        with _coalescing_manager(device=dev, async_ops=True) as cm:
+            for x in xs:
+                dist.all_reduce(x, async_op=True)
+        cm.wait()
+
+    block()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(2):
+        block()
+    end.record()
+    torch.cuda.synchronize()
+    print("RESULT", rank, start.elapsed_time(end) * 1000 / 2, float(xs[-1][0]), flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def _nccl_tests_group(tmp_path, capsys, m: int) -> tuple[float, dict]:
+    """`all_reduce_perf -b 32 -e 32 -m m -G 1 --np 4` on 4 of 8 H100s (2.27): the group's time and choice."""
+    import json
+
+    from phantora.cli import main
+
+    argv = ["nccl-tests", "all_reduce_perf", "-b", "32", "-e", "32", "-m", str(m), "-G", "1", "--np", "4", "-n", "2"]
+    assert main([*argv, "--out", str(tmp_path / f"nt{m}")]) == 0
+    capsys.readouterr()
+    row = json.loads((tmp_path / f"nt{m}" / "results.json").read_text())["sizes"][0]
+    return m * row["time_us"], row["choice"]
+
+
+@pytest.mark.slow
+def test_a_live_coalesced_call_of_1100_tensors_runs_nccls_two_plans(tmp_path, capsys, monkeypatch):
+    """A `_coalescing_manager(device=...)` block of 1100 all-reduces of 32 bytes on 4 H100s (2.27), one coalesced
+    call (refused before, past 1024): NCCL's plans of 1017 and 83 calls, one after another. The block takes what
+    `all_reduce_perf -m 1100` prints for its group, and that is the one-plan group of 1017 calls plus one more
+    Tree LL batch latency (DIVUP(DIVUP(83, 24), 10) = 1 of the first plan's DIVUP(DIVUP(1017, 24), 10) = 5) and
+    83 calls' bytes. Its recording keeps the 1100 calls (type 14) and replays to the same time."""
+    import textwrap
+
+    from phantora.egraph import replay_graph
+    from phantora.egraph.format import Coll
+    from phantora.egraph.live import record_run
+    from phantora.launcher import RunConfig
+    from phantora.netsim.flow import FlowSimulator
+    from phantora.topology.generators import dgx_host
+
+    monkeypatch.setenv("PHANTORA_NCCL_VERSION", "2.27.3")
+    group_us, choice = _nccl_tests_group(tmp_path, capsys, 1100)
+    one_us, one = _nccl_tests_group(tmp_path, capsys, 1017)
+    assert choice["plans"] == 2 and (choice["algorithm"], choice["protocol"]) == ("Tree", "LL")
+    assert "plans" not in one
+    batch_us = one["model_lat_us"] / 5
+    assert group_us - one_us == pytest.approx(batch_us, abs=0.1)
+    script = tmp_path / "block.py"
+    script.write_text(textwrap.dedent(LIVE_BLOCK))
+    topo = dgx_host(8, gpu="h100")
+    cfg = RunConfig(str(script), topology=topo, nproc=4, trace="none", timeout_s=900, out_dir=tmp_path / "run")
+    rep, graph = record_run(cfg, tmp_path / "graph")
+    lines = [ln.split() for r in range(4) for ln in rep.logs[f"rank {r}"].splitlines() if ln.startswith("RESULT")]
+    assert len(lines) == 4 and all(float(ln[3]) == 160.0 for ln in lines)  # 3 blocks: 1+2+3+4, then x 4, x 4
+    assert all(float(ln[2]) == pytest.approx(group_us, rel=0.005) for ln in lines)
+    colls = [n for p in graph.programs for n in p.nodes if isinstance(n, Coll) and n.kind == "all_reduce"]
+    assert colls and all(len(n.group_sizes) == 1100 for n in colls)
+    res = replay_graph(graph, topo, FlowSimulator(topo))
+    busy = res.comm["all_reduce"]
+    assert busy["busy_ns"] / busy["count"] / 1000 == pytest.approx(group_us, rel=0.005)
