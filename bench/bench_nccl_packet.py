@@ -218,7 +218,7 @@ def link_bound_us(topo: Topology, flows: list[Any]) -> float:
     for f in flows:
         if f.src == f.dst or f.size == 0:
             continue
-        for ch in topo.route(f.src, f.dst, f.id if f.key is None else f.key):
+        for ch in topo.route(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic):
             load[ch] = load.get(ch, 0) + f.size
     return max((b * 8e6 / topo.links[ch >> 1].bandwidth_bps for ch, b in load.items()), default=0.0)
 

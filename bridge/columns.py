@@ -57,16 +57,20 @@ def flows_to_columns(flows: Sequence[Flow], deps: Sequence[Sequence[int]] | None
         "queue": [f.queue for f in flows],
         "ndeps": ndeps,
         "deps": [x for d, k in zip(dl, ndeps, strict=True) if k > 0 for x in d],
+        **({"nic": [f.via_nic for f in flows]} if any(f.via_nic for f in flows) else {}),
     }
 
 
 def flows_from_columns(cols: Any) -> list[Flow]:
     """Columns -> flows; ProtocolError if a column is missing, of the wrong type or length. The `queue` column
-    may be left out (no flow in a queue)."""
+    may be left out (no flow in a queue), and the `nic` column (no flow through the NICs)."""
     n = _checked(cols, FLOW_INT_COLUMNS, ("tag", "key"), skip="deps")
     queues = cols.get("queue", [0] * n)
     if not isinstance(queues, list) or len(queues) != n or not _ints(queues):
         raise ProtocolError("flow columns: bad column 'queue'", code=E_MALFORMED)
+    nics = cols.get("nic", [False] * n)
+    if not isinstance(nics, list) or len(nics) != n or not all(type(x) is bool for x in nics):
+        raise ProtocolError("flow columns: bad column 'nic' (booleans)", code=E_MALFORMED)
     tags, keys, ndeps = cols["tag"], cols["key"], cols["ndeps"]
     if not all(isinstance(t, str) for t in tags) or not all(k is None or type(k) is int for k in keys):
         raise ProtocolError("flow columns: 'tag' must hold strings, 'key' ints or nil", code=E_MALFORMED)
@@ -82,7 +86,7 @@ def flows_from_columns(cols: Any) -> list[Flow]:
                 raise ProtocolError(f"flow columns: row {i} refers to row {-1 - k}'s deps", code=E_MALFORMED)
             lists[i] = lists[-1 - k]
     columns = (cols["id"], cols["src"], cols["dst"], cols["size"], lists, cols["delay"], tags, cols["prio"], keys)
-    return _by_column(Flow, _FLOW_SET, n, (*columns, cols["budget"], cols["rate"], cols["conn"], queues))
+    return _by_column(Flow, _FLOW_SET, n, (*columns, cols["budget"], cols["rate"], cols["conn"], queues, nics))
 
 
 def completions_to_columns(done: Sequence[Completion], nested: bool = False) -> dict[str, Any]:

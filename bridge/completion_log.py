@@ -25,7 +25,7 @@ class CompletionLog:
 
     def __init__(self) -> None:
         self._ints = array("q")  # flow_id, start_ns, end_ns, size, src, dst per completion
-        self._alone = array("q")  # the flow's ECMP key and rate cap (payload bits/s; 0: none) per completion
+        self._alone = array("q")  # the flow's ECMP key, rate cap (payload bits/s; 0: none), 1 if through the NICs
         self._tag_of = array("i")  # index into _tags per completion
         self._tag_index: dict[str, int] = {}
         self._tags: list[str] = []
@@ -41,7 +41,7 @@ class CompletionLog:
             self._lost[len(self._tag_of)] = c.lost
         self._ints.extend((c.flow_id, c.start_ns, c.end_ns, c.size, c.src, c.dst))
         self._tag_of.append(i)
-        self._alone.extend((c.flow_id, 0) if alone is None else alone)
+        self._alone.extend((c.flow_id, 0, 0) if alone is None else alone)
 
     def __len__(self) -> int:
         return len(self._tag_of)
@@ -67,8 +67,8 @@ class CompletionLog:
         return out
 
     def alone_wire(self) -> list[int]:
-        """Each completion's ECMP key and rate cap, in order, flat (the outcome's `completion_alone`, beside
-        `wire`)."""
+        """Each completion's ECMP key, rate cap and 1 if through the NICs, in order, flat (the outcome's
+        `completion_alone`, beside `wire`)."""
         return self._alone.tolist()
 
     def alone(self) -> dict[int, Alone]:
@@ -78,11 +78,11 @@ class CompletionLog:
 
 
 def alone_from(ids: Sequence[int], flat: Sequence[int]) -> dict[int, Alone]:
-    """Flow id -> `Alone` of the flows `ids` whose key is not their id or that have a cap, from their keys and caps
-    in turn (`CompletionLog.alone_wire`)."""
+    """Flow id -> `Alone` of the flows `ids` whose key is not their id, that have a cap or go through the NICs, from
+    their keys, caps and NIC flags in turn (`CompletionLog.alone_wire`)."""
     out: dict[int, Alone] = {}
     for k, fid in enumerate(ids):
-        key, cap = flat[2 * k], flat[2 * k + 1]
-        if cap or key != fid:
-            out[fid] = Alone(key, cap)
+        key, cap, nic = flat[3 * k], flat[3 * k + 1], flat[3 * k + 2]
+        if cap or nic or key != fid:
+            out[fid] = Alone(key, cap, bool(nic))
     return out

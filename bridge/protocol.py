@@ -283,26 +283,26 @@ def decode(raw: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
 
 # ----- flows and completions on the wire ------------------------------------------------------
 def flow_to_wire(f: Flow, deps: Sequence[int] | None = None) -> list[Any]:
-    """9 fields; a 10th, the DLCP loss budget, an 11th, the rate cap (payload bits/s), a 12th, the connection, and
-    a 13th, the queue, only when needed (a trailing field is sent when it or a later one is not 0). `deps` replaces
-    the flow's own."""
+    """9 fields; a 10th, the DLCP loss budget, an 11th, the rate cap (payload bits/s), a 12th, the connection, a
+    13th, the queue, and a 14th, 1 for a flow through the NICs, only when needed (a trailing field is sent when it or
+    a later one is not 0). `deps` replaces the flow's own."""
     row = [f.id, f.src, f.dst, f.size, list(f.deps if deps is None else deps), f.delay_ns, f.tag, f.priority, f.key]
-    extra = [f.loss_budget, f.rate_bps, f.conn, f.queue]
+    extra = [f.loss_budget, f.rate_bps, f.conn, f.queue, int(f.via_nic)]
     while extra and not extra[-1]:
         extra.pop()
     return [*row, *extra]
 
 
 def flow_from_wire(row: Any) -> Flow:
-    """A wire row (9 to 13 fields) -> Flow; ProtocolError if the row is not a well-formed flow."""
-    if not isinstance(row, list) or not 9 <= len(row) <= 13:
-        raise ProtocolError(f"a flow is a list of 9 (to 13) fields, got {row!r:.80}", code=E_MALFORMED)
+    """A wire row (9 to 14 fields) -> Flow; ProtocolError if the row is not a well-formed flow."""
+    if not isinstance(row, list) or not 9 <= len(row) <= 14:
+        raise ProtocolError(f"a flow is a list of 9 (to 14) fields, got {row!r:.80}", code=E_MALFORMED)
     fid, src, dst, size, deps, delay, tag, prio, key = row[:9]
-    budget, rate, conn, queue = [*row[9:], 0, 0, 0, 0][:4]
+    budget, rate, conn, queue, nic = [*row[9:], 0, 0, 0, 0, 0][:5]
     ints = (fid, src, dst, size, delay, prio, budget, rate, conn, queue)
-    if not (all(_int(x) for x in ints) and _ints(deps) and _str(tag) and _opt_int(key)):
+    if not (all(_int(x) for x in ints) and _ints(deps) and _str(tag) and _opt_int(key) and nic in (0, 1)):
         raise ProtocolError(f"bad flow fields {row!r:.80}", code=E_MALFORMED)
-    return Flow(fid, src, dst, size, tuple(deps), delay, tag, prio, key, budget, rate, conn, queue)
+    return Flow(fid, src, dst, size, tuple(deps), delay, tag, prio, key, budget, rate, conn, queue, bool(nic))
 
 
 def completion_to_wire(c: Completion) -> list[Any]:

@@ -748,14 +748,17 @@ class CosimRun:
 
 
 def completion_alone(outcome: dict[str, Any]) -> dict[int, Alone]:
-    """Flow id -> ECMP key and rate cap of the outcome's completions whose key is not their id or that have a cap
-    (`completion_alone`: a key and a cap a completion, in order; none kept: {})."""
+    """Flow id -> ECMP key, rate cap and NIC route of the outcome's completions whose key is not their id, that have a
+    cap or go through the NICs (`completion_alone`: a key, a cap and 1 if through the NICs a completion, in order;
+    none kept: {})."""
     flat = outcome.get("completion_alone") or []
     ids = [row[0] for row in outcome["completions"]]
     if not flat:
         return {}
-    if len(flat) != 2 * len(ids):
-        raise ProtocolError(f"the coordinator's outcome holds {len(flat)} keys and caps for {len(ids)} completions")
+    if len(flat) != 3 * len(ids):
+        raise ProtocolError(
+            f"the coordinator's outcome holds {len(flat)} keys, caps and NIC flags for {len(ids)} completions"
+        )
     return alone_from(ids, flat)
 
 

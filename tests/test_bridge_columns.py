@@ -36,6 +36,15 @@ def test_flows_round_trip_with_their_deps_or_replacements() -> None:
     assert flows_from_columns(wire(flows_to_columns([]))) == []
 
 
+def test_a_flow_through_the_nics_keeps_its_field_and_its_key() -> None:
+    """`Flow.via_nic` in its own column (sent only when a flow of the batch has it), the key left whole."""
+    flows = [*FLOWS, Flow(10, 3, 4, 64, (), 0, "net", 3, 5 << 56, via_nic=True)]
+    cols = flows_to_columns(flows)
+    assert cols["nic"] == [False, False, False, True] and "nic" not in flows_to_columns(FLOWS)
+    got = flows_from_columns(wire(cols))
+    assert got == flows and got[3].key == 5 << 56 and [f.via_nic for f in got] == [False, False, False, True]
+
+
 def test_a_shared_wide_deps_list_goes_once_and_comes_back_shared() -> None:
     wide = tuple(range(100, 100 + SHARED_MIN))  # one object, as an all-to-all's dependents share it
     flows = [Flow(i, 1, 2, 64, wide) for i in range(3)] + [Flow(3, 1, 2, 64, tuple(wide)[:-1] + (99,))]
@@ -79,6 +88,8 @@ def test_completions_round_trip_with_sparse_lost_ranges() -> None:
         lambda c: c.__setitem__("ndeps", [2, 0, 2]),  # counts beyond the deps column
         lambda c: c.__setitem__("tag", ["a", 1, "c"]),
         lambda c: c.__setitem__("key", [None, "k", 9]),
+        lambda c: c.__setitem__("nic", [0, 1, 0]),  # ints are not bools
+        lambda c: c.__setitem__("nic", [True]),  # too short
     ],
 )
 def test_malformed_flow_columns_are_protocol_errors(change: object) -> None:

@@ -143,7 +143,7 @@ def test_no_flow_beats_its_line_rate_and_bytes_are_conserved(fabric: Topology) -
         if f.size == 0 or f.src == f.dst:
             assert c.end_ns == c.start_ns
             continue
-        path = fabric.route(f.src, f.dst, f.id if f.key is None else f.key)
+        path = fabric.route(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
         fastest = math.ceil(f.size * 8 * G / fabric.path_bottleneck_bps(path) - 1e-6)
         assert c.end_ns - c.start_ns >= fastest + fabric.path_latency_ns(path)
         carried += f.size * len(path)

@@ -23,7 +23,6 @@ from phantora.collectives.nccl.platform import platform_of
 from phantora.collectives.nccl.settings import nccl_env, settings_from_env
 from phantora.netsim.flow import FlowSimulator
 from phantora.topology import dgx_host, rail_optimized
-from phantora.topology.model import via_nic
 
 N = 8
 GEN5 = 16 * 240 / 80.0  # ncclTopoAddPci: width x speed / 80 = 48 GB/s
@@ -84,9 +83,9 @@ def test_all_reduce_net_hops_cross_the_spine_and_carry_the_rings_bytes() -> None
     assert choice["transport"] == {"NET": 2, "SHM": 6} and choice["path"] == "NET"
     sent: dict[tuple[int, int], int] = {}
     for f in dag.flows:
-        if via_nic(f.key):
+        if f.via_nic:
             sent[f.src, f.dst] = sent.get((f.src, f.dst), 0) + f.size
-            hops = [topo.nodes[topo.channel_ends(ch)[1]].name for ch in topo.route(f.src, f.dst, f.key)]
+            hops = [topo.nodes[topo.channel_ends(ch)[1]].name for ch in topo.route(f.src, f.dst, f.key, f.via_nic)]
             assert hops[0] == f"rail{f.src}" and hops[1].startswith("spine") and hops[2] == f"rail{f.dst}"
     assert sorted(sent) == [(0, 4), (4, 0)]  # the hops 3 -> 4 and 7 -> 0, leaving by GPU 0's and GPU 4's NIC
     for got in sent.values():
@@ -103,7 +102,7 @@ def test_two_hosts_run_at_the_node_ring() -> None:
     dag = decompose(Collective("all_reduce", tuple(range(n)), GIB, "fp32"), topo, _opts(**P2P_OFF))
     choice = dag.choice or {}
     assert choice["transport"] == {"NET": 4, "SHM": 12}
-    inside = {(f.src, f.dst) for f in dag.flows if via_nic(f.key)}
+    inside = {(f.src, f.dst) for f in dag.flows if f.via_nic}
     # each host's socket-to-socket hop (3 -> 4, 11 -> 12), leaving by the socket's entry NIC; 7 -> 8, 15 -> 0 cross
     # hosts (by GPU 4's and GPU 12's NIC)
     assert inside == {(0, 4), (N, N + 4)}
@@ -124,7 +123,7 @@ def test_without_shm_each_gpu_is_a_node_bound_by_its_nic() -> None:
     assert (g.nchannels, g.bw_intra) == (1, 12.0)
     dag = decompose(Collective("all_reduce", tuple(range(N)), GIB, "fp32"), topo, _opts(**env))
     assert (dag.choice or {})["transport"] == {"NET": N}
-    assert sum(via_nic(f.key) for f in dag.flows) == len([f for f in dag.flows if f.size])
+    assert sum(f.via_nic for f in dag.flows) == len([f for f in dag.flows if f.size])
     t_us = _run_ns(topo, dag.flows) / 1000
     assert t_us == pytest.approx(_ring_time_us(dag.choice or {}, N, GIB, 12.0), rel=0.005)
 
@@ -139,7 +138,7 @@ def test_net_beats_a_slow_cpu_link_and_disable_intra_gives_it_back() -> None:
     shm = decompose(coll, topo, _opts(**P2P_OFF, NCCL_NET_DISABLE_INTRA="1"))
     assert (net.choice or {})["transport"] == {"NET": 2, "SHM": 6}
     assert (shm.choice or {})["transport"] == {"SHM": N} and (shm.choice or {})["path"] == "SYS"
-    assert not any(via_nic(f.key) for f in shm.flows)
+    assert not any(f.via_nic for f in shm.flows)
     assert _run_ns(topo, net.flows) / 1000 == pytest.approx(
         _ring_time_us(net.choice or {}, N, GIB, NODE_RING), rel=5e-3
     )
@@ -188,7 +187,7 @@ def test_ns3_sends_the_net_hops_through_the_nics(ns3_lib: object) -> None:
     topo = rail_optimized(1, N, 2)
     size = 64 << 20
     dag = decompose(Collective("all_reduce", tuple(range(N)), size, "fp32"), topo, _opts(**P2P_OFF))
-    net = [f for f in dag.flows if via_nic(f.key)]
+    net = [f for f in dag.flows if f.via_nic]
     assert {(f.src, f.dst) for f in net} == {(0, 4), (4, 0)}
     for nvlink in ("packet", "fluid"):
         sim = make_engine(EngineSpec(network="ns3", packet=PacketConfig(nvlink=nvlink)), topo)
@@ -197,12 +196,14 @@ def test_ns3_sends_the_net_hops_through_the_nics(ns3_lib: object) -> None:
             if nvlink == "fluid":
                 assert isinstance(sim, FluidNvlinkSimulator)
                 assert {sim.side_of(f) for f in net} == {PACKET}
-                assert {sim.side_of(f) for f in dag.flows if not via_nic(f.key) and f.size} == {FLUID}
+                assert {sim.side_of(f) for f in dag.flows if not f.via_nic and f.size} == {FLUID}
                 packet = sim.packet
             assert isinstance(packet, Ns3Simulator)
             for f in net:
-                assert packet.route(f.src, f.dst, f.key) == topo.route(f.src, f.dst, f.key)
-                assert len(topo.route(f.src, f.dst, f.key)) == 4  # up its rail leaf, a spine, the peer's rail leaf
+                assert packet.route(f.src, f.dst, f.key, f.via_nic) == topo.route(f.src, f.dst, f.key, f.via_nic)
+                assert (
+                    len(topo.route(f.src, f.dst, f.key, f.via_nic)) == 4
+                )  # up its rail leaf, a spine, the peer's rail leaf
         finally:
             sim.close()
     ends = flow_and_ns3_end_ns(topo, dag.flows)
@@ -246,18 +247,17 @@ def test_a_live_all_reduce_records_net_between_the_sockets(tmp_path: object) -> 
 
 
 @pytest.mark.parametrize("lb", ["ecmp", "spray"])
-def test_a_nic_keyed_flow_never_takes_its_pairs_cached_nvlink_route(lb: str) -> None:
-    """GPU 3 -> GPU 4 of one host twice at once, 100 MB each: over the NVSwitch (a plain key), then through the NICs
-    (`NIC_ROUTE_BIT`). The flow engine caches one route per pair where a pair has one path; the NIC flow must still
+def test_a_flow_through_the_nics_never_takes_its_pairs_cached_nvlink_route(lb: str) -> None:
+    """GPU 3 -> GPU 4 of one host twice at once, 100 MB each, both of key 7: over the NVSwitch, then through the
+    NICs (`Flow.via_nic`). The flow engine caches one route per pair where a pair has one path; the NIC flow must still
     leave by its NIC (400G, and 400G uplinks on 2 hosts x 2 spines: 100 MB in 2 ms), not share the NVLink route the
     first flow cached (0.22 ms)."""
     from phantora.netsim.base import Flow
-    from phantora.topology.model import NIC_ROUTE_BIT
 
     topo = rail_optimized(2, N, 2)
     size = 100_000_000
     sim = FlowSimulator(topo, lb=lb)
-    sim.submit([Flow(0, 3, 4, size, key=7), Flow(1, 3, 4, size, key=7 | NIC_ROUTE_BIT)], at=0)
+    sim.submit([Flow(0, 3, 4, size, key=7), Flow(1, 3, 4, size, key=7, via_nic=True)], at=0)
     ends = {c.flow_id: c.end_ns for c in sim.drain()}
     nic_ns = size * 8 / 400e9 * 1e9
     assert ends[1] == pytest.approx(nic_ns, rel=0.01)

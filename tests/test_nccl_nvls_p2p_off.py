@@ -17,10 +17,10 @@ from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl import choose
 from phantora.collectives.nccl.platform import platform_of
 from phantora.collectives.nccl.settings import nccl_env, settings_from_env
-from phantora.netsim.flow import FlowSimulator
 from phantora.errors import InputError
+from phantora.netsim.flow import FlowSimulator
 from phantora.topology import dgx_host, rail_optimized
-from phantora.topology.model import Topology, via_nic
+from phantora.topology.model import Topology
 
 N = 8
 GIB = 1 << 30
@@ -86,8 +86,8 @@ def test_nccl_nodes_of_a_fabric_run_nvls_tree(env: dict[str, str], block: int) -
     inside = [f for f in flows if f.src // block == f.dst // block]
     apart = [f for f in flows if f.src // block != f.dst // block]
     assert inside and apart
-    assert not any(via_nic(f.key) for f in inside)
-    assert all(via_nic(f.key) or f.src // N != f.dst // N for f in apart)
+    assert not any(f.via_nic for f in inside)
+    assert all(f.via_nic or f.src // N != f.dst // N for f in apart)
 
 
 def test_hosts_without_nics_are_refused_in_one_line() -> None:

@@ -18,7 +18,7 @@ from phantora.collectives.nccl.ring_nics import exits
 from phantora.collectives.nccl.settings import nccl_env, settings_from_env
 from phantora.netsim.flow import FlowSimulator
 from phantora.topology import rail_optimized
-from phantora.topology.model import Topology, via_nic
+from phantora.topology.model import Topology
 
 N = 8
 GIB = 1 << 30
@@ -38,7 +38,7 @@ def _nic_bytes(topo: Topology, flows: list) -> dict[int, int]:
     for f in flows:
         if not f.size or f.src == f.dst:
             continue
-        route = topo.route(f.src, f.dst, f.id if f.key is None else f.key)
+        route = topo.route(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
         first = topo.nodes[topo.channel_ends(route[0])[1]]
         if first.kind == "switch":
             out[f.src] = out.get(f.src, 0) + f.size
@@ -94,7 +94,7 @@ def test_ring_leaves_each_node_by_its_entry_nic(env: dict[str, str], hops: list,
     assert set(sent) == busy
     for got in sent.values():
         assert got == pytest.approx(2 * (n - 1) / n * GIB, rel=1e-6)
-    pairs = {(f.src, f.dst) for f in dag.flows if f.size and (via_nic(f.key) or f.src // N != f.dst // N)}
+    pairs = {(f.src, f.dst) for f in dag.flows if f.size and (f.via_nic or f.src // N != f.dst // N)}
     assert sorted(pairs) == sorted(hops)
     sim = FlowSimulator(topo)
     sim.submit(dag.flows, at=0)
@@ -108,7 +108,7 @@ def test_a_broadcast_chain_leaves_by_the_rings_entry_nics() -> None:
     topo = rail_optimized(2, N, 2)
     coll = Collective("broadcast", tuple(range(2 * N)), 64 << 20, "fp32", root=2)
     dag = decompose(coll, topo, AlgoOptions(nccl_env=nccl_env(P2P_OFF), algorithm="chain"))
-    pairs = {(f.src, f.dst) for f in dag.flows if f.size and (via_nic(f.key) or f.src // N != f.dst // N)}
+    pairs = {(f.src, f.dst) for f in dag.flows if f.size and (f.via_nic or f.src // N != f.dst // N)}
     assert pairs == {(0, 4), (4, N), (N, N + 4), (N + 4, 0)}
 
 

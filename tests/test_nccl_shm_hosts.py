@@ -22,7 +22,6 @@ from phantora.collectives.nccl.platform import platform_of
 from phantora.collectives.nccl.settings import nccl_env, settings_from_env
 from phantora.netsim.flow import FlowSimulator
 from phantora.topology import rail_optimized
-from phantora.topology.model import via_nic
 
 N = 8
 GIB = 1 << 30
@@ -78,7 +77,7 @@ def test_all_reduce_crosses_hosts_once_each_way_at_the_node_ring() -> None:
     choice = dag.choice or {}
     assert (choice["algorithm"], choice["protocol"]) == ("Ring", "Simple")
     assert choice["transport"] == {"NET": 2, "SHM": 14} and choice["path"] == "NET"
-    assert not any(via_nic(f.key) for f in dag.flows)
+    assert not any(f.via_nic for f in dag.flows)
     host = {g: topo.nodes[g].host for g in range(n)}
     sent: dict[tuple[int, int], int] = {}
     for f in dag.flows:

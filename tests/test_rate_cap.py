@@ -191,6 +191,7 @@ def test_with_deps_keeps_the_cap() -> None:
         (Flow(7, 1, 2, 4096, (3,), 0, "x", 3, None, loss_budget=100), 10),
         (Flow(7, 1, 2, 4096, (3,), 0, "x", 3, None, rate_bps=25 * G), 11),
         (Flow(7, 1, 2, 4096, (), 0, "", 5, (1 << 63) + 5, loss_budget=64, rate_bps=(1 << 64) - 1), 11),
+        (Flow(7, 1, 2, 4096, (), 0, "", 5, 64 << 56, via_nic=True), 14),  # a QP index of 64 beside the NIC route
     ],
 )
 def test_wire_round_trip_carries_the_cap(flow: Flow, fields: int) -> None:
@@ -207,8 +208,11 @@ def test_wire_accepts_old_rows_and_refuses_bad_caps() -> None:
         flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, "fast"])
     assert flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, 5, 6]).conn == 6  # the 12th field: the connection
     assert flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, 5, 6, 7]).queue == 7  # the 13th: the sender's queue
+    assert flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, 5, 6, 7, 1]).via_nic  # the 14th: through the NICs
     with pytest.raises(ProtocolError):
         flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, 5, 6, 7, 8])
+    with pytest.raises(ProtocolError):
+        flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, 5, 6, 7, 0, 0])
 
 
 # ----- the packet engine (ns-3) ------------------------------------------------------------------------------

@@ -126,7 +126,8 @@ def test_a_live_runs_kept_completions_carry_their_keys_and_caps_to_the_outcome()
     log.append(Completion(6, 0, 10, 100, 0, 1, "a"))
     log.append(Completion(9, 0, 10, 100, 1, 0, "b"), Alone(1 << 48, 7))
     log.append(Completion(11, 0, 10, 100, 1, 0, "b"), Alone(3 << 56 | 1 << 24))  # a keyed flow without a cap
-    want = {5: Alone(5, 40 * G), 9: Alone(1 << 48, 7), 11: Alone(3 << 56 | 1 << 24, 0)}
+    log.append(Completion(12, 0, 10, 100, 1, 0, "b"), Alone(12, 0, True))  # keyed by its id, through the NICs
+    want = {5: Alone(5, 40 * G), 9: Alone(1 << 48, 7), 11: Alone(3 << 56 | 1 << 24, 0), 12: Alone(12, 0, True)}
     assert log.alone() == want
     outcome = {"completions": log.wire(), "completion_alone": log.alone_wire()}
     assert completion_alone(outcome) == want

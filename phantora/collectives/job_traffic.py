@@ -32,7 +32,7 @@ class JobTraffic:
         out = []
         for f in flows:
             if f.size and f.src != f.dst:
-                for ch in self.topology.route(f.src, f.dst, key):
+                for ch in self.topology.route(f.src, f.dst, key, f.via_nic):
                     use[ch] = use.get(ch, 0) + f.size
             out.append(dataclasses.replace(f, key=key, priority=f.priority if prio is None else prio))
             key += 1

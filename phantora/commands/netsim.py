@@ -335,7 +335,7 @@ def _run_flow(
             c = done[f.id]
             key = f.id if f.key is None else f.key
             framing = (config.payload_bytes, config.header_bytes)
-            ideal = standalone_fct_ns(topo, f.src, f.dst, f.size, key, framing, f.rate_bps)
+            ideal = standalone_fct_ns(topo, f.src, f.dst, f.size, key, framing, f.rate_bps, f.via_nic)
             if topo.ecmp_hash == "hpcc":  # the ports the hash sees
                 sport, dport = key & 0xFFFF, key >> 16 & 0xFFFF
             else:

@@ -171,6 +171,7 @@ def merge(jobs: Sequence[RecordedJob], first_id: int = 0) -> list[Flow]:
                     f.rate_bps,
                     connection_id(job.index, f.src, f.dst, f.conn) if f.conn else 0,  # jobs never share one
                     connection_id(job.index, 0, 0, f.queue) if f.queue else 0,  # a queue spans destinations
+                    f.via_nic,
                 )
             )
         nxt += len(job.flows)

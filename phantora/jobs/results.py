@@ -76,7 +76,7 @@ def channel_bytes(topo: Topology, flows: Iterable[JobFlow]) -> dict[int, int]:
     out: dict[int, int] = {}
     for f in flows:
         if f.size and f.src != f.dst:
-            for ch in topo.route(f.src, f.dst, f.key):
+            for ch in topo.route(f.src, f.dst, f.key, f.via_nic):
                 out[ch] = out.get(ch, 0) + f.size
     return out
 
@@ -94,6 +94,7 @@ class JobFlow:
     prio: int
     start_ns: int
     end_ns: int
+    via_nic: bool = False  # through the NICs (`Flow.via_nic`)
 
 
 Pause = tuple[int, int, int, int, int, int]  # node, port, prio, from_node, start_ns, end_ns
@@ -157,7 +158,7 @@ def pfc_by_job(topo: Topology, flows: Sequence[JobFlow], pauses: Sequence[Pause]
     for f in flows:
         if not f.size or f.src == f.dst:
             continue
-        path = topo.route(f.src, f.dst, f.key)
+        path = topo.route(f.src, f.dst, f.key, f.via_nic)
         for i, ch in enumerate(path):
             on.setdefault((ch, f.prio), []).append((f, path[i + 1] if i + 1 < len(path) else -1))
             leaving.setdefault(ch, []).append(f)

@@ -338,7 +338,8 @@ def _run(
     transport = cosim.transport or None  # the packet engine's per-flow counters (None: not measured)
     for c in live_done:
         name, key, prio = owner[c.flow_id]
-        flows.append(JobFlow(name, c.src, c.dst, key, c.size, prio, c.start_ns, c.end_ns))
+        nic = alone_of(cosim.alone, c.flow_id).via_nic
+        flows.append(JobFlow(name, c.src, c.dst, key, c.size, prio, c.start_ns, c.end_ns, nic))
     for i in plan.live:
         name = spec.jobs[i].name
         mine = [c for c in live_done if owner[c.flow_id][0] == name]
@@ -411,8 +412,9 @@ def _recorded_results(
         prio = rec.spec.traffic_class or DEFAULT_CLASS
         alone = flow_alone(rec.flows)  # its flows' own ECMP keys (an NCCL flow's: its connection's) and caps
         jf = [
-            JobFlow(name, c.src, c.dst, alone_of(alone, c.flow_id).key, c.size, prio, c.start_ns, c.end_ns)
+            JobFlow(name, c.src, c.dst, a.key, c.size, prio, c.start_ns, c.end_ns, a.via_nic)
             for c in mine
+            for a in (alone_of(alone, c.flow_id),)
         ]
         flows.extend(jf)
         link_use[name] = channel_bytes(ctx.plan.topo, jf)
@@ -671,6 +673,7 @@ def _as_flows(
             key=owner[c.flow_id][1],
             priority=owner[c.flow_id][2],
             rate_bps=alone_of(alone, c.flow_id).rate_bps,
+            via_nic=alone_of(alone, c.flow_id).via_nic,
         )
         for c in done
     }

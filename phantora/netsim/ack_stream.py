@@ -29,7 +29,7 @@ def channel_bytes(topo: Topology, flows: Iterable[Flow]) -> dict[int, int]:
     for f in flows:
         if f.src == f.dst or f.size <= 0:
             continue
-        for ch in topo.route(f.src, f.dst, f.id if f.key is None else f.key):
+        for ch in topo.route(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic):
             load[ch] = load.get(ch, 0) + f.size
     return load
 

@@ -46,6 +46,7 @@ class Flow:
     rate_bps: int = 0  # per-flow rate cap, payload bits/s (an NCCL channel's throughput limit); 0 = no cap
     conn: int = 0  # connection: flows with the same id are messages on one queue pair (packet engine); 0 = its own
     queue: int = 0  # flows of one queue (0 = none) go on the wire one at a time, in release order (flow engine)
+    via_nic: bool = False  # leaves through its NICs even between GPUs of one NVSwitch (NCCL's NET transport)
 
     def with_deps(self, deps: tuple[int, ...], delay_ns: int | None = None) -> Flow:
         """This flow with other deps (and delay): `dataclasses.replace`, at half the cost of `Flow(...)`: the slots are
@@ -60,7 +61,9 @@ class Flow:
 
     def _remade(self, id: int, deps: tuple[int, ...], delay_ns: int, tag: str) -> Flow:
         g = _NEW(Flow)
-        s_id, s_src, s_dst, s_size, s_deps, s_delay, s_tag, s_prio, s_key, s_loss, s_rate, s_conn, s_queue = _FLOW_SET
+        s_id, s_src, s_dst, s_size, s_deps, s_delay, s_tag, s_prio, s_key, s_loss, s_rate, s_conn, s_queue, s_nic = (
+            _FLOW_SET
+        )
         s_id(g, id)
         s_src(g, self.src)
         s_dst(g, self.dst)
@@ -74,13 +77,14 @@ class Flow:
         s_rate(g, self.rate_bps)
         s_conn(g, self.conn)
         s_queue(g, self.queue)
+        s_nic(g, self.via_nic)
         return g
 
 
 _NEW = object.__new__
 _FLOW_FIELDS = (
     *("id", "src", "dst", "size", "deps", "delay_ns", "tag", "priority", "key", "loss_budget", "rate_bps", "conn"),
-    "queue",
+    *("queue", "via_nic"),
 )
 if tuple(f.name for f in fields(Flow)) != _FLOW_FIELDS:  # (`Flow.with_deps` sets each of them)
     raise ImportError(f"phantora.netsim.base: Flow's fields are no longer {_FLOW_FIELDS}: update Flow.with_deps")

@@ -22,7 +22,7 @@ class EarliestEnds:
         self.topology = topology
         self.bounds: dict[int, int] = {}  # in-flight flow -> earliest possible completion (ns)
         # (src, dst, key) -> (bottleneck bit/s, latency ns, whether the route crosses a switch)
-        self._paths: dict[tuple[int, int, int], tuple[int, int, bool]] = {}
+        self._paths: dict[tuple[int, int, int, bool], tuple[int, int, bool]] = {}
         self.network_bytes = 0  # bytes of the flows between two endpoints
         self.fabric_bytes = 0  # ... of those whose route crosses a switch (not NVLink alone)
 
@@ -34,7 +34,7 @@ class EarliestEnds:
             if f.size == 0 or f.src == f.dst:
                 lb[f.id] = release
                 continue
-            bottleneck, latency, fabric = self._path(f.src, f.dst, f.id if f.key is None else f.key)
+            bottleneck, latency, fabric = self._path(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
             lb[f.id] = release + f.size * 8 * 10**9 // bottleneck + latency
             self.network_bytes += f.size
             if fabric:
@@ -48,13 +48,13 @@ class EarliestEnds:
         """The earliest bound among `flow_ids` (all in flight), `default` if there are none."""
         return min((self.bounds[f] for f in flow_ids), default=default)
 
-    def _path(self, src: int, dst: int, key: int) -> tuple[int, int, bool]:
-        path = self._paths.get((src, dst, key))
+    def _path(self, src: int, dst: int, key: int, via_nic: bool) -> tuple[int, int, bool]:
+        path = self._paths.get((src, dst, key, via_nic))
         if path is None:
             topo = self.topology
-            route = topo.route(src, dst, key)
+            route = topo.route(src, dst, key, via_nic)
             crosses = any(topo.nodes[topo.channel_ends(ch)[1]].kind == "switch" for ch in route)
-            path = self._paths[(src, dst, key)] = (
+            path = self._paths[(src, dst, key, via_nic)] = (
                 topo.path_bottleneck_bps(route),
                 topo.path_latency_ns(route),
                 crosses,

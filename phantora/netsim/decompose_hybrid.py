@@ -27,7 +27,7 @@ from phantora.netsim.chain_bounds import Chain
 from phantora.netsim.decompose import DRIVER, DecomposedSimulator, Spawner
 from phantora.netsim.gate_bounds import GateBounds
 from phantora.netsim.packet_config import PacketConfig
-from phantora.topology.model import Topology, via_nic
+from phantora.topology.model import Topology
 
 NOTE_MAX = 1 << 16  # rises left unnoted in the chains at most (`_note_rises`)
 
@@ -70,9 +70,9 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         """(its worker, or DRIVER for a marker; the least time from its post to its end, delay left out)."""
         if f.size == 0 or f.src == f.dst:
             return DRIVER, 0
-        got = None if via_nic(f.key) else self._pairs.get((f.src, f.dst))
+        got = None if f.via_nic else self._pairs.get((f.src, f.dst))
         if got is None:
-            got = (-1, False, 0, -1) if via_nic(f.key) else self._pair_place(f)
+            got = (-1, False, 0, -1) if f.via_nic else self._pair_place(f)
         w, nvlink, fixed, bps = got
         if bps < 0:  # (a fabric pair whose routes differ, or a flow keyed through the NICs: each flow routed)
             piece, propagation, bottleneck = self._routes.of(f)

@@ -243,7 +243,7 @@ class FaultyFlowSimulator(FlowSimulator):
         except InputError:
             if self.topology is self.base_topology:
                 raise
-            path = tuple(self.base_topology.route(f.src, f.dst, f.id if f.key is None else f.key))
+            path = tuple(self.base_topology.route(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic))
             return path, sum(self._lat[c] for c in path)
 
     def _routable(self, f: Flow) -> bool:

@@ -50,7 +50,7 @@ from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates
 from phantora.netsim.maxmin_carry import CarriedMaxMin
 from phantora.netsim.multipath import MultiRoute, multipath
 from phantora.netsim.observe import ChannelUsage, switch_link_load
-from phantora.topology.model import NIC_ROUTE_BIT, Topology
+from phantora.topology.model import Topology
 
 _TX_END, _ARRIVE, _START = 0, 1, 2  # an ns's events run in this order, each kind by flow id (and version)
 _VER_BITS = 32  # a transmit end's entry: (flow id << _VER_BITS) | its version (versions stay below 2^32)
@@ -441,11 +441,11 @@ class FlowSimulator:
     def route(self, f: Flow) -> tuple[tuple[int, ...], int]:
         """Channels and propagation latency (ns) of a flow's path, cached per (src, dst), or per (src, dst, ECMP key)
         where the pair has more than one path (`Topology.one_path`)."""
-        nic = f.key is not None and f.key & NIC_ROUTE_BIT  # through the NICs: never the pair's NVSwitch route
+        nic = f.via_nic  # through the NICs: never the pair's NVSwitch route
         hit = None if nic else self._routes.get((f.src, f.dst))  # (a pair is a key only where it has one path)
         if hit is not None:
             return hit
-        key = self.topology.route_cache_key(f.src, f.dst, f.id if f.key is None else f.key)
+        key = self.topology.route_cache_key(f.src, f.dst, f.id if f.key is None else f.key, nic)
         hit = self._routes.get(key)
         if hit is None:
             if len(self._routes) >= _ROUTE_CACHE_MAX:
@@ -456,7 +456,7 @@ class FlowSimulator:
 
     def multi_route(self, f: Flow) -> MultiRoute:
         """The flow's per-hop even split over its equal-cost paths (lb=spray|adaptive), cached per (src, dst)."""
-        nic = f.key is not None and bool(f.key & NIC_ROUTE_BIT)
+        nic = f.via_nic
         key = (f.src, f.dst, nic)
         hit = self._multi_routes.get(key)
         if hit is None:

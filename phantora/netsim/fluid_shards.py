@@ -195,7 +195,7 @@ class ShardedFluid:
                 if len(deps) > 1:
                     kept[id(deps)] = own
             rows.append((f.id, f.src, f.dst, f.size, own, f.delay_ns, f.tag, f.priority, f.key, f.loss_budget,
-                         f.rate_bps, f.conn, f.queue))  # fmt: skip
+                         f.rate_bps, f.conn, f.queue, f.via_nic))  # fmt: skip
         return msgpack.packb(rows)
 
     def _unpack_done(self, data: bytes) -> list[Completion]:
@@ -336,8 +336,8 @@ class ShardedFluid:
 
 def _unpack_flows(data: bytes) -> list[Flow]:
     return [
-        Flow(i, a, b, n, tuple(deps), delay, tag, prio, key, loss, rate, conn, queue)
-        for i, a, b, n, deps, delay, tag, prio, key, loss, rate, conn, queue in msgpack.unpackb(data)
+        Flow(i, a, b, n, tuple(deps), delay, tag, prio, key, loss, rate, conn, queue, nic)
+        for i, a, b, n, deps, delay, tag, prio, key, loss, rate, conn, queue, nic in msgpack.unpackb(data)
     ]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from phantora.topology.model import NIC_ROUTE_BIT, Topology
+from phantora.topology.model import Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +28,11 @@ def multipath(topo: Topology, src: int, dst: int, via_nic: bool = False) -> Mult
     """The per-hop even split of a flow src -> dst over the topology's equal-cost next hops.
 
     Traffic between two endpoints of one NVSwitch keeps its single route (as `Topology.route` gives it), unless
-    `via_nic` (its key has `NIC_ROUTE_BIT`): then it spreads over the fabric's paths from src's NIC."""
+    `via_nic` (`Flow.via_nic`): then it spreads over the fabric's paths from src's NIC."""
     if not via_nic and topo.shared_nvswitch(src, dst) is not None:
         path = topo.route(src, dst)
         return MultiRoute(tuple(path), (1.0,) * len(path), tuple((c,) for c in path), topo.path_latency_ns(path))
-    topo.route(src, dst, NIC_ROUTE_BIT if via_nic else 0)  # raises a clear InputError when dst is unreachable
+    topo.route(src, dst, 0, via_nic)  # raises a clear InputError when dst is unreachable
     frontier: dict[int, tuple[float, int]] = {src: (1.0, 0)}  # node -> (share of the flow, latency so far)
     channels: list[int] = []
     share: list[float] = []

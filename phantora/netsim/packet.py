@@ -61,6 +61,7 @@ from phantora.netsim.packet_summary import ChannelRow, channel_usage, packet_sta
 from phantora.netsim.partition import partition_params
 from phantora.netsim.queue_spool import QueueSpool
 from phantora.netsim.record_order import RecordKey
+from phantora.topology.ecmp import ecmp_input
 from phantora.topology.model import Topology
 
 if TYPE_CHECKING:  # numpy is imported where records are read: the netsim CLI's start-up imports none
@@ -390,7 +391,7 @@ class Ns3Simulator:
         for f in flows:
             # a long deps list crosses in one call (packed 8-byte ids), not one push_back an id
             deps = net.UnpackIds(array("Q", f.deps).tobytes()) if f.deps else no_deps
-            key = (f.id if f.key is None else f.key) & _MASK64
+            key = ns3_key(f)
             try:
                 dport = dports.get(f.id, 100) if dports else 100
                 net.AddFlow(f.id, f.src, f.dst, f.size, at, f.priority, key, deps, f.delay_ns, dport)
@@ -408,7 +409,7 @@ class Ns3Simulator:
         net = self._net
         words = array("Q")
         for f in flows:
-            key = (f.id if f.key is None else f.key) & _MASK64
+            key = ns3_key(f)
             words.extend((f.id, f.src, f.dst, f.size, at, f.priority, key, f.delay_ns))
         try:
             net.AddFlows(words.tobytes())
@@ -717,9 +718,9 @@ class Ns3Simulator:
             self._effective = EffectiveSettings.parse(self.config, self.effective_pairs())
         return self._effective
 
-    def route(self, src: int, dst: int, flow_key: int = 0) -> list[int]:
+    def route(self, src: int, dst: int, flow_key: int = 0, via_nic: bool = False) -> list[int]:
         """Channel ids the switches' own tables and hash give a flow (to compare with Topology.route)."""
-        return [int(c) for c in self._net.Route(src, dst, flow_key & _MASK64)]
+        return [int(c) for c in self._net.Route(src, dst, ecmp_input(flow_key, via_nic) & _MASK64)]
 
     def base_rtt_ns(self, src: int, dst: int, flow_key: int = 0) -> int:
         """2 x propagation + one payload's serialisation per hop, as HPCC's base RTT."""
@@ -847,6 +848,14 @@ class Ns3Simulator:
 
     def _check_batch(self, flows: Sequence[Flow]) -> None:
         check_packet_batch(flows, self.topology, self._known.__contains__)
+
+
+def ns3_key(f: Flow) -> int:
+    """The one 64-bit ECMP key word the ns-3 model takes for a flow (`AddFlow`): its key (else its id), with
+    `NIC_HASH_BIT` for a flow through the NICs (`topology.model.ecmp_input`): the C++ routing reads the NIC route
+    from that bit (ns3-scratch/model/phantora-routing.h kNicRouteBit) and its packet headers carry the word, which
+    its switches hash; the ns-3 call scripts of earlier runs hold the same words."""
+    return ecmp_input(f.id if f.key is None else f.key, f.via_nic) & _MASK64
 
 
 def _set_extras(net: Any, f: Flow, per_connection: bool) -> None:

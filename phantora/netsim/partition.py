@@ -113,9 +113,13 @@ def _link_weights(
         return {lk.id: lk.bandwidth_bps / 1e9 for lk in live}
     w = {lk.id: 1.0 for lk in live}
     for f in traffic:
-        if f.src == f.dst or f.size <= 0 or (nvlink_fluid and topo.nvswitch_of(f.src, f.dst, f.key) is not None):
+        if (
+            f.src == f.dst
+            or f.size <= 0
+            or (nvlink_fluid and topo.nvswitch_of(f.src, f.dst, via_nic=f.via_nic) is not None)
+        ):
             continue
-        for ch in topo.route(f.src, f.dst, f.id if f.key is None else f.key):
+        for ch in topo.route(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic):
             lid = ch >> 1
             if lid in w:
                 w[lid] += f.size

@@ -56,7 +56,7 @@ def piece_of(topo: Topology, pieces: list[int], f: Flow) -> int:
 def route_in_piece(topo: Topology, pieces: list[int], f: Flow) -> tuple[int, list[int]]:
     """`piece_of` and the flow's route (its channels)."""
     home = pieces[f.src]
-    path = topo.route(f.src, f.dst, f.id if f.key is None else f.key)
+    path = topo.route(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
     for ch in path:
         node = topo.channel_ends(ch)[1]
         if pieces[node] != home:

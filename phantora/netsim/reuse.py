@@ -576,7 +576,7 @@ class ProfileReuseSimulator:
     def _path(self, f: Flow) -> tuple[int, ...]:
         if f.size == 0 or f.src == f.dst:
             return ()
-        key = self.topology.route_cache_key(f.src, f.dst, f.id if f.key is None else f.key)
+        key = self.topology.route_cache_key(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
         path = self._routes.get(key)
         if path is None:
             path = self._routes[key] = tuple(self.topology.route(*key))

@@ -20,13 +20,12 @@ from phantora.errors import InputError, PhantoraError
 from phantora.netsim import cc_registry, ns3_build
 from phantora.netsim.base import CausalityError, Flow
 from phantora.netsim.ns3_calls import RecordedNetwork
-from phantora.netsim.packet import check_packet_batch, finalize_field
+from phantora.netsim.packet import check_packet_batch, finalize_field, ns3_key
 from phantora.netsim.packet_config import PacketConfig, field_of_param
 from phantora.netsim.runner_records import OnEffective, RecordParser, RunnerRecords, Tick
 from phantora.topology.model import Topology
 
 ENGINE_ENV = "PHANTORA_NETSIM_ENGINE"  # "inprocess": netsim loads the bindings as before (for comparisons)
-_MASK64 = (1 << 64) - 1
 _FLOW_CALLS = ("AddFlow", "SetLossBudget", "SetMaxRate", "SetConnection")
 
 
@@ -78,7 +77,7 @@ class RunnerNetwork:
             raise CausalityError(f"flows submitted at {at} ns but the network is already at 0 ns")
         check_packet_batch(flows, self.topology, self._known.__contains__)
         for f in flows:
-            key = (f.id if f.key is None else f.key) & _MASK64
+            key = ns3_key(f)
             dport = dports.get(f.id, 100) if dports else 100
             self._net.AddFlow(f.id, f.src, f.dst, f.size, at, f.priority, key, list(f.deps), f.delay_ns, dport)
             if f.loss_budget:

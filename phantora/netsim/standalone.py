@@ -25,9 +25,10 @@ def standalone_fct_ns(
     key: int,
     framing: tuple[int, int] | None = None,
     rate_bps: int = 0,
+    via_nic: bool = False,
 ) -> int:
-    """FCT of `size` bytes from `src` to `dst` on the ECMP path of `key`, alone on an idle fabric, under the
-    flow's rate cap `rate_bps` (payload bits/s; 0: none).
+    """FCT of `size` bytes from `src` to `dst` on the ECMP path of `key` (through the NICs: `via_nic`), alone on
+    an idle fabric, under the flow's rate cap `rate_bps` (payload bits/s; 0: none).
 
     Without `framing` (the fluid view of the flow engine, live runs and replays): the bytes at min(the path's
     bottleneck rate, the cap) plus the path's one-way latency. With `framing` = (payload bytes, header bytes) per
@@ -38,7 +39,7 @@ def standalone_fct_ns(
     """
     if src == dst or size == 0:
         return 0
-    path = topo.route(src, dst, key)
+    path = topo.route(src, dst, key, via_nic)
     if not path:
         return 0
     if framing is None:
@@ -56,10 +57,12 @@ def standalone_fct_ns(
 
 class Alone(NamedTuple):
     """What a flow's standalone FCT takes besides its completion: the ECMP key the engines hashed (`Flow.key`, else
-    its id) and its rate cap (`Flow.rate_bps`, payload bits/s; 0: none)."""
+    its id), its rate cap (`Flow.rate_bps`, payload bits/s; 0: none) and whether it goes through the NICs
+    (`Flow.via_nic`)."""
 
     key: int
     rate_bps: int = 0
+    via_nic: bool = False
 
 
 def flow_alone(flows: Iterable[Flow]) -> dict[int, Alone]:
@@ -68,8 +71,8 @@ def flow_alone(flows: Iterable[Flow]) -> dict[int, Alone]:
     out: dict[int, Alone] = {}
     for f in flows:
         key = f.id if f.key is None else f.key
-        if f.rate_bps or key != f.id:
-            out[f.id] = Alone(key, f.rate_bps)
+        if f.rate_bps or key != f.id or f.via_nic:
+            out[f.id] = Alone(key, f.rate_bps, f.via_nic)
     return out
 
 
@@ -95,14 +98,15 @@ class StandaloneFct:
 
     def __init__(self, topo: Topology) -> None:
         self.topo = topo
-        self._paths: dict[tuple[int, int, int], tuple[int, int]] = {}  # (src, dst, key) -> (bottleneck bps, ns)
+        # (src, dst, key, via_nic) -> (bottleneck bps, ns)
+        self._paths: dict[tuple[int, int, int, bool], tuple[int, int]] = {}
 
-    def __call__(self, src: int, dst: int, size: int, key: int, rate_bps: int = 0) -> int:
+    def __call__(self, src: int, dst: int, size: int, key: int, rate_bps: int = 0, via_nic: bool = False) -> int:
         if src == dst or size == 0:
             return 0
-        got = self._paths.get((src, dst, key))
+        got = self._paths.get((src, dst, key, via_nic))
         if got is None:
-            path = self.topo.route(src, dst, key)
+            path = self.topo.route(src, dst, key, via_nic)
             got = (self.topo.path_bottleneck_bps(path), self.topo.path_latency_ns(path)) if path else (0, 0)
-            self._paths[(src, dst, key)] = got
+            self._paths[(src, dst, key, via_nic)] = got
         return fluid_ns(size, got[0], got[1], rate_bps)

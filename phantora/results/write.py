@@ -113,13 +113,15 @@ def write_flows_csv(
         f = flows.get(c.flow_id) if flows is not None else None
         cap: int | None
         if f is not None:
-            key, cap = (c.flow_id if f.key is None else f.key), f.rate_bps
+            key, cap, nic = (c.flow_id if f.key is None else f.key), f.rate_bps, f.via_nic
         elif alone is not None:
-            key, cap = alone_of(alone, c.flow_id)
+            key, cap, nic = alone_of(alone, c.flow_id)
         else:
-            key, cap = c.flow_id, None
+            key, cap, nic = c.flow_id, None, False
         fct = fct_ns[c.flow_id] if fct_ns is not None else c.end_ns - c.start_ns
-        alone_ns = standalone_ns[c.flow_id] if standalone_ns is not None else fluid(c.src, c.dst, c.size, key, cap or 0)
+        alone_ns = (
+            standalone_ns[c.flow_id] if standalone_ns is not None else fluid(c.src, c.dst, c.size, key, cap or 0, nic)
+        )
         return (
             [c.flow_id, c.tag, names[c.src], names[c.dst], c.src, c.dst, c.size, f.priority if f else ""]
             + [c.start_ns, c.end_ns, fct, alone_ns, f"{fct / alone_ns:.4f}" if alone_ns else ""]

@@ -28,6 +28,14 @@ ECMP_HASHES = ("phantora", "hpcc")
 HPCC_FIRST_SPORT = 10000  # third.cc: portNumder[host] = 10000, then one more per flow the host starts
 _MASK32 = 0xFFFFFFFF
 _MASK64 = (1 << 64) - 1
+NIC_HASH_BIT = 1 << 62  # set in the ECMP input of a flow through the NICs (`ecmp_input`)
+
+
+def ecmp_input(key: int, via_nic: bool) -> int:
+    """What the ECMP hash reads for a flow of ECMP `key`: the key, with `NIC_HASH_BIT` set for a flow through the
+    NICs, as the ns-3 model's packet headers carry both in one 64-bit word (`packet.ns3_key`); so both engines
+    hash such a flow alike, onto the paths it took when the bit was part of its key."""
+    return key | NIC_HASH_BIT if via_nic else key
 
 
 def splitmix_hash(flow_key: int, node: int) -> int:

@@ -12,9 +12,9 @@ Conventions
   switches. Among equal-cost next hops, the topology's ECMP policy (``ecmp_hash``: ``phantora``
   or ``hpcc``, see ``phantora.topology.ecmp``) picks one. The ns-3 switches use the same
   functions, so both engines put a flow on the same path.
-- A flow whose ECMP key has `NIC_ROUTE_BIT` set leaves through its NICs even between endpoints of one NVSwitch
-  (NCCL's NET transport between GPUs of one host with P2P off: collectives/nccl/net_split.py); both engines and
-  the route caches read the bit from the key.
+- A flow through the NICs (`via_nic`, `Flow.via_nic`) leaves through its NICs even between endpoints of one
+  NVSwitch (NCCL's NET transport between GPUs of one host with P2P off: collectives/nccl/net_split.py). Its ECMP
+  hash reads its key with `NIC_HASH_BIT` set (`ecmp_input`), as ns-3's one 64-bit key word carries it.
 """
 
 from __future__ import annotations
@@ -24,18 +24,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from phantora.errors import InputError
-from phantora.topology.ecmp import check_ecmp_hash, hpcc_hash, hpcc_neighbour_rank, splitmix_hash
+from phantora.topology.ecmp import check_ecmp_hash, ecmp_input, hpcc_hash, hpcc_neighbour_rank, splitmix_hash
 
 ENDPOINT_KINDS = ("gpu", "host")
-NIC_ROUTE_BIT = 1 << 62  # in a flow's ECMP key: route through the NICs, never a shared NVSwitch
-
-
-def via_nic(key: int | None) -> bool:
-    """Whether a flow's ECMP key asks for the route through the NICs (`NIC_ROUTE_BIT`)."""
-    return key is not None and bool(key & NIC_ROUTE_BIT)
 
 
 NODE_KINDS = ("gpu", "host", "nvswitch", "switch")
+RouteArgs = tuple[int, int] | tuple[int, int, int] | tuple[int, int, int, bool]  # `route`'s, from `route_cache_key`
 
 
 @dataclass(frozen=True)
@@ -220,10 +215,9 @@ class Topology:
         self._nvs_cache[pair] = got
         return got
 
-    def nvswitch_of(self, src: int, dst: int, key: int | None) -> int | None:
-        """The NVSwitch a flow (src, dst, ECMP key) crosses: `shared_nvswitch`, None where the key routes it through
-        the NICs (`NIC_ROUTE_BIT`)."""
-        return None if via_nic(key) else self.shared_nvswitch(src, dst)
+    def nvswitch_of(self, src: int, dst: int, *, via_nic: bool) -> int | None:
+        """The NVSwitch a flow (src, dst) crosses: `shared_nvswitch`, None for a flow through the NICs."""
+        return None if via_nic else self.shared_nvswitch(src, dst)
 
     def _forwards(self, node: int) -> bool:
         return self.nodes[node].kind == "switch"
@@ -310,7 +304,7 @@ class Topology:
         return order
 
     def pick(self, node: int, src: int, dst: int, flow_key: int) -> tuple[int, int]:
-        """The (neighbour, channel) a packet of flow (src, dst, key) leaves `node` by."""
+        """The (neighbour, channel) a packet of flow (src, dst) leaves `node` by, hashing `flow_key` (`ecmp_input`)."""
         hops = self.next_hops(node, dst)
         if len(hops) == 1:
             return hops[0]
@@ -334,31 +328,32 @@ class Topology:
             self._one_path[pair] = got
         return got
 
-    def route_cache_key(self, src: int, dst: int, flow_key: int) -> tuple[int, ...]:
-        """What a route cache keys a flow by: its pair where the pair has one path (`one_path`), else its pair and
-        ECMP key (a flow without a key passes its id)."""
-        if flow_key & NIC_ROUTE_BIT:
-            return (src, dst, flow_key)  # through the NICs: routed with its key
+    def route_cache_key(self, src: int, dst: int, flow_key: int, via_nic: bool = False) -> RouteArgs:
+        """What a route cache keys a flow by, `route`'s arguments: its pair where the pair has one path (`one_path`),
+        else its pair and ECMP key (a flow without a key passes its id); a flow through the NICs: all four."""
+        if via_nic:
+            return (src, dst, flow_key, True)  # through the NICs: routed with its key
         return (src, dst) if self.one_path(src, dst) else (src, dst, flow_key)
 
-    def check_route(self, src: int, dst: int, flow_key: int = 0) -> None:
-        """Raise `route`'s InputError if no flow can go from src to dst, without walking a path (whether a pair has a
-        route depends on a flow's ECMP key only through `NIC_ROUTE_BIT`)."""
-        if src != dst and self.nvswitch_of(src, dst, flow_key) is None and self._dist_to(dst)[src] >= 1 << 30:
+    def check_route(self, src: int, dst: int, via_nic: bool = False) -> None:
+        """Raise `route`'s InputError if no flow (through the NICs or not) can go from src to dst, without walking a
+        path (whether a pair has a route does not depend on a flow's ECMP key)."""
+        if src != dst and self.nvswitch_of(src, dst, via_nic=via_nic) is None and self._dist_to(dst)[src] >= 1 << 30:
             raise InputError(f"no route from {self.nodes[src].name} to {self.nodes[dst].name} in '{self.name}'")
 
-    def route(self, src: int, dst: int, flow_key: int = 0) -> list[int]:
-        """Channel ids of the path a flow with this key takes from src to dst."""
+    def route(self, src: int, dst: int, flow_key: int = 0, via_nic: bool = False) -> list[int]:
+        """Channel ids of the path a flow with this key (through the NICs or not) takes from src to dst."""
         if src == dst:
             return []
-        nv = self.nvswitch_of(src, dst, flow_key)
+        nv = self.nvswitch_of(src, dst, via_nic=via_nic)
         if nv is not None:
             return [self._channel(src, nv), self._channel(nv, dst)]
-        self.check_route(src, dst, flow_key)
+        self.check_route(src, dst, via_nic)
         path: list[int] = []
         node = src
+        hashed = ecmp_input(flow_key, via_nic)
         while node != dst:
-            v, ch = self.pick(node, src, dst, flow_key)
+            v, ch = self.pick(node, src, dst, hashed)
             path.append(ch)
             node = v
         return path

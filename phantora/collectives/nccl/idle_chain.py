@@ -20,11 +20,11 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
     """The longest chains of dependent flows on an idle network: the longest of their propagation plus transfer
     time at their caps (a flow without one: at its path's slowest link), and the longest of their transfer time
     alone (ns). Queues take their flows in release order on the first reckoning (the second keeps that order)."""
-    paths: dict[tuple[int, int, int], tuple[int, int]] = {}  # (propagation ns, slowest link bps)
+    paths: dict[tuple[int, int, int, bool], tuple[int, int]] = {}  # (propagation ns, slowest link bps)
     hop: list[float] = []
     own: list[float] = []
     for f, size, cap in zip(flows, wire, caps, strict=True):
-        key = (f.src, f.dst, f.id if f.key is None else f.key)
+        key = (f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
         path = paths.get(key)
         if path is None:
             route = topo.route(*key) if f.src != f.dst else []

@@ -40,7 +40,7 @@ from phantora.collectives.nccl.pci_paths import (
 from phantora.collectives.nccl.pci_paths import link_bw as pci_link_bw
 from phantora.collectives.nccl.settings import NcclSettings
 from phantora.netsim.base import Flow
-from phantora.topology.model import NIC_ROUTE_BIT, Node, Topology
+from phantora.topology.model import Node, Topology
 
 
 def nic_gbs(topo: Topology, node: int) -> float:
@@ -209,12 +209,12 @@ def base_of(topo: Topology) -> Topology:
 
 
 def through_nics(flows: list[Flow], view: Topology, base: Topology) -> list[Flow]:
-    """`flows` (built on `view`) with those between two NCCL nodes of one NVLink host keyed to leave through the
-    NICs (`NIC_ROUTE_BIT`): GPU -> its NIC -> the fabric -> the peer's NIC -> GPU, as NCCL's NET transport runs."""
+    """`flows` (built on `view`) with those between two NCCL nodes of one NVLink host set to leave through the
+    NICs (`Flow.via_nic`): GPU -> its NIC -> the fabric -> the peer's NIC -> GPU, as NCCL's NET transport runs."""
     out = []
     for f in flows:
         apart = f.src != f.dst and view.nodes[f.src].host != view.nodes[f.dst].host
         if apart and base.shared_nvswitch(f.src, f.dst) is not None:
-            f = dataclasses.replace(f, key=(f.id if f.key is None else f.key) | NIC_ROUTE_BIT)
+            f = dataclasses.replace(f, via_nic=True)
         out.append(f)
     return out

@@ -51,7 +51,7 @@ def propagation_ns(flows: list[Flow], topo: Topology) -> int:
         if f.src == f.dst or (f.src, f.dst) in seen:
             continue
         seen.add((f.src, f.dst))
-        route = topo.route(f.src, f.dst, f.id if f.key is None else f.key)
+        route = topo.route(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
         worst = max(worst, topo.path_latency_ns(route))
     return worst
 
@@ -163,6 +163,7 @@ def shape(
             cap,
             f.conn,
             f.queue,
+            f.via_nic,
         )  # fmt: skip
         for f, w, cap in zip(flows, wire, caps, strict=True)
     ]
@@ -325,13 +326,13 @@ def _nvlink_uncapped(flows: list[Flow], caps: list[int], topo: Topology) -> list
 
 def _inside_node(f: Flow, topo: Topology) -> bool:
     """Whether `f` stays on its GPU or crosses an NVSwitch its endpoints share (never the network)."""
-    return f.src == f.dst or topo.nvswitch_of(f.src, f.dst, f.key) is not None
+    return f.src == f.dst or topo.nvswitch_of(f.src, f.dst, via_nic=f.via_nic) is not None
 
 
 def _peer_cap(f: Flow, wire: int, pair_bytes: int, peer_bw: float, topo: Topology, pcie: bool = False) -> int:
     """One channel of a p2p transfer inside a node: its part of the peer's `peer_bw` GB/s (its share of the GPU's
     NVLink, or of a PCIe host's links: `Choice.pair_bw`, `pcie`, whether or not an NVSwitch joins the pair; the
     channels of one transfer share it in proportion to their bytes), in wire bits/s; across nodes: no cap."""
-    if peer_bw <= 0 or f.size == 0 or not (pcie or topo.nvswitch_of(f.src, f.dst, f.key) is not None):
+    if peer_bw <= 0 or f.size == 0 or not (pcie or topo.nvswitch_of(f.src, f.dst, via_nic=f.via_nic) is not None):
         return 0
     return math.ceil(peer_bw * 8e9 * wire / pair_bytes)
