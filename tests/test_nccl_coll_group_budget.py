@@ -78,6 +78,19 @@ def test_a_plan_cut_inside_the_second_aggregate_keeps_both_aggregates_choices():
     assert all(o.protocol == "LL" and o.algorithm == "ring" for plan in cut for _, o in plan)
 
 
+def test_a_pat_group_past_1024_calls_is_refused_in_one_line():
+    """PAT (one GPU on each of two hosts) is not cut into plans here: past 1024 calls it is refused, not run as one
+    launch; up to that it runs as one."""
+    from phantora.topology import load_topology
+
+    topo = load_topology("testbed16")
+    pat = opts(NCCL_ALGO="PAT", PHANTORA_NCCL_VERSION="2.27.3")
+    with pytest.raises(InputError, match="PAT"):
+        decompose(Collective("all_gather", (0, 8), 1024, "bf16", group_calls=1025), topo, pat)
+    dag = decompose(Collective("all_gather", (0, 8), 1024, "bf16", group_calls=1000), topo, pat)
+    assert dag.choice is not None and dag.choice["algorithm"] == "PAT" and "plans" not in dag.choice
+
+
 def test_more_than_1024_calls_are_refused_before_2_22_only():
     """2.19 - 2.21 keep the refusal past 1024 calls (their budget is not restated); 2.22+ cut the group."""
     group = Collective("all_reduce", RANKS, 8, "fp32", group_calls=1025)

@@ -19,6 +19,7 @@ from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl.channels import plan_channels
 from phantora.collectives.options import resolve
 from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.errors import InputError
 from phantora.topology.model import Topology
 
 NVLS_ALGORITHMS = ("nvls", "nvls_tree")  # NCCL's NVLS scheduling kind: dealt apart, from channel 0
@@ -45,8 +46,14 @@ def group_plans(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[lis
     for members in aggs:
         part = _piece(whole, [sizes[i] for i in members], types[members[0]], sizes if len(aggs) > 1 else ())
         o, choice = resolve(part, topo, opts)
+        if choice is not None and o.algorithm == "pat" and len(sizes) > coll_group.MAX_CALLS:
+            raise InputError(
+                f"{len(sizes)} {coll.kind} calls in one NCCL group on PAT: more than {coll_group.MAX_CALLS} are not "
+                "modelled (its plans are cut only for the ring, tree and NVLS algorithms)",
+                field="-m" if coll.group_calls > 1 else "group_sizes",
+            )
         if choice is None or o.algorithm not in DEALT_ALGORITHMS:
-            return None  # NCCL's symmetric kernels or copy engines: not cut here
+            return None  # NCCL's symmetric kernels, copy engines (refused apart) or PAT: one launch
         resolved.append(o)
     n = coll.size
     p = platform_of(topo, coll.ranks, st)
