@@ -29,6 +29,15 @@ def test_the_cost_is_a_call_plus_its_work_batches() -> None:
         hl.host_launch_us(-1)
 
 
+def test_a_group_of_several_plans_launches_a_kernel_for_each() -> None:
+    """NCCL 2.22+ launches one kernel per plan of a group (enqueue.cc ncclLaunchPrepare, coll_group.plans): a
+    choice of 2 plans costs one more launch, its channels' batches as before."""
+    one = {"channels": 1}
+    two = {"channels": 1, "plans": 2}
+    assert hl.host_ns_per_call("all_reduce", one, 8, 8) == round(hl.host_launch_us(1) * 8000)
+    assert hl.host_ns_per_call("all_reduce", two, 8, 8) == round((hl.host_launch_us(1) + hl.HOST_LAUNCH_US) * 8000)
+
+
 def test_eight_launches_give_the_published_floors_of_one_and_24_channels() -> None:
     """8 launches plus the loop's tail (one GPU time over 20 iterations: NCCL's ring LL latency 6.6 + 7 x 0.6 µs at
     one channel; 17-37 µs at 1-4 MiB) meet the published floors within 1%."""

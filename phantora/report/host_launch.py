@@ -47,7 +47,9 @@ def host_launch_us(batches: int) -> float:
 
 def host_ns_per_call(kind: str, choice: dict[str, Any] | None, nranks: int, gpus_per_thread: int) -> int:
     """Host time (ns) one thread spends per call launching its `gpus_per_thread` GPUs' calls, from the NCCL
-    model's choice of the call (its "channels"; None or no channels: DEFAULT_BATCHES)."""
+    model's choice of the call (its "channels"; None or no channels: DEFAULT_BATCHES). A group NCCL 2.22+ cuts
+    into several plans (the choice's "plans") launches a kernel for each: one more launch a plan."""
     channels = choice.get("channels") if choice else None
     batches = work_batches(kind, None if channels is None else int(channels), nranks)
-    return round(host_launch_us(batches) * 1000 * gpus_per_thread)
+    plans = int(choice.get("plans", 1)) if choice else 1
+    return round((host_launch_us(batches) + HOST_LAUNCH_US * (plans - 1)) * 1000 * gpus_per_thread)
