@@ -1,5 +1,6 @@
-"""Random flow DAGs over NVLink and the fabric, for tests that hold an engine to another on any traffic (the hybrid,
-the fluid side split by host): one generator, as tests/stars.py is one star."""
+"""Flow DAGs over NVLink and the fabric, for tests that hold an engine to another on any traffic (the hybrid, the
+fluid side split by host, partition workers): one random generator and one ring across testbed16's hosts, as
+tests/stars.py is one star."""
 
 from __future__ import annotations
 
@@ -57,3 +58,16 @@ def random_dag(
         cap = rng.choice(CAPS) if size else 0
         flows.append(Flow(first + i, src, dst, size, deps, rng.randint(0, 2_000), rate_bps=cap))
     return flows
+
+
+def ring_step(g: list[int], base: int, step: int, fid: int, last: dict[tuple[int, int], tuple[int, ...]]) -> list[Flow]:
+    """Step `step` of the ring gpu `base` -> `base` + 1 -> `base` + 9 -> `base` + 8 -> `base` over testbed16's GPUs
+    `g` (an NVLink hop in each host, two hops across them), ids from `fid`: 256 KiB a hop on even steps, 512 KiB on
+    odd ones, each after the ring's hop before it (`last`: (base, hop) -> that hop's id, updated)."""
+    hops = [(g[base], g[base + 1]), (g[base + 1], g[base + 9]), (g[base + 9], g[base + 8]), (g[base + 8], g[base])]
+    out = []
+    for k, (src, dst) in enumerate(hops):
+        out.append(Flow(fid + k, src, dst, (256 << 10) * (1 + step % 2), deps=last.get((base, k - 1), ())))
+        last[(base, k)] = (fid + k,)
+    last[(base, -1)] = last[(base, 3)]
+    return out

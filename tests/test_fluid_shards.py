@@ -15,7 +15,7 @@ from phantora.netsim.fluid_shards import ShardedFluid, host_shards
 from phantora.netsim.hybrid import FluidNvlinkSimulator, in_order
 from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.loader import load_topology
-from tests.random_dags import MIB, gpus_by_host, random_dag
+from tests.random_dags import MIB, gpus_by_host, random_dag, ring_step
 
 
 def key(done: list[Completion]) -> list[tuple[int, int, int]]:
@@ -144,13 +144,8 @@ def test_fluid_shards_beside_ns3_give_one_keyed_engines_completions_and_links(pa
     last: dict[tuple[int, int], tuple[int, ...]] = {}
     for step in range(4):  # gpu0 -> gpu1 -> gpu9 -> gpu8 -> gpu0 and gpu4 -> gpu5 -> gpu13 -> gpu12 -> gpu4
         for base in (0, 4):
-            hops = [(g[base], g[base + 1]), (g[base + 1], g[base + 9]), (g[base + 9], g[base + 8]),
-                    (g[base + 8], g[base])]  # fmt: skip
-            for k, (src, dst) in enumerate(hops):
-                flows.append(Flow(fid, src, dst, (256 << 10) * (1 + step % 2), deps=last.get((base, k - 1), ())))
-                last[(base, k)] = (fid,)
-                fid += 1
-            last[(base, -1)] = last[(base, 3)]
+            flows += ring_step(g, base, step, fid, last)
+            fid += 4
             # host 1's marker after host 0's NVLink hop of this step, then an NVLink flow on host 1 after it
             flows.append(Flow(fid, g[10], g[10], 0, delay_ns=1_500, deps=(fid - 4,)))
             flows.append(Flow(fid + 1, g[10], g[11], 1 << 20, deps=(fid,), rate_bps=400_000_000_000))

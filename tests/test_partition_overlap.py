@@ -22,6 +22,7 @@ import pytest
 from phantora.netsim.base import Flow
 from phantora.netsim.packet_config import KEYED_SCHEDULER, PacketConfig
 from phantora.topology.loader import load_topology
+from tests.random_dags import ring_step
 from tests.test_partition_reuse import _FakePool
 
 FABRIC_NS = 50_000  # a fabric flow's time from its post to its end, in the fake worker
@@ -141,16 +142,11 @@ def test_overlapped_rounds_on_ns3_workers_give_one_keyed_engines_completions(wor
     g = [v for v, node in enumerate(topo.nodes) if node.kind == "gpu"]
     flows: list[Flow] = []
     fid = 1
-    last: dict[int, tuple[int, ...]] = {}
+    last: dict[tuple[int, int], tuple[int, ...]] = {}
     for step in range(4):  # two rings, gpu0 -> gpu1 -> gpu9 -> gpu8 -> gpu0 and gpu4 -> gpu5 -> gpu13 -> gpu12 -> gpu4
         for base in (0, 4):
-            hops = [(g[base], g[base + 1]), (g[base + 1], g[base + 9]), (g[base + 9], g[base + 8]),
-                    (g[base + 8], g[base])]  # fmt: skip
-            for k, (src, dst) in enumerate(hops):
-                flows.append(Flow(fid, src, dst, (256 << 10) * (1 + step % 2), deps=last.get((base, k - 1), ())))
-                last[(base, k)] = (fid,)
-                fid += 1
-            last[(base, -1)] = last[(base, 3)]
+            flows += ring_step(g, base, step, fid, last)
+            fid += 4
     prev: tuple[int, ...] = ()
     for _ in range(40):  # host 1's own compute and NVLink chain
         flows.append(Flow(fid, g[10], g[10], 0, delay_ns=2_000, deps=prev))
