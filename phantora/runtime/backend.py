@@ -39,7 +39,7 @@ from torch.futures import Future
 from bridge.client import WaitTimedOut
 from phantora.errors import InputError, PhantoraError
 from phantora.perfmodel.dtypes import short_dtype
-from phantora.runtime import gloo_cost, tensor_values
+from phantora.runtime import gloo_cost, mirror_groups, tensor_values
 from phantora.runtime import session as _session
 from phantora.runtime.coalesce_block import GROUPED, HeldCall, bins, merged
 from phantora.runtime.gloo_lanes import PairLanes
@@ -314,6 +314,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._launch: int | None = None  # the open coalescing block's NCCL group launch: its calls start together
         self._sync = False  # the call being issued is async_op=False: it runs on the caller's current CUDA stream
         self._nccl_env = program_nccl_env(session.nccl_env_at_start)  # NCCL_* the program set before creating it
+        self._mirrors_checked = False  # mirror_groups.check done at its first collective
         self._gloo: UnownedGloo | None = None
         # a plain gloo group of real mode (`new_group(backend="gloo")`): its calls are host-side synchronisations of
         # zero network bytes, each member leaving at the latest member's issue (`_map_backend`)
@@ -514,6 +515,11 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         transfers: Sequence[Transfer] | None = None,
     ) -> Pending:
         """Tell the session of one collective of this group, on its NCCL stream and in the open launch."""
+        if not self._mirrors_checked:  # rank deduplication: the group's shifted copies are groups the program made
+            self._mirrors_checked = True
+            live = getattr(self._s.client, "live", None)
+            if isinstance(live, int):
+                mirror_groups.check(self._ranks, self._s.world_size, live, kind)
         return self._s.issue(
             kind=kind,
             name=name,
@@ -1227,6 +1233,8 @@ def use_as_default() -> None:
         elif len(args) > 2:
             args = (*args[:2], _map_backend(args[2], _phantom(), groups=True), *args[3:])
         pg = orig_new(*args, **kwargs)
+        local = kwargs.get("use_local_synchronization", args[4] if len(args) > 4 else False)
+        mirror_groups.note(kwargs.get("ranks", args[0] if args else None), bool(local))
         if asked and isinstance(pg, PhantoraProcessGroup):  # no backend: the default group's name (name_of)
             pg.torch_backend = backend_name.cuda_name(asked)
             pg.gloo_sync = not _phantom() and _is_gloo(asked)

@@ -1,0 +1,85 @@
+"""Rank deduplication refuses a collective on a new_group whose shifted copy the program never made (the mirrored
+ranks would not run it; phantora/runtime/mirror_groups.py), and lets through programs that make every copy."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from phantora.errors import InputError
+from phantora.runtime import mirror_groups
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Iterator[None]:
+    mirror_groups.reset()
+    yield
+    mirror_groups.reset()
+
+
+def test_a_group_without_its_shifted_copy_is_refused() -> None:
+    """16 ranks, 8 live: [0..3] stands for [8..11] too, which the program never made."""
+    mirror_groups.note([0, 1, 2, 3])
+    with pytest.raises(InputError, match=r"--dedup.*copy \[8, 9, 10, 11\].*--dedup off"):
+        mirror_groups.check((0, 1, 2, 3), 16, 8, "all_reduce")
+
+
+def test_a_group_made_on_every_host_passes() -> None:
+    for h in range(2):
+        mirror_groups.note(range(8 * h, 8 * h + 4))
+    mirror_groups.check((0, 1, 2, 3), 16, 8, "all_reduce")
+    mirror_groups.note([0, 8])  # a DP pair: its own shift by 8 (live ranks 0 and 8 mirror each other)
+    mirror_groups.check((0, 8), 16, 8, "all_reduce")
+
+
+def test_unchecked_groups() -> None:
+    """Without deduplication, groups not made by new_group (split_group, DeviceMesh), and local-sync new_groups."""
+    mirror_groups.note([0, 1, 2, 3])
+    mirror_groups.check((0, 1, 2, 3), 16, 16, "all_reduce")  # every rank live
+    mirror_groups.check((4, 5), 16, 8, "all_reduce")  # not made by new_group here
+    mirror_groups.note([0, 1], local=True)
+    mirror_groups.check((0, 1), 16, 8, "all_reduce")
+
+
+PROGRAM = """
+    import os
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    groups = [dist.new_group(list(range(8 * h, 8 * h + 4))) for h in range({hosts})]
+    x = torch.ones(1 << 18, device="cuda")
+    if rank % 8 < 4:
+        dist.all_reduce(x, group=groups[rank // 8])
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("hosts", "ok"), [(1, False), (2, True)])
+def test_live_run_on_two_hosts(tmp_path: Path, hosts: int, ok: bool) -> None:
+    """testbed16, 16 ranks, --phantom (8 live): a 4-rank group made on host 0 only is refused in one line naming
+    --dedup; made on both hosts, the run goes through and the collective runs as two copies."""
+    import json
+    import subprocess
+    import sys
+
+    prog = tmp_path / "p.py"
+    prog.write_text(textwrap.dedent(PROGRAM.format(hosts=hosts)))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "testbed16", "--nproc", "16", "--phantom",
+           "--quiet", "--out", str(out), str(prog)]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if ok:
+        assert p.returncode == 0, p.stderr[-2000:]
+        recs = json.loads((out / "cosim.json").read_text())["collectives"]
+        assert [(r["group"], r["copies"]) for r in recs if r["kind"] == "all_reduce"] == [([0, 1, 2, 3], 2)]
+    else:
+        assert p.returncode != 0
+        assert "field '--dedup'" in p.stderr and "copy [8, 9, 10, 11]" in p.stderr and "Traceback" not in p.stderr
