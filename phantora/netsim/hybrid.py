@@ -46,7 +46,6 @@ from phantora.netsim.observe import (
     QueueSample,
     Trim,
 )
-from phantora.topology.model import via_nic
 
 if TYPE_CHECKING:
     from phantora.netsim.effective import EffectiveSettings
@@ -81,7 +80,7 @@ class WideDeps:
 def flow_side(f: Flow, nvswitch: Callable[[int, int], object]) -> int:
     """FLUID for a marker (no bytes, or to itself) or a flow through one NVSwitch (`nvswitch(src, dst)`: the
     topology's `shared_nvswitch`, not None, and its key not routed through the NICs); PACKET otherwise."""
-    if f.size == 0 or f.src == f.dst or (not via_nic(f.key) and nvswitch(f.src, f.dst) is not None):
+    if f.size == 0 or f.src == f.dst or (not f.via_nic and nvswitch(f.src, f.dst) is not None):
         return FLUID
     return PACKET
 
