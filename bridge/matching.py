@@ -43,7 +43,8 @@ class Call:
         extra += f", op={self.redop}" if self.redop != "sum" else ""
         extra += f", algo={dict(self.algo)}" if self.algo else ""
         label = f" '{self.name}'" if self.name else ""
-        return f"rank {self.rank} called {self.kind}{label}({self.nbytes} B, {self.dtype}{extra}) at {self.t} ns"
+        typed = "" if self.kind in ("send", "recv") else f", {self.dtype}"  # a transfer's wire carries bytes alone
+        return f"rank {self.rank} called {self.kind}{label}({self.nbytes} B{typed}{extra}) at {self.t} ns"
 
     def signature(self) -> tuple[Any, ...]:
         return (self.kind, self.nbytes, self.dtype, self.root, self.algo, self.redop)

@@ -57,3 +57,11 @@ def test_a_bad_nccl_variable_fails_in_a_line_that_leads_with_it() -> None:
     assert text.split(":")[0].strip() in ("field 'NCCL_ALGO'", "NCCL_ALGO='Foo'"), text
     assert "unknown name 'Foo'" in text and "issued by all 4 ranks" in text and "missing" not in text
     assert "\n" not in text
+
+
+def test_a_transfer_is_described_in_bytes_without_a_dtype() -> None:
+    """The p2p wire carries no dtype (the coordinator files a transfer as uint8): a send reads as its bytes, not as
+    a uint8 send of a program that sent floats."""
+    send = Call(rank=1, handle=1, kind="send", nbytes=1 << 20, dtype="uint8", root=None, t=0, name="send#0")
+    assert send.describe() == "rank 1 called send 'send#0'(1048576 B) at 0 ns"
+    assert "fp32" in _call(0).describe()
