@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 import msgpack
 
@@ -35,6 +35,29 @@ if TYPE_CHECKING:
     from phantora.topology.model import Topology
 
 _COUNTERS_MAX = ("max_component",)  # stats the shards merge by their largest, not their sum
+T = TypeVar("T")
+
+
+class _OnEveryShard(Generic[T]):
+    """A `ShardedFluid` attribute the hybrid sets and reads on its fluid engine: read from the first shard, set on
+    every shard."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _OnEveryShard[T]: ...
+    @overload
+    def __get__(self, obj: ShardedFluid, owner: type) -> T: ...
+    def __get__(self, obj: ShardedFluid | None, owner: type) -> T | _OnEveryShard[T]:
+        if obj is None:
+            return self
+        got: T = getattr(obj.shards[0], self._name)
+        return got
+
+    def __set__(self, obj: ShardedFluid, value: T) -> None:
+        for s in obj.shards:
+            setattr(s, self._name, value)
 
 
 def host_shards(topo: Topology, shards: int) -> list[int]:
@@ -82,41 +105,11 @@ class ShardedFluid:
         self._sent: dict[int, Flow] = {}  # (wire) flows sent, by id: a completion comes back as (id, start, end)
 
     # ----- what the hybrid sets and reads on its fluid engine, forwarded ----------------------------
-    def _set_all(self, name: str, value: object) -> None:
-        for s in self.shards:
-            setattr(s, name, value)
-
-    @property
-    def prechecked(self) -> bool:
-        return self.shards[0].prechecked
-
-    @prechecked.setter
-    def prechecked(self, value: bool) -> None:
-        self._set_all("prechecked", value)
-
-    @property  # (`type(fluid).carries` is truthy, as `FlowSimulator`'s class attribute: the hybrid sets cap_slack)
-    def carries(self) -> bool:
-        return self.shards[0].carries
-
-    @carries.setter
-    def carries(self, value: bool) -> None:
-        self._set_all("carries", value)
-
-    @property
-    def cap_slack(self) -> bool:
-        return self.shards[0].cap_slack
-
-    @cap_slack.setter
-    def cap_slack(self, value: bool) -> None:
-        self._set_all("cap_slack", value)
-
-    @property
-    def stretch(self) -> Callable[[Flow, int], int] | None:
-        return self.shards[0].stretch
-
-    @stretch.setter
-    def stretch(self, value: Callable[[Flow, int], int] | None) -> None:
-        self._set_all("stretch", value)
+    # (`type(fluid).carries` is truthy, as `FlowSimulator`'s class attribute: the hybrid sets cap_slack)
+    prechecked: _OnEveryShard[bool] = _OnEveryShard()
+    carries: _OnEveryShard[bool] = _OnEveryShard()
+    cap_slack: _OnEveryShard[bool] = _OnEveryShard()
+    stretch: _OnEveryShard[Callable[[Flow, int], int] | None] = _OnEveryShard()
 
     def route(self, f: Flow) -> tuple[tuple[int, ...], int]:
         return self.shards[self._node_shard[f.src]].route(f)
