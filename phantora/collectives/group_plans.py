@@ -30,29 +30,52 @@ Piece = tuple[Collective, AlgoOptions]  # one aggregate's calls in one plan, on 
 
 def group_plans(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[list[Piece]] | None:
     """`coll`'s group of calls (`group_sizes` or `group_calls`) as the plans NCCL 2.22+ launches, each a list of
-    its aggregates' pieces in plan order; None where the group is one plan (or not NCCL's legacy kernels)."""
-    if opts.model != "nccl" or coll.kind not in coll_group.KINDS or coll.size < 2 or coll.dealt_parts:
+    its pieces in plan order (an aggregate's calls of one root in that plan); None where the group is one plan of
+    one kind, reduction and root (or not NCCL's legacy kernels). A group whose calls differ in kind, reduction or
+    root (`Collective.mixed`) is always cut here, one plan before 2.22 (its pieces then each dealt alone)."""
+    mixed = coll.mixed()
+    if coll.size < 2 or coll.dealt_parts or coll.kind not in coll_group.KINDS:
+        return None
+    if opts.model != "nccl":
+        if mixed:
+            raise InputError("a group of collectives of several kinds, reductions or roots needs model=nccl")
         return None
     sizes = call_sizes(coll)
     st = nccl_settings(opts)
     version = st.nccl_version
-    if len(sizes) < 2 or version < channel_split.SPLIT_FROM:
+    if len(sizes) < 2 or (version < channel_split.SPLIT_FROM and not mixed):
         return None
-    types = coll.group_dtypes or (coll.dtype,) * len(sizes)
-    calls = [(coll.kind, coll.redop, ty, s) for ty, s in zip(types, sizes, strict=True)]
+    m = len(sizes)
+    types = coll.group_dtypes or (coll.dtype,) * m
+    kinds = coll.group_kinds or (coll.kind,) * m
+    redops = coll.group_redops or (coll.redop,) * m
+    roots = coll.group_roots or (coll.root,) * m
+    calls = [(k, op, ty, s) for k, op, ty, s in zip(kinds, redops, types, sizes, strict=True)]
     aggs = coll_group.aggregates(version, calls)
-    whole = dataclasses.replace(coll, nbytes=sum(sizes), group_calls=1, group_sizes=sizes)
+    whole = dataclasses.replace(
+        coll, nbytes=sum(sizes), group_calls=1, group_sizes=sizes, group_kinds=(), group_redops=(), group_roots=()
+    )
+
+    def piece(members: Sequence[int], plan_sizes: tuple[int, ...]) -> Collective:
+        head = members[0]
+        return _piece(whole, [sizes[i] for i in members], calls[head], roots[head], plan_sizes)
+
     resolved: list[AlgoOptions] = []
     for members in aggs:
-        part = _piece(whole, [sizes[i] for i in members], types[members[0]], sizes if len(aggs) > 1 else ())
-        o, choice = resolve(part, topo, opts)
-        if choice is not None and o.algorithm == "pat" and len(sizes) > coll_group.MAX_CALLS:
+        o, choice = resolve(piece(members, sizes if len(aggs) > 1 else ()), topo, opts)
+        if choice is not None and o.algorithm == "pat" and m > coll_group.MAX_CALLS:
             raise InputError(
-                f"{len(sizes)} {coll.kind} calls in one NCCL group on PAT: more than {coll_group.MAX_CALLS} are not "
+                f"{m} {coll.kind} calls in one NCCL group on PAT: more than {coll_group.MAX_CALLS} are not "
                 "modelled (its plans are cut only for the ring, tree and NVLS algorithms)",
                 field="-m" if coll.group_calls > 1 else "group_sizes",
             )
         if choice is None or o.algorithm not in DEALT_ALGORITHMS:
+            if mixed:
+                raise InputError(
+                    f"a group of collectives of several kinds, reductions or roots whose {calls[members[0]][0]} "
+                    f"calls run {o.algorithm}: not modelled",
+                    field="group_kinds",
+                )
             return None  # NCCL's symmetric kernels, copy engines (refused apart) or PAT: one launch
         resolved.append(o)
     n = coll.size
@@ -66,28 +89,24 @@ def group_plans(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[lis
         nvls = o.algorithm in NVLS_ALGORITHMS
         comm = max(plan_channels(TO_NCCL[o.algorithm], p, st), o.channels)
         most_nvls, most = (max(most_nvls, comm), most) if nvls else (most_nvls, max(most, comm))
-        kernel = (types[aggs[a][0]], o.algorithm, o.protocol)
+        kernel = (*calls[aggs[a][0]][:3], o.algorithm, o.protocol)
         for i in aggs[a]:
-            count = channel_split.count_bytes(coll.kind, n, sizes[i])
-            tasks.append((coll.kind, o.protocol, count, max(1, o.channels), kernel, nvls))
+            count = channel_split.count_bytes(kinds[i], n, sizes[i])
+            tasks.append((kinds[i], o.protocol, count, max(1, o.channels), kernel, nvls))
             owner.append((a, i))
     cut = coll_group.plans(version, n, tasks, most, most_nvls)
-    if len(cut) < 2:
+    if len(cut) < 2 and not mixed:
         return None
+    dealt = version >= channel_split.SPLIT_FROM
     out: list[list[Piece]] = []
     for plan in cut:
         plan_sizes = tuple(sizes[owner[t][1]] for t, _, _ in plan)
         pieces: list[Piece] = []
-        for a in dict.fromkeys(owner[t][0] for t, _, _ in plan):
-            mine = [(t, lo, parts) for t, lo, parts in plan if owner[t][0] == a]
-            part = _piece(
-                whole,
-                [sizes[owner[t][1]] for t, _, _ in mine],
-                types[aggs[a][0]],
-                plan_sizes if len(plan_sizes) > 1 else (),
-            )
+        for a, root in dict.fromkeys((owner[t][0], roots[owner[t][1]]) for t, _, _ in plan):
+            mine = [(t, lo, parts) for t, lo, parts in plan if owner[t][0] == a and roots[owner[t][1]] == root]
+            part = piece([owner[t][1] for t, _, _ in mine], plan_sizes if len(plan_sizes) > 1 else ())
             o = resolved[a]
-            if o.algorithm not in NVLS_ALGORITHMS:
+            if dealt and o.algorithm not in NVLS_ALGORITHMS:
                 per = coll_group.channel_bytes([(lo, parts) for _, lo, parts in mine])
                 first = next((c for c, b in enumerate(per) if b > 0), 0)
                 part = dataclasses.replace(
@@ -99,12 +118,23 @@ def group_plans(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[lis
     return out
 
 
-def _piece(whole: Collective, sizes: Sequence[int], dtype: str, plan_sizes: tuple[int, ...]) -> Collective:
-    """Calls of `sizes` bytes of one aggregate of type `dtype` as one collective of `whole`'s kind and ranks, in a
-    plan of `plan_sizes` (its works: numPipeOps; () for a plan of only these calls)."""
+def _piece(
+    whole: Collective,
+    sizes: Sequence[int],
+    call: tuple[str, str, str, int],
+    root: int | None,
+    plan_sizes: tuple[int, ...],
+) -> Collective:
+    """Calls of `sizes` bytes of one aggregate (`call`: its head's (kind, reduction, dtype, bytes)) from `root`
+    as one collective of `whole`'s ranks, in a plan of `plan_sizes` (its works: numPipeOps; () for a plan of only
+    these calls)."""
     one = len(sizes) == 1
+    kind, redop, dtype, _ = call
     return dataclasses.replace(
         whole,
+        kind=kind,
+        redop=redop,
+        root=root,
         nbytes=sum(sizes),
         dtype=dtype,
         group_calls=1,

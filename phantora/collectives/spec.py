@@ -38,6 +38,7 @@ PROTOCOLS = ("auto", "LL", "LL128", "Simple")
 # which NCCL lacks but phantora's process group runs (collectives/nccl/redop.py)
 REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum", "band", "bor", "bxor")
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")  # the kinds that take a reduction
+GROUPED_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")  # NCCL's collective tasks
 MODELS = ("nccl", "ideal")
 GRANULARITIES = ("coarse", "chunked")  # one flow per connection and algorithm step, or NCCL's steps and chunks
 DTYPE_BYTES = {short: dtype_bytes(normalize_dtype(short)) for short in COLLECTIVE_DTYPES}
@@ -104,6 +105,12 @@ class Collective:
     # each of those calls' dtype where they differ (a coalesced call's tensors of mixed dtypes: NCCL aggregates per
     # type, decompose.group_aggregates); () where all are `dtype`
     group_dtypes: tuple[str, ...] = ()
+    # a device block's calls of several kinds, reductions or roots in one NCCL group (runtime/coalesce_block.py):
+    # each call's kind, reduction and root (group-local; None for a kind without one), beside group_sizes, the first
+    # this collective's own; () where all are `kind`, `redop`, `root`. Decomposed as one plan (group_plans.py)
+    group_kinds: tuple[str, ...] = ()
+    group_redops: tuple[str, ...] = ()
+    group_roots: tuple[int | None, ...] = ()
     # one of the aggregates NCCL keeps apart in a group of calls (decompose.group_aggregates): the bytes of every
     # call of that group, its own among them (NCCL rates every aggregate with numPipeOps from the group's calls);
     # () otherwise
@@ -196,6 +203,37 @@ class Collective:
             )
         if self.root is not None and not 0 <= self.root < len(self.ranks):
             raise InputError(f"root {self.root} is not a group-local index of {len(self.ranks)} ranks", field="root")
+        self._check_mixed()
+
+    def _check_mixed(self) -> None:
+        """`group_kinds`, `group_redops`, `group_roots`: one a call of `group_sizes`, the first this call's."""
+        n = len(self.group_sizes)
+        for name, got, own in (
+            ("group_kinds", self.group_kinds, self.kind),
+            ("group_redops", self.group_redops, self.redop),
+            ("group_roots", self.group_roots, self.root),
+        ):
+            if got and (len(got) != n or got[0] != own):
+                raise InputError(
+                    f"{name} {list(got)} must give each of group_sizes' {n} calls its value, the first {own!r}",
+                    field=name,
+                )
+        if set(self.group_kinds) - set(GROUPED_KINDS):
+            raise InputError(
+                f"group_kinds {list(self.group_kinds)}: a group's calls are of {', '.join(GROUPED_KINDS)}",
+                field="group_kinds",
+            )
+        if set(self.group_redops) - set(REDOPS):
+            raise InputError(f"group_redops {list(self.group_redops)}: unknown reduction", field="group_redops")
+        if any(r is not None and not 0 <= r < len(self.ranks) for r in self.group_roots):
+            raise InputError(
+                f"group_roots {list(self.group_roots)}: not group-local indices of {len(self.ranks)} ranks",
+                field="group_roots",
+            )
+
+    def mixed(self) -> bool:
+        """Whether the group's calls differ in kind, reduction or root (one plan of several collectives)."""
+        return bool(self.group_kinds or self.group_redops or self.group_roots)
 
     def _check_launch(self, g: LaunchGroup) -> None:
         """`launch`'s checks: of the group on the communicator once for the launch, then of this pair's entry."""
