@@ -10,7 +10,8 @@ nccl/coll_group.py). The backend holds the block's collectives (`HeldCall`) and,
 (`group_dtypes`), so that NCCL's aggregation, tuner choice, latency and channels apply to them together.
 
 Calls of different functions, reductions or roots are separate bins: separate coalesced calls of the one launch,
-started together (what phantora's `Collective`, one kind and root, can carry).
+started together. The model can run them as NCCL's one plan (`Collective.group_kinds` / `group_redops` /
+`group_roots`, collectives/group_plans.py), but the call, its recording (type 14) and Chakra do not carry them yet.
 """
 
 from __future__ import annotations
