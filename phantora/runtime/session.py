@@ -26,7 +26,7 @@ from phantora.collectives.slot_window import Slots, SlotWindow
 from phantora.errors import PhantoraError
 from phantora.procmem import proportional_set_mb
 from phantora.results.run_dir import RunDir
-from phantora.runtime import flex_chunks, program_env
+from phantora.runtime import flex_chunks, nccl_launch, program_env
 from phantora.runtime.any_source import AnyRecvs
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
@@ -49,6 +49,7 @@ SYNC_WIRE = ("all_reduce", 0, "uint8")  # a plain gloo group's call: no network 
 # A compute op reads the real clock (for the clock report) once in this many ops: at about 10 us an op, well
 # inside the report's 200 us period, and a clock read fewer on the other ops.
 REPORT_CHECK_OPS = 8
+NCCL_LAUNCH = "nccl:host_launch"  # the trace's name of the host's launch of an NCCL call (nccl_launch.py)
 
 
 class StorageLike(Protocol):
@@ -284,6 +285,10 @@ class RankSession:
         self.untimed: dict[str, dict[str, Any]] = {}  # kernels the compute model cannot time: count, how charged
         self.tier_ns: dict[str, int] = {}  # kernel time (launch overhead not included) by the tier that timed it
         self._launch_ns = int(getattr(model, "launch_ns", 0))
+        self._nccl_launch_ns = nccl_launch.launch_ns()  # the host's launch of an NCCL call (opt-in: nccl_launch.py)
+        self._nccl_charged: int | None = None  # the group launch last charged it (its later calls are not)
+        self.host_ns = start_ns  # the host's clock as its NCCL launches see it (`_nccl_launch`; opt-in)
+        self.nccl_launch_total_ns = 0  # the host launches charged so far
         self.comm: dict[str, CommStats] = {}
         self.step_ends: list[int] = []
         self.step_flops: list[int] = []  # counted FLOPs so far, at each step end
@@ -475,6 +480,8 @@ class RankSession:
         (their dtypes, Collective.group_dtypes) where they differ. `host`: a plain gloo group's call (backend.py,
         `gloo_sync`), a host-side synchronisation of zero network bytes that follows no CUDA stream.
         """
+        if not host:
+            self._nccl_launch(launch)
         t = self.clock.issue()
         seq = self.next_seq(group, pg)
         label = call_name(name, seq, pg=pg)
@@ -599,6 +606,8 @@ class RankSession:
         gloo group's send or recv: `nbytes` 0, not `eager`)."""
         if not is_send:
             self.any_recvs.check_named(peer, tag, pg)
+        if not host:
+            self._nccl_launch(launch)
         t = self.clock.issue()
         key = (peer, tag, is_send, pg)
         seq = self._p2p_seq.get(key, 0)
@@ -651,6 +660,28 @@ class RankSession:
             if not ahead and not gate:
                 p.t_handoff = t + ns
         return p
+
+    def _nccl_launch(self, launch: int | None) -> None:
+        """The host launches an NCCL call (`launch` None: a lone one) or the group launch `launch` (at its first call:
+        one plan at its ncclGroupEnd), when PHANTORA_NCCL_HOST_LAUNCH opts in (runtime/nccl_launch.py). The host's
+        clock runs on from its last launch (or the last device synchronise, where it waited for the GPU) by the
+        launch; the GPU cannot run the call, nor later work, before it: the compute lane moves up to it if behind.
+        A GPU busy past it hides the launch, as a host running ahead of its GPU does."""
+        ns = self._nccl_launch_ns
+        if not ns:
+            return
+        if launch is not None:
+            if launch == self._nccl_charged:
+                return
+            self._nccl_charged = launch
+        clock = self.clock
+        self.host_ns = end = self.host_ns + ns
+        self.nccl_launch_total_ns += ns
+        start = clock.compute_ns
+        if end > start:  # the GPU waits for the host: an idle gap on the compute lane
+            clock.compute_ns = end
+            if self._trace_ops is not None:
+                self._trace_ops(NCCL_LAUNCH, start, end)
 
     def _nccl_prior(self, stream: int | None) -> list[Pending]:
         """The calls of the last launch on NCCL stream `stream` (None: on none), which a call launched there next
@@ -913,13 +944,15 @@ class RankSession:
                 self.join(p)
 
     def sync(self) -> int:
-        """Join every lane and every collective in flight (a device synchronise)."""
+        """Join every lane and every collective in flight (a device synchronise): the host waits there too."""
         for i in sorted(self.pending):
             p = self.pending.get(i)
             if p is not None:
                 self.complete(p)
                 self.join(p)
-        return self.clock.sync()
+        end = self.clock.sync()
+        self.host_ns = max(self.host_ns, end)
+        return end
 
     # ----- steps and results -------------------------------------------------------------------------
     def step(self) -> int:
