@@ -93,7 +93,7 @@ def test_runner_reports_bad_scripts(ns3_lib, tmp_path: Path) -> None:
     assert main(argv) == 0
     lines = (good / "ns3-calls.txt").read_text().splitlines()
     cases = [  # (after the first line of this call, the bad line, what the error says)
-        ("AddFlow", "AddFlow 99 0 42 1000 0 3 99 0 100", "is not an endpoint"),  # no node 42
+        ("AddFlow", "AddFlow 99 0 42 1000 0 3 99 0 100 0", "is not an endpoint"),  # no node 42
         ("SetParam", "SetParam nic.PayloadSize zero", "attribute 'PayloadSize'"),
         ("Finalize", "Jump 3", "unknown call 'Jump'"),
         ("AddLink", "AddLink 0 1", "AddLink: expected 4 arguments"),

@@ -48,7 +48,7 @@ void LoadBalancer::Configure(LbMode mode, uint32_t node, Ptr<RouteTable> routes,
 uint32_t LoadBalancer::Pick(const PhantoraHeader& hdr, uint64_t nowNs) {
   m_lastFlowlet = 0;
   if (m_mode == LbMode::Ecmp) {
-    return m_routes->Pick(m_node, hdr.src, hdr.dst, hdr.ecmpKey);
+    return m_routes->Pick(m_node, hdr.src, hdr.dst, hdr.ecmpKey, hdr.viaNic);
   }
   const std::vector<uint32_t>& c = m_routes->Candidates(m_node, hdr.dst);
   const uint32_t n = static_cast<uint32_t>(c.size());
@@ -97,7 +97,7 @@ uint32_t LoadBalancer::Pick(const PhantoraHeader& hdr, uint64_t nowNs) {
     case LbMode::Oblivious:  // the entropy value joins the flow key in the hash, as a UDP source port would
       return c[EcmpHash(hdr.ecmpKey ^ ((hdr.entropy + uint64_t{1}) * 0x9E3779B97F4A7C15ULL), m_node) % n];
     default:
-      return m_routes->Pick(m_node, hdr.src, hdr.dst, hdr.ecmpKey);
+      return m_routes->Pick(m_node, hdr.src, hdr.dst, hdr.ecmpKey, hdr.viaNic);
   }
 }
 

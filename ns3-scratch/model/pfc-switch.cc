@@ -275,7 +275,7 @@ void PfcSwitch::Receive(uint32_t inPort, const Ptr<PhantoraPacket>& pkt) {
   PhantoraHeader& hdr = pkt->hdr;
   uint32_t out;
   if (m_lb.Mode() == LbMode::Ecmp || hdr.type != PktType::Data) {
-    out = m_routes->Pick(m_id, hdr.src, hdr.dst, hdr.ecmpKey);
+    out = m_routes->Pick(m_id, hdr.src, hdr.dst, hdr.ecmpKey, hdr.viaNic);
   } else {
     out = m_lb.Pick(hdr, FabricNowNs());
     m_lbTrace(hdr.flowId, hdr.seq, hdr.tsNs, out, m_lb.LastFlowlet());

@@ -100,7 +100,7 @@ uint32_t HeaderBytes(const PhantoraHeader& h) { return h.GetSerializedSize(); }
 
 void PutHeader(Writer& w, const PhantoraHeader& h) {
   w.Need(sizeof(uint8_t) * 4 + sizeof(uint32_t) * 3 + sizeof(uint64_t) * 4 + sizeof(uint16_t));
-  w.Next(static_cast<uint8_t>(h.type));
+  w.Next(static_cast<uint8_t>(static_cast<uint8_t>(h.type) | (h.viaNic ? kTypeViaNic : 0)));
   w.Next(h.prio);
   w.Next(h.flags);
   w.Next(h.nHops);
@@ -134,7 +134,9 @@ void PutHeader(Writer& w, const PhantoraHeader& h) {
 /// that say which optional ones follow, before the rest is read).
 void GetHeader(Reader& r, uint32_t len, PhantoraHeader& h) {
   r.Need(std::max<uint32_t>(len, 4));
-  h.type = static_cast<PktType>(r.Next<uint8_t>());
+  const uint8_t typeByte = r.Next<uint8_t>();
+  h.type = static_cast<PktType>(typeByte & ~kTypeViaNic);
+  h.viaNic = (typeByte & kTypeViaNic) != 0;
   h.prio = r.Next<uint8_t>();
   h.flags = r.Next<uint8_t>();
   h.nHops = std::min<uint8_t>(r.Next<uint8_t>(), kMaxIntHops);

@@ -126,11 +126,11 @@ uint32_t PhantoraFabric::HeaderBytes() const {
   return 48;
 }
 
-uint64_t PhantoraFabric::PairRttNs(uint32_t src, uint32_t dst, uint64_t key) {
+uint64_t PhantoraFabric::PairRttNs(uint32_t src, uint32_t dst, uint64_t key, bool viaNic) {
   const uint32_t payload = PayloadBytes();
   uint64_t prop = 0;
   uint64_t txPs = 0;
-  for (int64_t ch : m_routes->Path(src, dst, key)) {
+  for (int64_t ch : m_routes->Path(src, dst, key, viaNic)) {
     const LinkInfo& l = m_links[ch >> 1];
     prop += l.delayNs;
     txPs += static_cast<uint64_t>(static_cast<unsigned __int128>(payload) * 8'000'000'000'000ULL / l.bps);
@@ -138,9 +138,9 @@ uint64_t PhantoraFabric::PairRttNs(uint32_t src, uint32_t dst, uint64_t key) {
   return 2 * prop + txPs / 1000;
 }
 
-uint64_t PhantoraFabric::PathRateBps(uint32_t src, uint32_t dst, uint64_t key) {
+uint64_t PhantoraFabric::PathRateBps(uint32_t src, uint32_t dst, uint64_t key, bool viaNic) {
   uint64_t rate = std::numeric_limits<uint64_t>::max();
-  for (int64_t ch : m_routes->Path(src, dst, key)) {
+  for (int64_t ch : m_routes->Path(src, dst, key, viaNic)) {
     rate = std::min(rate, m_links[ch >> 1].bps);
   }
   return rate == std::numeric_limits<uint64_t>::max() ? 0 : rate;
@@ -175,20 +175,21 @@ uint64_t PhantoraFabric::MinPropagationNs(uint32_t src, uint32_t dst) {
   return out == std::numeric_limits<uint64_t>::max() ? 0 : out;
 }
 
-int64_t PhantoraFabric::StandaloneNs(uint32_t src, uint32_t dst, uint64_t key, uint64_t size, uint64_t maxRateBps) {
+int64_t PhantoraFabric::StandaloneNs(uint32_t src, uint32_t dst, uint64_t key, bool viaNic, uint64_t size,
+                                     uint64_t maxRateBps) {
   if (src == dst || size == 0) {
     return 0;
   }
   const uint32_t payload = PayloadBytes();
   const uint64_t pkts = (size + payload - 1) / payload;
   const uint64_t bytes = size + pkts * HeaderBytes();
-  const uint64_t rate = PathRateBps(src, dst, key);
+  const uint64_t rate = PathRateBps(src, dst, key, viaNic);
   uint64_t txNs =
       static_cast<uint64_t>(static_cast<unsigned __int128>(bytes) * 8'000'000'000ULL / std::max<uint64_t>(rate, 1));
   if (maxRateBps != 0) {  // the NIC paces a capped flow's payload at its cap where the cap binds
     txNs = std::max(txNs, static_cast<uint64_t>(static_cast<unsigned __int128>(size) * 8'000'000'000ULL / maxRateBps));
   }
-  return static_cast<int64_t>(PairRttNs(src, dst, key) + txNs);
+  return static_cast<int64_t>(PairRttNs(src, dst, key, viaNic) + txNs);
 }
 
 void PhantoraFabric::ComputeGlobalRtt() {
@@ -212,13 +213,13 @@ void PhantoraFabric::ComputeGlobalRtt() {
   m_maxBdpBytes = 0;
   for (std::size_t i = 0; i < eps.size(); i += step) {
     for (uint32_t d : eps) {
-      if (d == eps[i] || !m_routes->Reachable(eps[i], d)) {
+      if (d == eps[i] || !m_routes->Reachable(eps[i], d, false)) {
         continue;
       }
       uint64_t prop = 0;
       uint64_t tx = 0;
       uint64_t rate = 0;  // PathRateBps: 0 without a path
-      if (m_routes->PathInto(eps[i], d, 0, path)) {
+      if (m_routes->PathInto(eps[i], d, 0, false, path)) {
         rate = std::numeric_limits<uint64_t>::max();
         for (uint32_t ch : path) {
           const LinkInfo& l = m_links[ch >> 1];
@@ -234,21 +235,21 @@ void PhantoraFabric::ComputeGlobalRtt() {
   }
 }
 
-uint64_t PhantoraFabric::CcBaseRttNs(uint32_t src, uint32_t dst, uint64_t key) {
+uint64_t PhantoraFabric::CcBaseRttNs(uint32_t src, uint32_t dst, uint64_t key, bool viaNic) {
   if (m_ccBaseRtt.IsStrictlyPositive()) {
     return static_cast<uint64_t>(m_ccBaseRtt.GetNanoSeconds());
   }
-  return m_globalT ? m_maxRttNs : PairRttNs(src, dst, key);
+  return m_globalT ? m_maxRttNs : PairRttNs(src, dst, key, viaNic);
 }
 
-uint64_t PhantoraFabric::CcBdpBytes(uint32_t src, uint32_t dst, uint64_t key) {
+uint64_t PhantoraFabric::CcBdpBytes(uint32_t src, uint32_t dst, uint64_t key, bool viaNic) {
   if (m_ccBdpBytes) {
     return m_ccBdpBytes;
   }
   if (m_globalT) {
     return m_maxBdpBytes;
   }
-  return PairRttNs(src, dst, key) * PathRateBps(src, dst, key) / 8'000'000'000ULL;
+  return PairRttNs(src, dst, key, viaNic) * PathRateBps(src, dst, key, viaNic) / 8'000'000'000ULL;
 }
 
 uint64_t PhantoraFabric::MaxRttNs() const {

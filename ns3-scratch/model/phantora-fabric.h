@@ -71,21 +71,23 @@ class PhantoraFabric : public Object {
   const std::string& GetSimulator() const { return m_simulator; }
 
   // ----- paths (valid once NICs are installed) -----
+  // A path is a flow's: its ECMP key and its route (`viaNic`: through the NICs, RouteTable::Pick).
   /// Base RTT of a path: 2 x propagation + one payload's serialisation per hop (as HPCC).
-  uint64_t PairRttNs(uint32_t src, uint32_t dst, uint64_t key);
+  uint64_t PairRttNs(uint32_t src, uint32_t dst, uint64_t key, bool viaNic);
   /// Bottleneck rate of a path (0 if none).
-  uint64_t PathRateBps(uint32_t src, uint32_t dst, uint64_t key);
+  uint64_t PathRateBps(uint32_t src, uint32_t dst, uint64_t key, bool viaNic);
   /// The least propagation delay from endpoint src to dst over every route a packet may take (each hop's
   /// equal-cost candidates, whatever the load balancing picks); 0 if src == dst.
   uint64_t MinPropagationNs(uint32_t src, uint32_t dst);
   /// HPCC's standalone FCT: base RTT + the flow with headers at the path's bottleneck rate, or its payload at its
   /// rate cap `maxRateBps` (payload bits/s, as RdmaNic paces it; 0 = none) if that takes longer.
-  int64_t StandaloneNs(uint32_t src, uint32_t dst, uint64_t key, uint64_t size, uint64_t maxRateBps = 0);
+  int64_t StandaloneNs(uint32_t src, uint32_t dst, uint64_t key, bool viaNic, uint64_t size,
+                       uint64_t maxRateBps = 0);
   /// Compute the fabric-wide max base RTT and BDP (GLOBAL_T).
   void ComputeGlobalRtt();
   /// What a flow's CC is told: the override, else the fabric-wide maximum (GLOBAL_T), else its own path's.
-  uint64_t CcBaseRttNs(uint32_t src, uint32_t dst, uint64_t key);
-  uint64_t CcBdpBytes(uint32_t src, uint32_t dst, uint64_t key);
+  uint64_t CcBaseRttNs(uint32_t src, uint32_t dst, uint64_t key, bool viaNic);
+  uint64_t CcBdpBytes(uint32_t src, uint32_t dst, uint64_t key, bool viaNic);
   uint64_t MaxRttNs() const;
   uint64_t MaxBdpBytes() const;
 

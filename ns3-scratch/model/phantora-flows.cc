@@ -490,7 +490,7 @@ void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
   const FlowState& f = it->second;
   const int64_t now = NowNs();
   fcts.push_back(FctRecord{f.id, f.src, f.dst, f.sport, f.dport, f.size, f.startNs, now - f.startNs,
-                           fabric->StandaloneNs(f.src, f.dst, f.key, f.size, f.maxRateBps)});
+                           fabric->StandaloneNs(f.src, f.dst, f.key, f.viaNic, f.size, f.maxRateBps)});
   recorder->Keep(fctKeys);
   if (f.src != f.dst && f.size > 0) {  // (an empty flow never reached its receiver and has no transport record)
     const FlowTransportStats tx = fabric->GetNode(f.src).nic->TxStats(id, true);
@@ -596,12 +596,12 @@ void PhantoraNetwork::Impl::StartFlow(uint64_t id) {
     fabric->GetNode(f.dst).nic->ExpectFlow(id, f.size, f.lossBudget);
   }
   const Ptr<RdmaNic>& nic = fabric->GetNode(f.src).nic;
-  nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key, f.lossBudget, f.maxRateBps, f.conn, f.queue});
+  nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key, f.viaNic, f.lossBudget, f.maxRateBps, f.conn, f.queue});
   if (!linkDown.empty() || routesCut) {  // a scenario: a flow may start with no route, or onto a failed link
     if (nic->Stalled(id)) {
       stalls += noRoute.insert(id).second ? 1 : 0;
     } else {
-      const std::vector<int64_t> path = fabric->GetRoutes()->Path(f.src, f.dst, f.key);
+      const std::vector<int64_t> path = fabric->GetRoutes()->Path(f.src, f.dst, f.key, f.viaNic);
       if (std::any_of(path.begin(), path.end(), [this](int64_t c) { return linkDown.at(c / 2) > 0; }) &&
           blackholed.insert(id).second) {
         ++stalls;
@@ -615,7 +615,7 @@ void PhantoraNetwork::Impl::StartFlow(uint64_t id) {
 
 void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t sizeBytes, int64_t startNs,
                               uint32_t priority, uint64_t ecmpKey, const std::vector<uint64_t>& deps, int64_t delayNs,
-                              uint32_t dport) {
+                              uint32_t dport, bool viaNic) {
   Impl& s = Need();
   const std::string where = "flow " + std::to_string(id) + ": ";
   if (!s.finalized) {
@@ -641,8 +641,9 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
   if (delayNs < 0) {
     throw std::invalid_argument(where + "delay must be >= 0");
   }
-  if (src != dst && !s.routesCut && !s.fabric->GetRoutes()->Reachable(src, dst)) {  // routes cut: it stalls
-    throw std::invalid_argument(where + "no route from " + std::to_string(src) + " to " + std::to_string(dst));
+  if (src != dst && !s.routesCut && !s.fabric->GetRoutes()->Reachable(src, dst, viaNic)) {  // cut: it stalls
+    throw std::invalid_argument(where + "no route from " + std::to_string(src) + " to " + std::to_string(dst) +
+                                (viaNic ? " through the NICs (viaNic)" : ""));
   }
   Impl::FlowState f;
   f.id = id;
@@ -651,6 +652,7 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
   f.size = sizeBytes;
   f.prio = static_cast<uint8_t>(priority);
   f.key = ecmpKey;
+  f.viaNic = viaNic;
   f.submitNs = startNs;
   f.readyNs = startNs;
   f.delayNs = delayNs;

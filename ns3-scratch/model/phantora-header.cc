@@ -30,7 +30,7 @@ uint32_t PhantoraHeader::GetSerializedSize() const {
 bool PhantoraHeader::HasCredit() const { return type == PktType::Credit || (flags & kFlagCredit); }
 
 void PhantoraHeader::Serialize(Buffer::Iterator it) const {
-  it.WriteU8(static_cast<uint8_t>(type));
+  it.WriteU8(static_cast<uint8_t>(static_cast<uint8_t>(type) | (viaNic ? kTypeViaNic : 0)));
   it.WriteU8(prio);
   it.WriteU8(flags);
   it.WriteU8(nHops);
@@ -59,7 +59,9 @@ void PhantoraHeader::Serialize(Buffer::Iterator it) const {
 }
 
 uint32_t PhantoraHeader::Deserialize(Buffer::Iterator it) {
-  type = static_cast<PktType>(it.ReadU8());
+  const uint8_t typeByte = it.ReadU8();
+  type = static_cast<PktType>(typeByte & ~kTypeViaNic);
+  viaNic = (typeByte & kTypeViaNic) != 0;
   prio = it.ReadU8();
   flags = it.ReadU8();
   nHops = it.ReadU8();
@@ -94,7 +96,8 @@ uint32_t PhantoraHeader::Deserialize(Buffer::Iterator it) {
 void PhantoraHeader::Print(std::ostream& os) const {
   static const char* names[] = {"DATA", "ACK", "NACK", "PFC", "CREDIT"};
   os << names[std::min(static_cast<int>(type), 4)] << " flow=" << flowId << " " << src << "->" << dst << " seq=" << seq
-     << " len=" << payload << " prio=" << int(prio) << " flags=" << int(flags) << " hops=" << int(nHops);
+     << " len=" << payload << " prio=" << int(prio) << " flags=" << int(flags) << " hops=" << int(nHops)
+     << (viaNic ? " via-nic" : "");
 }
 
 void PhantoraHeader::PushHop(const IntHop& hop) {

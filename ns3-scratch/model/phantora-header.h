@@ -26,6 +26,9 @@ constexpr uint8_t kFlagDsack = 64;   ///< ACK: the data packet was a duplicate (
 /// report where it is (PfcSwitch::SetLastByteHook).
 constexpr uint8_t kFlagLastByte = 64;
 constexpr uint8_t kFlagCredit = 128;  ///< data: carries a credit request in `credit` (receiver credits, RCCC)
+/// On the wire, the type byte's top bit carries `viaNic` (its low bits the PktType): the serialised size of every
+/// header stays what it was before the route had a field of its own.
+constexpr uint8_t kTypeViaNic = 0x80;
 
 /**
  * Routing, transport and telemetry fields of a packet. The serialised form carries every field
@@ -55,7 +58,8 @@ class PhantoraHeader : public Header {
   uint64_t flowId = 0;    ///< queue pair (flow) id
   uint64_t seq = 0;       ///< data: first payload byte; ACK/NACK: next byte expected
   uint32_t payload = 0;   ///< payload bytes (data)
-  uint64_t ecmpKey = 0;   ///< flow key hashed by ECMP
+  uint64_t ecmpKey = 0;   ///< flow key hashed by ECMP (only hashed: the route through the NICs is `viaNic`)
+  bool viaNic = false;    ///< its flow leaves its endpoints through their NICs, even over a shared NVSwitch
   uint64_t tsNs = 0;      ///< data: send time; ACK: echoed send time of the data packet
   uint64_t sackLo = 0;    ///< ACK with kFlagSack: first byte of the received block holding the data packet
   uint64_t sackHi = 0;    ///< ACK with kFlagSack: one past its last byte

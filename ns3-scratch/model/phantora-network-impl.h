@@ -29,6 +29,7 @@ class PhantoraNetwork::Impl {
     uint64_t size;
     uint8_t prio;
     uint64_t key;
+    bool viaNic;  ///< its route: through its endpoints' NICs (AddFlow), whatever its key
     int64_t submitNs;
     int64_t readyNs;
     int64_t delayNs;

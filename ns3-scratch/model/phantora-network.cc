@@ -592,7 +592,7 @@ void PhantoraNetwork::ScheduleReconverge(int64_t atNs) {
     std::vector<std::pair<uint64_t, std::vector<int64_t>>> before;
     for (const auto& [id, f] : impl->flows) {
       if (f.startNs >= 0 && !f.dataDone && f.size > 0 && f.src != f.dst) {
-        before.emplace_back(id, routes->Path(f.src, f.dst, f.key));
+        before.emplace_back(id, routes->Path(f.src, f.dst, f.key, f.viaNic));
       }
     }
     routes->SetLinksDown(down);
@@ -613,7 +613,7 @@ void PhantoraNetwork::ScheduleReconverge(int64_t atNs) {
     uint64_t bytes = 0;
     for (const auto& [id, path] : before) {
       const Impl::FlowState& f = impl->flows.at(id);
-      const std::vector<int64_t> now = routes->Path(f.src, f.dst, f.key);
+      const std::vector<int64_t> now = routes->Path(f.src, f.dst, f.key, f.viaNic);
       if (now.empty() || now == path) {
         continue;
       }
@@ -648,7 +648,7 @@ uint64_t PhantoraNetwork::Impl::StallOnLink(uint32_t link) {
   std::sort(ids.begin(), ids.end());
   for (const uint64_t id : ids) {
     const FlowState& f = flows.at(id);
-    const std::vector<int64_t> path = fabric->GetRoutes()->Path(f.src, f.dst, f.key);
+    const std::vector<int64_t> path = fabric->GetRoutes()->Path(f.src, f.dst, f.key, f.viaNic);
     if (std::any_of(path.begin(), path.end(), [a](int64_t c) { return c == a || c == a + 1; })) {
       blackholed.insert(id);
       ++hit;
@@ -910,17 +910,21 @@ std::vector<uint64_t> PhantoraNetwork::UnpackIds(const std::string& packed) {
 }
 
 void PhantoraNetwork::AddFlows(const std::string& packed) {
-  constexpr size_t kWords = 8;
+  constexpr size_t kWords = 9;
   if (packed.size() % (kWords * sizeof(uint64_t)) != 0) {
-    throw std::invalid_argument("AddFlows: " + std::to_string(packed.size()) + " bytes, not 8 words a flow");
+    throw std::invalid_argument("AddFlows: " + std::to_string(packed.size()) + " bytes, not 9 words a flow");
   }
   static const std::vector<uint64_t> kNoDeps;
   const size_t n = packed.size() / (kWords * sizeof(uint64_t));
   uint64_t w[kWords];
   for (size_t i = 0; i < n; ++i) {
     std::memcpy(w, packed.data() + i * sizeof(w), sizeof(w));
+    if (w[8] > 1) {
+      throw std::invalid_argument("flow " + std::to_string(w[0]) + ": AddFlows viaNic word " + std::to_string(w[8]) +
+                                  ", not 0 or 1");
+    }
     AddFlow(w[0], static_cast<uint32_t>(w[1]), static_cast<uint32_t>(w[2]), w[3], static_cast<int64_t>(w[4]),
-            static_cast<uint32_t>(w[5]), w[6], kNoDeps, static_cast<int64_t>(w[7]));
+            static_cast<uint32_t>(w[5]), w[6], kNoDeps, static_cast<int64_t>(w[7]), 100, w[8] != 0);
   }
 }
 
@@ -963,20 +967,20 @@ int64_t PhantoraNetwork::NextLiveEventTime() {
 
 uint64_t PhantoraNetwork::InFlight() const { return Need().inFlight; }
 
-std::vector<int64_t> PhantoraNetwork::Route(uint32_t src, uint32_t dst, uint64_t ecmpKey) {
+std::vector<int64_t> PhantoraNetwork::Route(uint32_t src, uint32_t dst, uint64_t ecmpKey, bool viaNic) {
   Impl& s = Need();
   if (src >= s.fabric->NumNodes() || dst >= s.fabric->NumNodes()) {
     throw std::invalid_argument("Route: unknown node");
   }
-  return s.fabric->GetRoutes()->Path(src, dst, ecmpKey);
+  return s.fabric->GetRoutes()->Path(src, dst, ecmpKey, viaNic);
 }
 
-uint64_t PhantoraNetwork::BaseRttNs(uint32_t src, uint32_t dst, uint64_t ecmpKey) {
+uint64_t PhantoraNetwork::BaseRttNs(uint32_t src, uint32_t dst, uint64_t ecmpKey, bool viaNic) {
   Impl& s = Need();
   if (src >= s.fabric->NumNodes() || dst >= s.fabric->NumNodes()) {
     throw std::invalid_argument("BaseRttNs: unknown node");
   }
-  return s.fabric->PairRttNs(src, dst, ecmpKey);
+  return s.fabric->PairRttNs(src, dst, ecmpKey, viaNic);
 }
 
 std::vector<FlowBound> PhantoraNetwork::CompletionBounds() {
@@ -1016,7 +1020,7 @@ int64_t PhantoraNetwork::LastSendEndBound() {
       }
       unsent = f.size - std::min(sent, f.size);
     }
-    const std::vector<uint32_t>& ports = routes->Candidates(f.src, f.dst, f.key);
+    const std::vector<uint32_t>& ports = routes->Candidates(f.src, f.dst, f.viaNic);
     if (unsent == 0 || ports.empty()) {
       continue;  // (no route: it waits for one, its bytes left out: the bound only falls)
     }

@@ -161,16 +161,20 @@ class PhantoraNetwork {
   uint32_t AddLink(uint32_t a, uint32_t b, uint64_t bps, uint64_t delayNs);
   void Finalize();
 
-  /// A flow that starts at max(startNs, last dep completion) + delayNs.
+  /// A flow that starts at max(startNs, last dep completion) + delayNs. `ecmpKey` is what the switches hash;
+  /// `viaNic` its route: through its endpoints' NICs even between GPUs of one NVSwitch (NCCL's NET transport
+  /// there, phantora Flow.via_nic), else over the NVSwitch they share.
   void AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t sizeBytes, int64_t startNs, uint32_t priority,
-               uint64_t ecmpKey, const std::vector<uint64_t>& deps, int64_t delayNs, uint32_t dport = 100);
+               uint64_t ecmpKey, const std::vector<uint64_t>& deps, int64_t delayNs, uint32_t dport = 100,
+               bool viaNic = false);
   /// The 8-byte ids packed in `packed` (native byte order) as a vector: a long deps list crosses from Python in one
   /// call instead of one push_back an id. Throws std::invalid_argument if its size is not a multiple of 8.
   static std::vector<uint64_t> UnpackIds(const std::string& packed);
-  /// AddFlow for each flow of `packed`, in its order: 8-byte words in native byte order, 8 per flow (id, src, dst,
-  /// sizeBytes, startNs, priority, ecmpKey, delayNs), no deps, dport 100. A batch crosses from Python in one call
-  /// instead of one a flow (issue 38, a decomposition worker's insertions). Throws as AddFlow at the first bad
-  /// flow (those before it are added), or std::invalid_argument if the size is not a multiple of 64 bytes.
+  /// AddFlow for each flow of `packed`, in its order: 8-byte words in native byte order, 9 per flow (id, src, dst,
+  /// sizeBytes, startNs, priority, ecmpKey, delayNs, viaNic 0/1), no deps, dport 100. A batch crosses from Python
+  /// in one call instead of one a flow (issue 38, a decomposition worker's insertions). Throws as AddFlow at the
+  /// first bad flow (those before it are added), or std::invalid_argument if the size is not a multiple of 72
+  /// bytes.
   void AddFlows(const std::string& packed);
 
   /// DLCP: flow `id` (added, not yet started) may lose up to `bytes` of payload to trimming; 0 = lossless.
@@ -384,10 +388,11 @@ class PhantoraNetwork {
   int64_t NextLiveEventTime();
   /// Flows added and not yet complete at their receiver.
   uint64_t InFlight() const;
-  /// Channel ids a flow with this ECMP key takes (the switches' own tables and hash).
-  std::vector<int64_t> Route(uint32_t src, uint32_t dst, uint64_t ecmpKey);
+  /// Channel ids a flow with this ECMP key and route (`viaNic`, as AddFlow's) takes (the switches' own tables
+  /// and hash).
+  std::vector<int64_t> Route(uint32_t src, uint32_t dst, uint64_t ecmpKey, bool viaNic = false);
   /// Base RTT of a path: 2 x propagation + one payload's serialisation per hop (as HPCC).
-  uint64_t BaseRttNs(uint32_t src, uint32_t dst, uint64_t ecmpKey);
+  uint64_t BaseRttNs(uint32_t src, uint32_t dst, uint64_t ecmpKey, bool viaNic = false);
   /// For every started flow not yet complete at its receiver, a lower bound on the ns it completes there: its
   /// bytes not yet sent once must still leave its NIC at line rate and then cross the least propagation of any
   /// route to its receiver, so Now() + those bytes x 8 / line rate + that propagation, less 2 ns for the ps

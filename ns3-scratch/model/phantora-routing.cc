@@ -173,11 +173,11 @@ uint32_t RouteTable::PortTo(uint32_t a, uint32_t b) const {
   return std::numeric_limits<uint32_t>::max();
 }
 
-bool RouteTable::Reachable(uint32_t src, uint32_t dst) {
+bool RouteTable::Reachable(uint32_t src, uint32_t dst, bool viaNic) {
   if (src == dst) {
     return true;
   }
-  if (SharedNvSwitch(src, dst) >= 0) {
+  if (!viaNic && SharedNvSwitch(src, dst) >= 0) {
     return true;
   }
   return Dist(dst)[src] < kInf;
@@ -208,8 +208,8 @@ const std::vector<uint32_t>& RouteTable::Candidates(uint32_t node, uint32_t dst)
   return slot;
 }
 
-const std::vector<uint32_t>& RouteTable::Candidates(uint32_t node, uint32_t dst, uint64_t key) {
-  if ((key & kNicRouteBit) == 0 || !IsEndpoint(m_kind[node])) {
+const std::vector<uint32_t>& RouteTable::Candidates(uint32_t node, uint32_t dst, bool viaNic) {
+  if (!viaNic || !IsEndpoint(m_kind[node])) {
     return Candidates(node, dst);
   }
   auto [it, fresh] = m_endpointNicCand.try_emplace((static_cast<uint64_t>(node) << 32) | dst);
@@ -276,15 +276,15 @@ uint32_t RouteTable::Choose(const std::vector<uint32_t>& c, uint32_t node, uint3
   return c[EcmpHash(key, node) % c.size()];
 }
 
-uint32_t RouteTable::Pick(uint32_t node, uint32_t src, uint32_t dst, uint64_t key) {
-  return Choose(Candidates(node, dst, key), node, src, dst, key);
+uint32_t RouteTable::Pick(uint32_t node, uint32_t src, uint32_t dst, uint64_t key, bool viaNic) {
+  return Choose(Candidates(node, dst, viaNic), node, src, dst, key);
 }
 
-std::vector<int64_t> RouteTable::Path(uint32_t src, uint32_t dst, uint64_t key) {
+std::vector<int64_t> RouteTable::Path(uint32_t src, uint32_t dst, uint64_t key, bool viaNic) {
   std::vector<int64_t> path;
   uint32_t node = src;
   while (node != dst) {
-    const uint32_t port = Pick(node, src, dst, key);
+    const uint32_t port = Pick(node, src, dst, key, viaNic);
     if (port == std::numeric_limits<uint32_t>::max() || path.size() > m_kind.size()) {
       return {};
     }
@@ -295,16 +295,16 @@ std::vector<int64_t> RouteTable::Path(uint32_t src, uint32_t dst, uint64_t key) 
   return path;
 }
 
-bool RouteTable::PathInto(uint32_t src, uint32_t dst, uint64_t key, std::vector<uint32_t>& channels) {
+bool RouteTable::PathInto(uint32_t src, uint32_t dst, uint64_t key, bool viaNic, std::vector<uint32_t>& channels) {
   channels.clear();
   uint32_t node = src;
   while (node != dst) {
     uint32_t port;
     if (IsEndpoint(m_kind[node])) {
-      FillCandidates(node, dst, m_scratch, (key & kNicRouteBit) != 0);  // an endpoint's ports, not kept
+      FillCandidates(node, dst, m_scratch, viaNic);  // an endpoint's ports, not kept
       port = Choose(m_scratch, node, src, dst, key);
     } else {
-      port = Pick(node, src, dst, key);
+      port = Pick(node, src, dst, key, viaNic);
     }
     if (port == std::numeric_limits<uint32_t>::max() || channels.size() > m_kind.size()) {
       channels.clear();

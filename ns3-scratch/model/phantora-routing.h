@@ -45,12 +45,11 @@ inline uint32_t HpccEcmpHash(uint32_t src, uint32_t dst, uint64_t key, uint32_t 
  * are chosen by the ECMP policy: Phantora sorts them by (neighbour id, channel id) and picks
  * EcmpHash(key, node) % count; Hpcc orders them as HPCC's routing BFS from the destination dequeues
  * them (endpoints' neighbours first by id, then switches by descending id) and picks
- * HpccEcmpHash(src, dst, key, node) % count. Tables are filled lazily per destination. One table
- * serves the whole fabric (shared by Ptr).
+ * HpccEcmpHash(src, dst, key, node) % count. A flow "via NIC" (phantora Flow.via_nic: NCCL's NET transport
+ * between GPUs of one NVSwitch) leaves its endpoints through their NICs even where they share an NVSwitch; that
+ * route is a flag of its own beside the key, which is only hashed. Tables are filled lazily per destination. One
+ * table serves the whole fabric (shared by Ptr).
  */
-/// In a flow's ECMP key: leave through the NICs even towards an endpoint of a shared NVSwitch (model.py's bit).
-constexpr uint64_t kNicRouteBit = uint64_t{1} << 62;
-
 class RouteTable : public SimpleRefCount<RouteTable> {
  public:
   struct Adj {
@@ -66,12 +65,13 @@ class RouteTable : public SimpleRefCount<RouteTable> {
   uint32_t NumNodes() const { return static_cast<uint32_t>(m_kind.size()); }
   NodeKind Kind(uint32_t node) const { return m_kind[node]; }
   const std::vector<Adj>& Neighbours(uint32_t node) const { return m_adj[node]; }
-  bool Reachable(uint32_t src, uint32_t dst);
+  /// Whether a flow from src to dst has a route (`viaNic`: one through the NICs, not a shared NVSwitch).
+  bool Reachable(uint32_t src, uint32_t dst, bool viaNic);
   /// Equal-cost ports of `node` towards endpoint `dst` (empty if none).
   const std::vector<uint32_t>& Candidates(uint32_t node, uint32_t dst);
-  /// Those of a flow with this key: an endpoint's NIC ports where the key has kNicRouteBit (NCCL's NET transport
-  /// between GPUs of one NVSwitch: phantora.topology.model.NIC_ROUTE_BIT), else Candidates(node, dst).
-  const std::vector<uint32_t>& Candidates(uint32_t node, uint32_t dst, uint64_t key);
+  /// Those of a flow: with `viaNic` at an endpoint, its NIC ports even towards a GPU of a shared NVSwitch (NCCL's
+  /// NET transport within a host: phantora Flow.via_nic), else Candidates(node, dst).
+  const std::vector<uint32_t>& Candidates(uint32_t node, uint32_t dst, bool viaNic);
   /// Routing's view of the failed links (a scenario's re-convergence): routes avoid exactly these links, as
   /// phantora.topology.model.Topology.with_links_down does (clears the tables).
   void SetLinksDown(const std::vector<uint32_t>& links);
@@ -79,20 +79,20 @@ class RouteTable : public SimpleRefCount<RouteTable> {
   /// The ECMP policy (clears the tables).
   void SetEcmpHash(EcmpHashKind kind);
   EcmpHashKind GetEcmpHash() const { return m_hash; }
-  /// The port a packet from endpoint `src` to `dst` with this flow key leaves `node` by; UINT32_MAX if
-  /// unreachable.
-  uint32_t Pick(uint32_t node, uint32_t src, uint32_t dst, uint64_t key);
+  /// The port a packet from endpoint `src` to `dst` with this flow key and route (`viaNic`) leaves `node` by;
+  /// UINT32_MAX if unreachable.
+  uint32_t Pick(uint32_t node, uint32_t src, uint32_t dst, uint64_t key, bool viaNic);
   /// The key of the reverse direction (ACKs, CNPs): Hpcc swaps sport and dport; Phantora keeps it.
   uint64_t ReverseKey(uint64_t key) const;
   /// Counts the table clears (a node, a link, a failure or the ECMP policy changed): what is derived from the
   /// routes is stale once it moves.
   uint64_t Generation() const { return m_generation; }
   /// Channel ids along the path of a flow (empty if src == dst or unreachable).
-  std::vector<int64_t> Path(uint32_t src, uint32_t dst, uint64_t key);
+  std::vector<int64_t> Path(uint32_t src, uint32_t dst, uint64_t key, bool viaNic);
   /// Path's channels into `channels` (cleared; reused, so a sweep over many pairs allocates nothing), keeping no
   /// endpoint's candidates (Path keeps each (endpoint, dst) pair's: what flows ask again, not a sweep); false
   /// (and empty) when unreachable. The same hops as Path.
-  bool PathInto(uint32_t src, uint32_t dst, uint64_t key, std::vector<uint32_t>& channels);
+  bool PathInto(uint32_t src, uint32_t dst, uint64_t key, bool viaNic, std::vector<uint32_t>& channels);
 
  private:
   const std::vector<uint32_t>& Dist(uint32_t dst);

@@ -197,7 +197,9 @@ void RdmaNic::SetCcPathQueries(PathQuery baseRttNs, PathQuery bdpBytes) {
 void RdmaNic::StartFlow(const QpSpec& spec) {
   auto qp = std::make_unique<Qp>();
   qp->spec = spec;
-  qp->port = m_routes->Pick(m_id, m_id, spec.dst, spec.key);
+  qp->port = m_routes->Pick(m_id, m_id, spec.dst, spec.key, spec.viaNic);
+  NS_LOG_LOGIC("node " << m_id << " flow " << spec.id << " to " << spec.dst << (spec.viaNic ? " through the NIC" : "")
+                       << ": port " << qp->port);
   if (qp->port >= m_ports.size()) {  // no route now (a scenario's failure): wait stalled for a re-convergence
     NS_LOG_LOGIC("node " << m_id << " flow " << spec.id << ": no route to " << spec.dst << ", opens stalled");
     qp->stalled = true;
@@ -207,8 +209,8 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
   qp->lastProgressNs = now;
   qp->capFloorPs = now * 1000;
   const uint64_t rate = m_dev[qp->port]->GetRateBps();
-  qp->rttNs = m_baseRtt(m_id, spec.dst, spec.key);
-  qp->bdpBytes = m_bdp(m_id, spec.dst, spec.key);
+  qp->rttNs = m_baseRtt(m_id, spec.dst, spec.key, spec.viaNic);
+  qp->bdpBytes = m_bdp(m_id, spec.dst, spec.key, spec.viaNic);
   OpenConn(qp.get(), now);
   if (m_rxMode == RxMode::Sack) {
     const int64_t window = m_reorderWindow.GetNanoSeconds();
@@ -268,7 +270,7 @@ std::vector<uint64_t> RdmaNic::Repin() {
   std::sort(open.begin(), open.end(), [](const Qp* a, const Qp* b) { return a->spec.id < b->spec.id; });
   std::vector<uint64_t> stalled;
   for (Qp* qp : open) {
-    const uint32_t port = m_routes->Pick(m_id, m_id, qp->spec.dst, qp->spec.key);
+    const uint32_t port = m_routes->Pick(m_id, m_id, qp->spec.dst, qp->spec.key, qp->spec.viaNic);
     const uint32_t from = qp->stalled ? UINT32_MAX : qp->port;
     if (port >= m_ports.size()) {
       if (!qp->stalled) {
@@ -333,7 +335,8 @@ RdmaNic::Conn* RdmaNic::OpenConn(Qp* qp, uint64_t nowNs) {
     conn->dst = spec.dst;
     conn->nextAvailPs = nowNs * 1000;
     conn->cc = m_ccFactory.Create<CongestionControl>();
-    conn->cc->Start(m_dev[qp->port]->GetRateBps(), qp->rttNs, m_payloadBytes, m_bdp(m_id, spec.dst, spec.key));
+    conn->cc->Start(m_dev[qp->port]->GetRateBps(), qp->rttNs, m_payloadBytes,
+                    m_bdp(m_id, spec.dst, spec.key, spec.viaNic));
     conn->reps.Configure(m_repsBuffer, static_cast<uint64_t>(m_repsFreeze.GetNanoSeconds()), m_repsThawExplore);
   }
   qp->conn = conn;
@@ -533,6 +536,7 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   hdr.seq = resend ? lostSeq : qp->sndNxt;
   hdr.payload = resend ? lostLen : static_cast<uint32_t>(std::min<uint64_t>(m_payloadBytes, qp->spec.size - qp->sndNxt));
   hdr.ecmpKey = qp->spec.key;
+  hdr.viaNic = qp->spec.viaNic;
   hdr.tsNs = nowNs;
   if (m_markLastByte && hdr.seq + hdr.payload >= qp->spec.size) {
     hdr.flags |= kFlagLastByte;
@@ -818,6 +822,7 @@ void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, ui
   ack.flowId = data.flowId;
   ack.seq = rx.expected;
   ack.ecmpKey = m_routes->ReverseKey(data.ecmpKey);  // HPCC's ACK carries the ports swapped
+  ack.viaNic = data.viaNic;  // back the way its data came: through the NICs if that did
   ack.tsNs = data.tsNs;
   ack.entropy = data.entropy;
   ack.sackBitmap = bitmap;
@@ -831,9 +836,10 @@ void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, ui
   }
   ack.nHops = data.nHops;
   std::copy(data.hops, data.hops + data.nHops, ack.hops);
-  if (rx.ackPort == UINT32_MAX || rx.ackKey != ack.ecmpKey || rx.ackDst != data.src) {
-    rx.ackPort = m_routes->Pick(m_id, m_id, data.src, ack.ecmpKey);
+  if (rx.ackPort == UINT32_MAX || rx.ackKey != ack.ecmpKey || rx.ackViaNic != ack.viaNic || rx.ackDst != data.src) {
+    rx.ackPort = m_routes->Pick(m_id, m_id, data.src, ack.ecmpKey, ack.viaNic);
     rx.ackKey = ack.ecmpKey;
+    rx.ackViaNic = ack.viaNic;
     rx.ackDst = data.src;
   }
   const uint32_t port = rx.ackPort;
@@ -990,6 +996,7 @@ void RdmaNic::CreditAsk(Rx& rx, const PhantoraHeader& hdr, uint32_t port) {
     rx.creditPort = port;
     rx.creditPeer = hdr.src;
     rx.creditKey = m_routes->ReverseKey(hdr.ecmpKey);
+    rx.creditViaNic = hdr.viaNic;
   }
   Port& p = m_ports[rx.creditPort];
   p.credit.Ask(hdr.flowId, hdr.credit);
@@ -1039,9 +1046,10 @@ void RdmaNic::CreditTurn(uint32_t port) {
   c.dst = rx->creditPeer;
   c.flowId = flowId;
   c.ecmpKey = rx->creditKey;
+  c.viaNic = rx->creditViaNic;
   c.tsNs = NowNs();
   c.credit = cumulative;
-  const uint32_t out = m_routes->Pick(m_id, m_id, rx->creditPeer, c.ecmpKey);
+  const uint32_t out = m_routes->Pick(m_id, m_id, rx->creditPeer, c.ecmpKey, c.viaNic);
   if (out < m_ports.size()) {
     m_ports[out].ctrl.push_back(TxItem{pkt, m_wire.Bytes(c), 0, c.prio, false});
     m_dev[out]->Kick();

@@ -35,7 +35,8 @@ struct QpSpec {
   uint32_t dst = 0;
   uint64_t size = 0;
   uint8_t prio = 3;
-  uint64_t key = 0;
+  uint64_t key = 0;  ///< ECMP key: what the switches hash (the route is `viaNic`)
+  bool viaNic = false;  ///< leave through the NIC even towards a GPU of a shared NVSwitch (phantora Flow.via_nic)
   uint64_t lossBudget = 0;  ///< DLCP: payload bytes the receiver may accept as lost (0 = lossless)
   uint64_t maxRateBps = 0;  ///< rate cap, payload bits/s (e.g. an NCCL channel's throughput limit; 0 = none)
   uint64_t conn = 0;  ///< connection: flows with the same non-zero id are messages on one queue pair; 0 = its own
@@ -109,7 +110,7 @@ class RdmaNic : public Object, public PortOwner {
   /// Told the id of a flow (the receiver has every byte / the sender has every byte acknowledged).
   typedef Callback<void, uint64_t> FlowCallback;
   /// Asked (source, destination, ECMP key) for the base RTT (ns) or BDP (bytes) given to a flow's CC.
-  typedef Callback<uint64_t, uint32_t, uint32_t, uint64_t> PathQuery;
+  typedef Callback<uint64_t, uint32_t, uint32_t, uint64_t, bool> PathQuery;  ///< (src, dst, key, viaNic)
 
   /// Counters of this NIC (summed over the fabric by PhantoraNetwork::Stats).
   struct Counters {
@@ -244,12 +245,14 @@ class RdmaNic : public Object, public PortOwner {
     SackReceiver sack;          ///< Receiver = sack: received ranges
     RudReceiver rud;            ///< Receiver = rud: received PSNs
     uint32_t creditPort = UINT32_MAX;  ///< receiver credits: the port whose pacer grants this flow's credit
-    uint32_t creditPeer = 0;           ///< receiver credits: the sender, and the ECMP key of its grants
+    uint32_t creditPeer = 0;           ///< receiver credits: the sender, and the ECMP key and route of its grants
     uint64_t creditKey = 0;
+    bool creditViaNic = false;
     FlowTransportStats stats;   ///< reordering
-    /// The port of the last ACK and the destination and ECMP key it was picked for (RouteTable::Pick is a
+    /// The port of the last ACK and the destination, ECMP key and route it was picked for (RouteTable::Pick is a
     /// pure function of them here, and a flow's ACKs mostly keep theirs): saves a hash lookup per ACK.
     mutable uint64_t ackKey = 0;
+    mutable bool ackViaNic = false;
     mutable uint32_t ackDst = 0;
     mutable uint32_t ackPort = UINT32_MAX;
   };

@@ -55,6 +55,31 @@ struct Call {
   std::string rest;  ///< the text after the first argument (SetParam values may hold spaces)
 };
 
+/// The call script versions this runner reads. Version 1 had no route field: AddFlow's KEY word carried a flow
+/// through the NICs as its bit 62 (the key word ns-3 took then), so its AddFlow lines are read as flows via NIC
+/// exactly where that bit is set (replayed as they ran). Version 2 (phantora.netsim.ns3_calls.HEADER) gives the
+/// route its own word: `AddFlow ID SRC DST SIZE START PRIO KEY DELAY_NS DPORT VIA_NIC [DEP ...]`.
+constexpr int kScriptVersion = 2;
+constexpr uint64_t kV1NicBit = uint64_t{1} << 62;
+const std::string kHeaderPrefix = "# phantora ns-3 call script ";
+
+/// The version a script's first line declares (`# phantora ns-3 call script N: ...`); throws naming the header
+/// when it is missing or names a version this runner does not read.
+int ScriptVersion(const std::string& first) {
+  if (first.rfind(kHeaderPrefix, 0) != 0) {
+    throw std::invalid_argument("no call script header (a first line '" + kHeaderPrefix + "N: ...'; netsim --out "
+                                "writes it)");
+  }
+  const std::string rest = first.substr(kHeaderPrefix.size());
+  const std::size_t end = rest.find_first_not_of("0123456789");
+  const std::string digits = rest.substr(0, end);
+  if (digits.empty() || digits.size() > 4 || std::stoi(digits) < 1 || std::stoi(digits) > kScriptVersion) {
+    throw std::invalid_argument("call script header version '" + rest.substr(0, rest.find(':')) +
+                                "': this runner reads versions 1 to " + std::to_string(kScriptVersion));
+  }
+  return std::stoi(digits);
+}
+
 Call ParseLine(const std::string& line) {
   Call c;
   std::istringstream in(line);
@@ -93,8 +118,8 @@ void Need(const Call& c, std::size_t n, bool more = false) {
   }
 }
 
-/// Make one call; false when the line is not a call (blank or a comment).
-bool Apply(ns3::PhantoraNetwork& net, const Call& c) {
+/// Make one call of a script of `version`; false when the line is not a call (blank or a comment).
+bool Apply(ns3::PhantoraNetwork& net, const Call& c, int version) {
   if (c.verb.empty() || c.verb[0] == '#') {
     return false;
   }
@@ -115,14 +140,24 @@ bool Apply(ns3::PhantoraNetwork& net, const Call& c) {
     Need(c, 0);
     net.Finalize();
   } else if (c.verb == "AddFlow") {
-    Need(c, 9, true);
+    const std::size_t fixed = version >= 2 ? 10 : 9;  // version 1: no VIA_NIC word
+    Need(c, fixed, true);
+    const uint64_t key = U64(c.args[6]);
+    bool viaNic = (key & kV1NicBit) != 0;
+    if (version >= 2) {
+      const uint64_t word = U64(c.args[9]);
+      if (word > 1) {
+        throw std::invalid_argument("AddFlow: VIA_NIC (the 10th argument) must be 0 or 1, got " + c.args[9]);
+      }
+      viaNic = word != 0;
+    }
     std::vector<uint64_t> deps;
-    for (std::size_t i = 9; i < c.args.size(); ++i) {
+    for (std::size_t i = fixed; i < c.args.size(); ++i) {
       deps.push_back(U64(c.args[i]));
     }
     net.AddFlow(U64(c.args[0]), static_cast<uint32_t>(U64(c.args[1])), static_cast<uint32_t>(U64(c.args[2])),
-                U64(c.args[3]), I64(c.args[4]), static_cast<uint32_t>(U64(c.args[5])), U64(c.args[6]), deps,
-                I64(c.args[7]), static_cast<uint32_t>(U64(c.args[8])));
+                U64(c.args[3]), I64(c.args[4]), static_cast<uint32_t>(U64(c.args[5])), key, deps, I64(c.args[7]),
+                static_cast<uint32_t>(U64(c.args[8])), viaNic);
   } else if (c.verb == "SetLossBudget") {
     Need(c, 2);
     net.SetLossBudget(U64(c.args[0]), U64(c.args[1]));
@@ -207,11 +242,15 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     ns3::PhantoraNetwork net;
     uint64_t flows = 0;
+    int version = kScriptVersion;
     std::string line;
     for (uint64_t lineno = 1; std::getline(script, line); ++lineno) {
       try {
+        if (lineno == 1) {
+          version = ScriptVersion(line);
+        }
         const Call c = ParseLine(line);
-        if (Apply(net, c) && c.verb == "AddFlow") {
+        if (Apply(net, c, version) && c.verb == "AddFlow") {
           ++flows;
         }
       } catch (const std::exception& e) {

@@ -448,12 +448,66 @@ class HpccEcmpTest : public TestCase {
     const uint32_t h = HpccEcmpHash(0, 1, key, 2);
     const uint32_t w[3] = {HpccIp(0), HpccIp(1), 10000u | (100u << 16)};
     NS_TEST_ASSERT_MSG_EQ(h, Murmur3Words(w, 3, 2), "hash of (sip, dip, sport | dport << 16), seed = node");
-    NS_TEST_ASSERT_MSG_EQ(t.Pick(2, 0, 1, key), order[h % 2], "the pick is the hash modulo the next hops");
+    NS_TEST_ASSERT_MSG_EQ(t.Pick(2, 0, 1, key, false), order[h % 2], "the pick is the hash modulo the next hops");
     const uint64_t reversed = 100u | (uint64_t{10000} << 16);
     NS_TEST_ASSERT_MSG_EQ(t.ReverseKey(key), reversed, "an ACK swaps the ports");
     t.SetEcmpHash(EcmpHashKind::Phantora);
     NS_TEST_ASSERT_MSG_EQ(t.Candidates(2, 1)[0], 1u, "phantora: spine 4 (the lower id) first");
     NS_TEST_ASSERT_MSG_EQ(t.ReverseKey(key), key, "phantora: ACKs hash the flow's key");
+  }
+};
+
+/// A flow's route through the NICs is its own flag, not a bit of its ECMP key: GPUs 0 and 1 share NVSwitch 2 and
+/// each has a NIC port to leaf 3. A key with queue pair 64 in bits 56-62 (bit 62 set, which the routing once read as
+/// "through the NICs") still goes over the NVSwitch; viaNic goes through the leaf, and the flag survives a header's
+/// serialisation in the type byte (the serialised size unchanged).
+class ViaNicRouteTest : public TestCase {
+ public:
+  ViaNicRouteTest() : TestCase("RouteTable and PhantoraHeader: viaNic routes, not the key's bit 62") {}
+
+ private:
+  void DoRun() override {
+    RouteTable t;
+    for (NodeKind k : {NodeKind::Gpu, NodeKind::Gpu, NodeKind::NvSwitch, NodeKind::Switch}) {
+      t.AddNode(k);
+    }
+    t.AddLink(0, 2, 0);  // channels 0 (0 -> 2), 1
+    t.AddLink(1, 2, 1);  // 2, 3 (2 -> 1)
+    t.AddLink(0, 3, 2);  // 4 (0 -> 3), 5
+    t.AddLink(1, 3, 3);  // 6, 7 (3 -> 1)
+    const uint64_t key = 7 | (uint64_t{64} << 56);
+    NS_TEST_ASSERT_MSG_EQ((t.Path(0, 1, key, false) == std::vector<int64_t>{0, 3}), true, "QP 64: the NVSwitch");
+    NS_TEST_ASSERT_MSG_EQ((t.Path(0, 1, key, true) == std::vector<int64_t>{4, 7}), true, "viaNic: the leaf");
+    NS_TEST_ASSERT_MSG_EQ((t.Path(0, 1, 7, true) == std::vector<int64_t>{4, 7}), true, "viaNic, any key: the leaf");
+    std::vector<uint32_t> into;
+    NS_TEST_ASSERT_MSG_EQ((t.PathInto(0, 1, key, false, into) && into == std::vector<uint32_t>{0, 3}), true,
+                          "PathInto as Path");
+    NS_TEST_ASSERT_MSG_EQ((t.PathInto(0, 1, key, true, into) && into == std::vector<uint32_t>{4, 7}), true,
+                          "PathInto as Path, viaNic");
+    RouteTable alone;  // no leaf: over the NVSwitch only
+    for (NodeKind k : {NodeKind::Gpu, NodeKind::Gpu, NodeKind::NvSwitch}) {
+      alone.AddNode(k);
+    }
+    alone.AddLink(0, 2, 0);
+    alone.AddLink(1, 2, 1);
+    NS_TEST_ASSERT_MSG_EQ(alone.Reachable(0, 1, false), true, "the NVSwitch reaches");
+    NS_TEST_ASSERT_MSG_EQ(alone.Reachable(0, 1, true), false, "no NIC route");
+    for (PktType type : {PktType::Data, PktType::Ack, PktType::Credit}) {
+      for (bool viaNic : {false, true}) {
+        PhantoraHeader h;
+        h.type = type;
+        h.ecmpKey = key;
+        h.viaNic = viaNic;
+        Packet pkt;
+        pkt.AddHeader(h);
+        NS_TEST_ASSERT_MSG_EQ(pkt.GetSize(), PhantoraHeader{}.GetSerializedSize() + (h.HasCredit() ? 8u : 0u),
+                              "the flag takes no byte");
+        PhantoraHeader back;
+        pkt.RemoveHeader(back);
+        NS_TEST_ASSERT_MSG_EQ((back.type == type && back.viaNic == viaNic && back.ecmpKey == key), true,
+                              "type, route and key survive serialisation");
+      }
+    }
   }
 };
 
@@ -761,6 +815,7 @@ class PhantoraModelTestSuite : public TestSuite {
     AddTestCase(new AttributeCheckTest, TestCase::Duration::QUICK);
     AddTestCase(new CcRegistryTest, TestCase::Duration::QUICK);
     AddTestCase(new HpccEcmpTest, TestCase::Duration::QUICK);
+    AddTestCase(new ViaNicRouteTest, TestCase::Duration::QUICK);
     AddTestCase(new CompletionBoundTest, TestCase::Duration::QUICK);
     AddTestCase(new SingleFlowTest(1000), TestCase::Duration::QUICK);
     AddTestCase(new SingleFlowTest(4000), TestCase::Duration::QUICK);

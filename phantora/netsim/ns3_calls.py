@@ -2,13 +2,17 @@
 
 One call per line (`LoadLibrary PATH` of a user's CC library first, if any; `SetParam PATH TEXT`,
 `AddNode KIND`, `AddLink A B BPS DELAY_NS`, `Finalize`,
-`AddFlow ID SRC DST SIZE START PRIO KEY DELAY_NS DPORT [DEP ...]`, `SetLossBudget ID BYTES`,
+`AddFlow ID SRC DST SIZE START PRIO KEY DELAY_NS DPORT VIA_NIC [DEP ...]` (VIA_NIC 1: a flow through the
+NICs, `Flow.via_nic`; else 0), `SetLossBudget ID BYTES`,
 `SetMaxRate ID BPS`, `SetConnection ID CONN`, `SetQueue ID QUEUE`, `ScheduleLinkState NS LINK UP`,
 `ScheduleLinkDegrade NS LINK BPS EXTRA_NS LOSS SEED`, `ScheduleReconverge NS`,
 `SetThrottle NODE START_NS END_NS FACTOR`, `ThrottleFromFlow ID NODE DURATION_NS FACTOR`, `ExemptFromThrottle ID`,
 `RunUntil NS`). The runner makes the
 same calls in the same order, then runs until every flow is acknowledged, so a run that submits its
 flows up front (`phantora netsim`) gives byte-identical fct.txt and pfc.txt without Python.
+
+The first line names the script's version. Version 1 scripts (before VIA_NIC) still replay as they ran: the
+runner reads a flow through the NICs from bit 62 of their KEY word, where ns-3 took it then.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-HEADER = "# phantora ns-3 call script 1: replay with ns3-scratch/build/phantora-ns3-runner SCRIPT OUTDIR\n"
+HEADER = "# phantora ns-3 call script 2: replay with ns3-scratch/build/phantora-ns3-runner SCRIPT OUTDIR\n"
 
 
 class RecordedNetwork:
@@ -80,5 +84,5 @@ def _words(name: str, args: tuple[Any, ...]) -> list[str]:
     """A call's arguments as script words; AddFlow's dependency vector goes last."""
     if name != "AddFlow":
         return [str(int(a)) if isinstance(a, bool) else repr(a) if isinstance(a, float) else str(a) for a in args]
-    fid, src, dst, size, start, prio, key, deps, delay, dport = args
-    return [str(v) for v in (fid, src, dst, size, start, prio, key, delay, dport, *list(deps))]
+    fid, src, dst, size, start, prio, key, deps, delay, dport, via_nic = args
+    return [str(v) for v in (fid, src, dst, size, start, prio, key, delay, dport, int(via_nic), *list(deps))]

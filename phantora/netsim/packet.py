@@ -394,7 +394,7 @@ class Ns3Simulator:
             key = ns3_key(f)
             try:
                 dport = dports.get(f.id, 100) if dports else 100
-                net.AddFlow(f.id, f.src, f.dst, f.size, at, f.priority, key, deps, f.delay_ns, dport)
+                net.AddFlow(f.id, f.src, f.dst, f.size, at, f.priority, key, deps, f.delay_ns, dport, f.via_nic)
                 _set_extras(net, f, per_connection)
             except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
                 raise InputError(cpp_message(exc), field="flows") from None
@@ -410,7 +410,7 @@ class Ns3Simulator:
         words = array("Q")
         for f in flows:
             key = ns3_key(f)
-            words.extend((f.id, f.src, f.dst, f.size, at, f.priority, key, f.delay_ns))
+            words.extend((f.id, f.src, f.dst, f.size, at, f.priority, key, f.delay_ns, int(f.via_nic)))
         try:
             net.AddFlows(words.tobytes())
             for f in flows:
@@ -720,11 +720,11 @@ class Ns3Simulator:
 
     def route(self, src: int, dst: int, flow_key: int = 0, via_nic: bool = False) -> list[int]:
         """Channel ids the switches' own tables and hash give a flow (to compare with Topology.route)."""
-        return [int(c) for c in self._net.Route(src, dst, ecmp_input(flow_key, via_nic) & _MASK64)]
+        return [int(c) for c in self._net.Route(src, dst, ecmp_input(flow_key, via_nic) & _MASK64, via_nic)]
 
-    def base_rtt_ns(self, src: int, dst: int, flow_key: int = 0) -> int:
+    def base_rtt_ns(self, src: int, dst: int, flow_key: int = 0, via_nic: bool = False) -> int:
         """2 x propagation + one payload's serialisation per hop, as HPCC's base RTT."""
-        return int(self._net.BaseRttNs(src, dst, flow_key & _MASK64))
+        return int(self._net.BaseRttNs(src, dst, ecmp_input(flow_key, via_nic) & _MASK64, via_nic))
 
     def completion_bounds(self) -> dict[int, int]:
         """Flow id -> the earliest ns it can still complete at its receiver, for every flow started in ns-3 and not
@@ -851,10 +851,10 @@ class Ns3Simulator:
 
 
 def ns3_key(f: Flow) -> int:
-    """The one 64-bit ECMP key word the ns-3 model takes for a flow (`AddFlow`): its key (else its id), with
-    `NIC_HASH_BIT` for a flow through the NICs (`topology.model.ecmp_input`): the C++ routing reads the NIC route
-    from that bit (ns3-scratch/model/phantora-routing.h kNicRouteBit) and its packet headers carry the word, which
-    its switches hash; the ns-3 call scripts of earlier runs hold the same words."""
+    """The 64-bit ECMP key word the ns-3 model takes for a flow (`AddFlow`) and its packet headers carry to the
+    switches' hash: its key (else its id), with `NIC_HASH_BIT` for a flow through the NICs (`topology.ecmp.ecmp_input`,
+    so both engines hash it alike). Only hashed: the route through the NICs is AddFlow's own `viaNic` argument
+    (`Flow.via_nic`), so a queue pair index of 64 or more in the key's bits 56-62 moves no flow off its NVSwitch."""
     return ecmp_input(f.id if f.key is None else f.key, f.via_nic) & _MASK64
 
 

@@ -79,7 +79,9 @@ class RunnerNetwork:
         for f in flows:
             key = ns3_key(f)
             dport = dports.get(f.id, 100) if dports else 100
-            self._net.AddFlow(f.id, f.src, f.dst, f.size, at, f.priority, key, list(f.deps), f.delay_ns, dport)
+            self._net.AddFlow(
+                f.id, f.src, f.dst, f.size, at, f.priority, key, list(f.deps), f.delay_ns, dport, f.via_nic
+            )
             if f.loss_budget:
                 self._net.SetLossBudget(f.id, f.loss_budget)
             if f.rate_bps:

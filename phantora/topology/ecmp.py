@@ -33,8 +33,9 @@ NIC_HASH_BIT = 1 << 62  # set in the ECMP input of a flow through the NICs (`ecm
 
 def ecmp_input(key: int, via_nic: bool) -> int:
     """What the ECMP hash reads for a flow of ECMP `key`: the key, with `NIC_HASH_BIT` set for a flow through the
-    NICs, as the ns-3 model's packet headers carry both in one 64-bit word (`packet.ns3_key`); so both engines
-    hash such a flow alike, onto the paths it took when the bit was part of its key."""
+    NICs (the word the ns-3 model's packet headers carry to its switches, `packet.ns3_key`, beside the route's own
+    `viaNic` field); so both engines hash such a flow alike, onto the paths it took when the bit was part of its
+    key. The bit only moves the hash: the route is `via_nic`."""
     return key | NIC_HASH_BIT if via_nic else key
 
 

@@ -14,7 +14,8 @@ Conventions
   functions, so both engines put a flow on the same path.
 - A flow through the NICs (`via_nic`, `Flow.via_nic`) leaves through its NICs even between endpoints of one
   NVSwitch (NCCL's NET transport between GPUs of one host with P2P off: collectives/nccl/net_split.py). Its ECMP
-  hash reads its key with `NIC_HASH_BIT` set (`ecmp_input`), as ns-3's one 64-bit key word carries it.
+  hash reads its key with `NIC_HASH_BIT` set (`ecmp_input`), as ns-3's packet headers carry its key word (their
+  own `viaNic` field carries the route).
 """
 
 from __future__ import annotations
