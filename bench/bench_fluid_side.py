@@ -10,7 +10,8 @@ completion, so two trees can be run side by side:
 `phantora` program sets (`gc_pause.use_run_policy`, from the start, as `phantora replay`); `--gc default` keeps
 CPython's, to measure what the policy changes. `--shards N` splits the fluid side by host (`fluid_shards=N`,
 `phantora.netsim.fluid_shards`) and also prints each shard's CPU and the split's critical path (per exchange the
-busiest shard, summed); the key must be the one engine's.
+busiest shard, summed); the key must be the one engine's. `--chains` hands a fluid flow whose deps are fluid flows of
+its own shard to its flow engine when placed (`fluid_chains=on`), so their releases run in the shards.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ def main() -> None:
     ap.add_argument(
         "--wire", action="store_true", help="with --shards: each batch and its completions through msgpack, both ways"
     )
+    ap.add_argument(
+        "--chains", action="store_true", help="fluid chains (fluid_chains=on): their releases in the shards"
+    )
     args = ap.parse_args()
     if args.gc == "run":
         use_run_policy()
@@ -70,6 +74,7 @@ def main() -> None:
     sim = FluidNvlinkSimulator(
         FlowSimulator(topo), fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes
     )
+    sim.fluid_chains = args.chains
     spent = {"advance": 0.0, "resolve": 0.0, "submit": 0.0, "packet": 0.0}
     packet = sim.packet
     for name in ("advance", "advance_to_completion", "submit"):
@@ -102,6 +107,7 @@ def main() -> None:
             f"({split['together_ns']:,} ns stepped together); the rest in this process "
             f"{t_run - spent['packet'] - sum(cpu):.2f} s"
             + (f"; {split['wire_bytes'] / 1e6:.1f} MB through msgpack" if args.wire else "")
+            + (f"; {sim.fluid_chained:,} flows placed in the shards ahead of a held dep" if args.chains else "")
         )
 
 

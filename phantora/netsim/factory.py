@@ -249,7 +249,10 @@ def fluid_nvlink(
     else:
         fluid = fresh()
     cls = FluidNvlinkSimulator if hybrid is None else hybrid
-    return cls(packet, fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes)  # type: ignore[no-any-return]
+    engine = cls(packet, fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes)
+    if getattr(config, "fluid_chains", "off") == "on" and hybrid is None:  # (issue 38: fluid chains, exact)
+        engine.fluid_chains = True
+    return engine  # type: ignore[no-any-return]
 
 
 def flow_engine_like(sim: FlowSimulator) -> FlowSimulator:

@@ -729,8 +729,23 @@ class FlowSimulator:
         self._stats["flows_completed"] += 1
         self._out.append(completion(fid, start, t, f.size, f.src, f.dst, f.tag))
         waiting = self._dependents.pop(fid, None)
-        if waiting is None:
-            return
+        if waiting is not None:
+            self._released(waiting, t)
+
+    def arrive(self, ids: Iterable[int], t: int) -> None:
+        """Flows that ran elsewhere (the packet side, another engine) arrived at `t` (>= now()): the flows of this
+        engine that wait on them are one dep nearer, released as a completion here would release them (the fluid
+        NVLink side's chains, `hybrid.FluidNvlinkSimulator._chain_deps`)."""
+        if t < self._now:
+            raise CausalityError(f"deps arrived at {t} ns but the network is already at {self._now} ns")
+        dependents = self._dependents
+        for fid in ids:
+            waiting = dependents.pop(fid, None)
+            if waiting is not None:
+                self._released(waiting, t)
+
+    def _released(self, waiting: int | list[int], t: int) -> None:
+        """A dep of `waiting` (a flow id, or a list) arrived at t."""
         for j in waiting if isinstance(waiting, list) else (waiting,):
             w = self._wait[j] - 1
             if w & _PENDING_MASK:

@@ -114,6 +114,11 @@ class ShardedFluid:
     def route(self, f: Flow) -> tuple[tuple[int, ...], int]:
         return self.shards[self._node_shard[f.src]].route(f)
 
+    @property
+    def node_shard(self) -> list[int]:
+        """Node id -> its shard (`host_shards`): the hybrid's fluid chains stay inside one (`fluid_chains`)."""
+        return self._node_shard
+
     # ----- NetworkSimulator -----------------------------------------------------------------------
     def now(self) -> int:
         return self._now
@@ -157,13 +162,41 @@ class ShardedFluid:
             hold(held, waiters, f, at, s, other)
         self._to_shards(per, at)
 
-    def _to_shards(self, per: dict[int, list[Flow]], at: int) -> None:
+    def submit_routed(self, flows: Sequence[Flow], at: int) -> None:
+        """Each flow to the shard of its sender's host with all its deps, none held here: the hybrid's fluid chains
+        (`fluid_chains`), which tell a shard the ends of its flows' deps elsewhere (`arrive_by_shard`)."""
+        if at < self._now:
+            raise CausalityError(f"flows submitted at {at} ns but the network is already at {self._now} ns")
+        node_shard, where = self._node_shard, self._where
+        per: dict[int, list[Flow]] = {}
+        for f in flows:
+            s = where[f.id] = node_shard[f.src]
+            add_to(per, s, f)
+        self._to_shards(per, at, routed=True)
+
+    def arrive_by_shard(self, arrived: dict[int, list[int]], t: int) -> None:
+        """Deps that ended elsewhere at `t`, told to each shard waiting on some (shard -> their ids): one exchange."""
+        self._fresh = False
+        cpu, worst = self.shard_cpu_s, 0.0
+        for s, ids in arrived.items():
+            if self.wire:  # (the driver's encoding; the shard's decoding is its CPU)
+                sent = msgpack.packb(ids)
+                self.wire_bytes += len(sent)
+            t0 = time.process_time()
+            self.shards[s].arrive(msgpack.unpackb(sent) if self.wire else ids, t)
+            dt = time.process_time() - t0
+            cpu[s] += dt
+            worst = max(worst, dt)
+        self.critical_cpu_s += worst
+        self.exchanges += 1
+
+    def _to_shards(self, per: dict[int, list[Flow]], at: int, routed: bool = False) -> None:
         if not per:
             return
         self._fresh = False
         cpu, worst = self.shard_cpu_s, 0.0
         for s, group in per.items():
-            sent = self._pack(group, s) if self.wire else None  # (this side's encoding: the driver's CPU)
+            sent = self._pack(group, s, routed) if self.wire else None  # (this side's encoding: the driver's CPU)
             self.wire_bytes += len(sent or b"")
             t0 = time.process_time()
             self.shards[s].submit(group if sent is None else _unpack_flows(sent), at)
@@ -173,10 +206,11 @@ class ShardedFluid:
         self.critical_cpu_s += worst
         self.exchanges += 1
 
-    def _pack(self, group: list[Flow], s: int) -> bytes:
+    def _pack(self, group: list[Flow], s: int, routed: bool = False) -> bytes:
         """(wire) A batch as a process split would send it to shard `s`: each flow's fields with only the deps that
-        shard must wait on (unfinished there, or held here for it), a shared deps list filtered once."""
-        where, held, sent = self._where, self._held, self._sent
+        shard must wait on (unfinished there, or held here for it; `routed`: every one not done, the hybrid's fluid
+        chains, whose ends elsewhere it tells the shard), a shared deps list filtered once."""
+        where, held, sent, done = self._where, self._held, self._sent, self._done
         kept: dict[int, list[int]] = {}
         rows = []
         for f in group:
@@ -184,7 +218,11 @@ class ShardedFluid:
             deps = f.deps
             own = kept.get(id(deps))
             if own is None:
-                own = [d for d in deps if where.get(d) == s or (d in held and held[d][2] == s)]
+                own = (
+                    [d for d in deps if d not in done]
+                    if routed
+                    else [d for d in deps if where.get(d) == s or (d in held and held[d][2] == s)]
+                )
                 if len(deps) > 1:
                     kept[id(deps)] = own
             rows.append((f.id, f.src, f.dst, f.size, own, f.delay_ns, f.tag, f.priority, f.key, f.loss_budget,

@@ -163,6 +163,19 @@ class FluidNvlinkSimulator:
         self._ahead: deque[Completion] = deque()
         self._stop: int | None = None
         self.ahead_steps = 0  # fluid event times run ahead
+        # Fluid chains (opt-in, `fluid_chains=on`, issue 38): every fluid flow goes to its fluid engine (its shard:
+        # `fluid.node_shard`, one a run of hosts) when placed, with its deps; that engine releases it at their ends as
+        # this hybrid would, so the fluid side's releases run in its shard, not here (`_chain_deps`). A dep of another
+        # shard or of the packet side is external there: its end is told to each shard waiting on it (`_ext`: id ->
+        # shards), one message a shard, not a release a flow; `_ext_step`: id -> the least step of a flow waiting on
+        # it there (its reaction). No completion bounds are kept for these flows: the submit floor is the fluid
+        # side's next event (`submit_floor`).
+        self.fluid_chains = False
+        self._shard_of: Sequence[int] | None = getattr(fluid, "node_shard", None)
+        self._where: Mapping[int, int] = getattr(fluid, "_where", {})
+        self._ext: dict[int, list[int]] = {}
+        self._ext_step: dict[int, int] = {}
+        self.fluid_chained = 0  # (`fluid_chains`) fluid flows placed in their engine waiting on an external dep
 
     # ----- which side ------------------------------------------------------------------------
     def side_of(self, f: Flow) -> int:
@@ -201,6 +214,10 @@ class FluidNvlinkSimulator:
         lists = WideDeps()  # wide deps lists, read once a batch
         same: dict[tuple[int, int], tuple[int, ...] | None] = {}  # what a flow of the side keeps of one (None: held)
         joins: dict[tuple[int, int], int | None] = {}  # the join its flows of the side are held on
+        fchains = self.fluid_chains
+        shard_of = self._shard_of
+        chain_lists: dict[tuple[tuple[int, int], int], tuple[tuple[int, ...], list[int]]] = {}
+        routed: dict[int, list[Flow]] = {}  # (`fluid_chains`) fluid flows by submit ns, each to its own shard
         for f in topological_order(flows, batch):  # (per dependency edge: kept lean, no calls)
             side = flow_side(f, nvswitch)
             if at_of is not None:
@@ -209,6 +226,37 @@ class FluidNvlinkSimulator:
             if f.id in gated:
                 waiters[gate_key(f.id)] = [f.id]
                 gate = 1
+            if fchains and side == FLUID and not gate:  # (`fluid_chains`: into its engine now, with its deps)
+                deps = f.deps
+                if len(deps) >= SHARED_DEPS_MIN:
+                    wide, key = lists.key(deps, side)
+                    ck = (key, 0 if shard_of is None else shard_of[f.src])
+                    parts = chain_lists.get(ck)
+                    if parts is None:
+                        parts = chain_lists[ck] = self._chain_deps(wide, f.src, batch)
+                    if parts[0] is not wide:
+                        f = f.with_deps(parts[0])
+                    if parts[1]:
+                        self._ext_waits(f, parts[1])
+                elif deps and not (
+                    len(deps) == 1
+                    and (
+                        deps[0] in ends
+                        or (
+                            sides.get(deps[0]) == FLUID
+                            and (
+                                shard_of is None
+                                or (deps[0] in batch and shard_of[batch[deps[0]].src] == shard_of[f.src])
+                            )
+                        )
+                    )
+                ):  # (one dep, done or of its own shard: nothing to tell)
+                    out_deps = self._chain_deps(deps, f.src, batch)[1]
+                    if out_deps:
+                        self._ext_waits(f, out_deps)
+                sides[f.id] = FLUID
+                add_to(routed, at, f)
+                continue
             if len(f.deps) >= SHARED_DEPS_MIN:
                 wide, key = lists.key(f.deps, side)
                 if not gate:
@@ -264,6 +312,10 @@ class FluidNvlinkSimulator:
             self.fluid.submit(group, t)
             self._fluid_flows += len(group)
             self._fluid_bounds(group, t)
+        for t, group in sorted(routed.items()):
+            submit = getattr(self.fluid, "submit_routed", self.fluid.submit)  # (shards: each to its own, as placed)
+            submit(group, t)
+            self._fluid_flows += len(group)
 
     def _hand_packet(self, groups: dict[int, list[Flow]]) -> None:
         """Flows for the packet side, by submit ns (one group unless `_place` got an `at_of`)."""
@@ -279,6 +331,47 @@ class FluidNvlinkSimulator:
         if not any(d in ends for d in deps):
             return deps
         return self._side_deps(deps, side)
+
+    def _chain_deps(
+        self, deps: tuple[int, ...], src: int, batch: Mapping[int, Flow]
+    ) -> tuple[tuple[int, ...], list[int]]:
+        """For `_place` (`fluid_chains`): what a fluid flow from node `src` waiting on `deps` takes into its engine,
+        `deps` (or those not done, when some are and the list is wide), and its external deps (of the packet side or
+        another shard, or held here), whose ends are then told to its shard (`_ext`). Flows of `batch` are not in
+        their engines yet."""
+        ends, sides, where, ext = _ends_or_none(self._ended), self._side, self._where, self._ext
+        shard = self._shard_of
+        mine = 0 if shard is None else shard[src]
+        out: list[int] = []
+        done = False
+        for d in dict.fromkeys(deps) if len(deps) > 1 else deps:
+            if d in ends:
+                done = True
+                continue
+            if sides.get(d) == FLUID:
+                if shard is None:
+                    continue
+                g = batch.get(d)
+                if (shard[g.src] if g is not None else where.get(d)) == mine:
+                    continue
+            ws = ext.get(d)
+            if ws is None:
+                ext[d] = [mine]
+            elif mine not in ws:
+                ws.append(mine)
+            out.append(d)
+        if done and len(deps) >= SHARED_DEPS_MIN:
+            return tuple([d for d in deps if d not in ends]), out
+        return deps, out
+
+    def _ext_waits(self, f: Flow, out: list[int]) -> None:
+        """Fluid flow `f` waits in its engine on the external deps `out` (`fluid_chains`): each one's reaction is at
+        most `f`'s step."""
+        self.fluid_chained += 1
+        step, ext_step = self._fluid_step(f), self._ext_step
+        for d in out:
+            if step < ext_step.get(d, INF_NS):
+                ext_step[d] = step
 
     def _join(self, deps: tuple[int, ...], side: int, at: int) -> int | None:
         """For `_place`, once per batch: a join of wide list `deps` for the flows of `side` held on it, which wait on
@@ -353,7 +446,9 @@ class FluidNvlinkSimulator:
         waits on it, or the caller watches it to submit then (not a progress display's `Observed` flows).
         Otherwise submissions come at `until` (of `advance`, `drain`'s end) only, which lets a decomposed packet
         side run ahead (phantora.netsim.decompose)."""
-        return fid in self._waiters or (fid in self._watch and not isinstance(self._watch, Observed))
+        return (
+            fid in self._waiters or fid in self._ext or (fid in self._watch and not isinstance(self._watch, Observed))
+        )
 
     def reaction_ns(self, fid: int) -> int:
         """The least ns between packet flow `fid`'s completion and a flow this engine (or its caller) may hand the
@@ -393,6 +488,9 @@ class FluidNvlinkSimulator:
                 least = v
                 if v == 0:
                     break
+        e = self._ext_step.get(fid)  # (`fluid_chains`: a flow waiting on it in a fluid engine, its step alone: a bound)
+        if e is not None and e < least:
+            least = e
         memo[(fid, depth)] = least
         return least
 
@@ -406,6 +504,8 @@ class FluidNvlinkSimulator:
         tf = self.fluid.next_event_time()
         if tf is None:
             return until
+        if self.fluid_chains:  # (no bounds kept for the flows in the fluid engines: their next event, a bound)
+            return min(until, tf)
         flb, watch, heap, waiters = self._flb, self._watch, self._releasers, self._waiters
         m = INF_NS
         while heap:
@@ -538,6 +638,8 @@ class FluidNvlinkSimulator:
         out["fluid_flows"] = self._fluid_flows
         out["fluid_events"] = fluid.get("events", 0)
         out["hybrid_steps"] = self._steps
+        if self.fluid_chains:
+            out["fluid_chained"] = self.fluid_chained
         if "fluid_shards" in fluid:  # (the fluid side split by host: `phantora.netsim.fluid_shards`)
             out["fluid_shards"] = fluid["fluid_shards"]
         used = out.get("approximations")
@@ -697,8 +799,16 @@ class FluidNvlinkSimulator:
         kept = WideDeps()  # wide deps lists, filtered once a call (`_same_side`)
         ended, done_packet = self._ended, self._done_packet
         fstep, fdependents, waiters = self._fstep, self._fdependents, self._waiters
+        ext = self._ext
+        arrived: dict[int, list[int]] | None = None
         for c in completions:
             fid = c.flow_id
+            if fid in ext:  # (`fluid_chains`: its end told to the shards waiting on it, below)
+                if arrived is None:
+                    arrived = {}
+                for s in ext.pop(fid):
+                    add_to(arrived, s, fid)
+                del self._ext_step[fid]
             side = sides.pop(fid, None)
             if side != FLUID:  # (the fluid engine marked its own in `_ended`, its done set, as they completed)
                 ended.add(fid)
@@ -723,6 +833,8 @@ class FluidNvlinkSimulator:
                 ready.setdefault((at, side), []).append(self._same_side(f, side, kept))
                 if j in chained:
                     self._unchain(j, at, ready, kept)
+        if arrived is not None:
+            self._arrived(arrived, now)
         heap = self._releasers
         if len(heap) > 2 * len(self._waiters) + 64:  # (lazy entries of completed flows: only `submit_floor` pops them)
             heap[:] = [e for e in heap if e[1] in flb and e[1] in self._waiters]
@@ -736,6 +848,15 @@ class FluidNvlinkSimulator:
             else:
                 packet.extend(batch)
         return packet
+
+    def _arrived(self, arrived: dict[int, list[int]], now: int) -> None:
+        """(`fluid_chains`) External deps ended at `now`: each shard waiting on some is told which, one message a
+        shard."""
+        tell = getattr(self.fluid, "arrive_by_shard", None)
+        if tell is not None:
+            tell(arrived, now)
+        else:
+            self.fluid.arrive(arrived[0], now)
 
     def _unchain(
         self,

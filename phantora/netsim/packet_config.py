@@ -61,6 +61,7 @@ WIRE_PRESETS: dict[str, dict[str, int]] = {
 ENGINE_FIELDS = (
     "nvlink", "reuse", "priority", "dlcp", "dlcp_bound", "nic_latency", "workers", "ray", "transport", "qp",
     "partition_loopback", "partition", "partition_worker", "partition_timeout_s", "fluid_shards",
+    "fluid_chains",
 )  # fmt: skip
 CLASS_SCHEDULERS = ("rr", "strict", "wrr")
 KEYED_SCHEDULER = "ns3::PhantoraKeyedScheduler"  # the keyed mode (issue 38): same-ns events by a per-node key
@@ -151,6 +152,9 @@ class PacketConfig:
     # Engine (issue 38, with nvlink=fluid): the fluid NVLink side on this many flow engines, one a run of hosts
     # (phantora.netsim.fluid_shards; the same completions as one: exact). 0 = one engine.
     fluid_shards: int = 0
+    # Engine (issue 38, with nvlink=fluid): "on" hands a fluid flow whose deps are fluid flows of its own shard to its
+    # flow engine when placed, which releases it at their ends (phantora.netsim.hybrid `_chain_deps`: exact)
+    fluid_chains: str = "off"
     # Engine: serve a packet-side episode that repeats one recorded from a quiet fabric from its completion profile
     # (phantora.netsim.reuse; opt-in, exact only where ns-3 draws no random numbers, docs/packet-model.md)
     reuse: str = "off"
@@ -266,6 +270,10 @@ class PacketConfig:
             raise bad("nvlink", f"expected {' or '.join(NVLINK_MODES)}, got {self.nvlink!r}")
         if self.fluid_shards and self.nvlink != "fluid":
             raise bad("fluid_shards", f"splits the fluid NVLink side: set nvlink=fluid too (got nvlink={self.nvlink})")
+        if self.fluid_chains not in ("off", "on"):
+            raise bad("fluid_chains", f"expected off or on, got {self.fluid_chains!r}")
+        if self.fluid_chains == "on" and self.nvlink != "fluid":
+            raise bad("fluid_chains", f"chains the fluid NVLink side: set nvlink=fluid too (got nvlink={self.nvlink})")
         if self.reuse not in REUSE_MODES:
             raise bad("reuse", f"expected {' or '.join(REUSE_MODES)}, got {self.reuse!r}")
         if self.qp not in QP_MODES:
