@@ -365,8 +365,8 @@ class CoordinatorCore:
 
     def _on_coll(self, rs: RankState, msg: Message) -> None:
         self._stamp(rs, msg.t, "a collective")
-        algo = self._algo(rs, msg.get("algo"))
         group, root = tuple(msg["group"]), msg["root"]
+        algo = self._algo(rs, msg.get("algo"), group)
         if self.mirrors.active:
             root = self.mirrors.canonical_root(group, root)
         redop = msg.get("redop", "sum")  # absent: sum (messages from before reductions travelled)
@@ -489,11 +489,12 @@ class CoordinatorCore:
             given = True
         return given
 
-    def _algo(self, rs: RankState, raw: Any) -> tuple[tuple[str, Any], ...]:
+    def _algo(self, rs: RankState, raw: Any, group: tuple[int, ...] = ()) -> tuple[tuple[str, Any], ...]:
         """A call's AlgoOptions overrides, hashable: `nccl_env` (the NCCL_* variables the program set before its
         group's communicator was created, runtime/program_env.py) as pairs, left out where they are the run's;
         `group_sizes` (a coalesced call's calls' bytes) and `group_dtypes` (their dtypes, where they differ) as
-        tuples."""
+        tuples; a collective's `group_kinds`, `group_redops` and `group_roots` (its calls' kinds, reductions and
+        roots where they differ; the roots global ranks, made indices of `group`) as tuples."""
         if raw is None:
             return ()
         if not isinstance(raw, dict):
@@ -511,6 +512,19 @@ class CoordinatorCore:
             if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
                 raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: group_dtypes must be dtype names, got {types!r}")
             out["group_dtypes"] = tuple(types)
+        for name in ("group_kinds", "group_redops"):  # checked against the calls by Collective (spec.py)
+            got = out.get(name)
+            if got is not None:
+                if not isinstance(got, list) or not all(isinstance(x, str) for x in got):
+                    raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: {name} must be names, got {got!r:.80}")
+                out[name] = tuple(got)
+        roots = out.get("group_roots")
+        if roots is not None:
+            if not isinstance(roots, list) or not all(r is None or (isinstance(r, int) and r in group) for r in roots):
+                raise RunFailed(
+                    E_PROTOCOL, f"rank {rs.rank}: group_roots must be ranks of {list(group)}, got {roots!r:.80}"
+                )
+            out["group_roots"] = tuple(None if r is None else group.index(r) for r in roots)
         env = out.get("nccl_env")
         if env is not None:
             if not isinstance(env, list) or not all(

@@ -111,5 +111,10 @@ def test_bad_per_call_fields_are_refused_in_one_line():
         Collective(
             "all_reduce", RANKS, 2 * MiB, "fp32", group_sizes=(MiB, MiB), group_kinds=("all_reduce", "all_to_all")
         )
-    with pytest.raises(InputError, match="model=nccl"):
-        decompose(_mixed(), H100, AlgoOptions(model="ideal"))
+
+
+def test_the_ideal_model_runs_each_kind_and_root_apart():
+    """model=ideal has no NCCL plan: the group's calls run as one collective per (kind, reduction, root), started
+    together (tests/test_nccl_coll_group_mixed_live.py checks their flows against each alone)."""
+    dag = decompose(_mixed(), H100, AlgoOptions(model="ideal"))
+    assert dag.flows and dag.choice is None

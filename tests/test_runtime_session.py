@@ -106,10 +106,10 @@ def test_async_collective_overlaps_compute(rig):
 
 def test_a_coalescing_blocks_collectives_name_one_group_launch_on_the_groups_stream(rig):
     """ProcessGroupNCCL's coalescing (`_start_coalescing` .. `_end_coalescing`) is one NCCL group launch: its
-    collectives are sent at the block's end, each (kind, reduction, root) as one coalesced call of the calls' bytes
-    (NCCL's group of them): two broadcasts of 32 B and 16 B from root 0 are one 48 B call, after the matmul between
-    them (NCCL launches at ncclGroupEnd), and a reduction beside it; all carry the block's launch id, the call after
-    it none; all name the group's stream."""
+    collectives are sent at the block's end as one coalesced call of the calls' bytes (NCCL's group of them, one
+    plan, whatever their kinds): broadcasts of 32 B and 16 B from root 0 and a reduction of 8 B between them are one
+    56 B call naming each call's kind, after the matmul between them (NCCL launches at ncclGroupEnd); it carries the
+    block's launch id, the call after it none; both name the group's stream."""
     s, pg, client, a = rig
     x, y, z = torch.ones(8), torch.ones(4), torch.ones(2)
     pg._start_coalescing()
@@ -121,13 +121,13 @@ def test_a_coalescing_blocks_collectives_name_one_group_launch_on_the_groups_str
     t_end = s.now()
     pg._end_coalescing().wait()
     pg.broadcast([x]).wait()
-    assert client.calls[:2] == [("broadcast", 48, t_end), ("reduce", 8, t_end)]
-    assert client.algos[:2] == [{"group_sizes": [32, 16]}, None]
+    assert client.calls[0] == ("broadcast", 56, t_end) and client.calls[1][:2] == ("broadcast", 32)
+    assert client.algos[:2] == [{"group_sizes": [32, 8, 16], "group_kinds": ["broadcast", "reduce", "broadcast"]}, None]
     assert held._pending and held._pending[0].handles == [1]  # the broadcast's work waits for its group's call
     assert held.is_completed()
-    (s1, l1), (s2, l2), (s3, l3) = client.launches
-    assert s1 == s2 == s3 is not None
-    assert l1 == l2 is not None and l3 is None
+    (s1, l1), (s2, l2) = client.launches
+    assert s1 == s2 is not None
+    assert l1 is not None and l2 is None
 
 
 def test_a_coalescing_blocks_list_all_gathers_of_two_dtypes_are_one_call_of_their_calls(rig):

@@ -65,6 +65,8 @@ def decompose(
     `sent` carries the network connections' message counters from one call to the next (which queue pair a
     message takes under NCCL_IB_QPS_PER_CONNECTION); None starts them at 0 for this call alone.
     """
+    if coll.mixed() and opts.model != "nccl":  # no NCCL plan: each (kind, reduction, root)'s calls alone, together
+        return _bins_apart(coll, topo, opts, first_flow_id, tag, sent)
     cut = group_plans(coll, topo, opts) if coll.group_sizes or coll.group_calls > 1 else None
     if cut is not None:  # a group NCCL launches as several plans, one after another
         return _plans_dag(coll, cut, topo, first_flow_id, tag, sent)
@@ -254,6 +256,37 @@ def _aggregates_dag(
         }
         for p, d in zip(parts, dags, strict=True)
     ]
+    return FlowDag(flows, last, next_id, choice)
+
+
+def _bins_apart(
+    coll: Collective, topo: Topology, opts: AlgoOptions, first_flow_id: int, tag: str, sent: MessageCounters | None
+) -> FlowDag:
+    """A group of several kinds, reductions or roots (`Collective.mixed`) outside NCCL's model (model=ideal): each
+    (kind, reduction, root)'s calls as one collective of their own, all started together."""
+    m = len(coll.group_sizes)
+    kinds = coll.group_kinds or (coll.kind,) * m
+    redops = coll.group_redops or (coll.redop,) * m
+    roots = coll.group_roots or (coll.root,) * m
+    types = coll.group_dtypes or (coll.dtype,) * m
+    bins: dict[tuple[str, str, int | None], list[int]] = {}
+    for i in range(m):
+        bins.setdefault((kinds[i], redops[i], roots[i]), []).append(i)
+    flows: list[Flow] = []
+    last: dict[int, list[int]] = {r: [] for r in coll.ranks}
+    next_id, choice = first_flow_id, None
+    for k, ((kind, redop, root), members) in enumerate(bins.items()):
+        sizes, ts = tuple(coll.group_sizes[i] for i in members), tuple(types[i] for i in members)
+        part = dataclasses.replace(
+            coll, kind=kind, redop=redop, root=root, nbytes=sum(sizes), dtype=ts[0],
+            group_sizes=sizes if len(sizes) > 1 else (), group_dtypes=ts if len(sizes) > 1 and len(set(ts)) > 1 else (),
+            group_kinds=(), group_redops=(), group_roots=(),
+        )  # fmt: skip
+        dag = decompose(part, topo, opts, next_id, f"{tag}/bin{k}" if tag else f"bin{k}", sent)
+        next_id, choice = dag.next_id, choice or dag.choice
+        flows.extend(dag.flows)
+        for r, ids in dag.rank_last.items():
+            last.setdefault(r, []).extend(ids)
     return FlowDag(flows, last, next_id, choice)
 
 

@@ -89,6 +89,8 @@ class CollectivePlanner:
         cls = over.pop("traffic_class", None)
         sizes = tuple(over.pop("group_sizes", ()) or ())  # a coalesced call's calls: one NCCL group (spec.py)
         types = tuple(over.pop("group_dtypes", ()) or ())  # their dtypes, where they differ
+        # their kinds, reductions and roots (group-local), where they differ: a device block's one plan
+        kinds, redops, roots = (tuple(over.pop(k, ()) or ()) for k in ("group_kinds", "group_redops", "group_roots"))
         tolerance = float(over.pop("loss_tolerance", 0.0) or 0.0)
         algo = dataclasses.replace(self.algo, **over) if over else self.algo
         lossy, lossless_why = self._loss_policy(call, algo, tolerance)
@@ -111,7 +113,8 @@ class CollectivePlanner:
                 inflight, inflight_at = self._inflight(call, copy, comm)
                 coll = Collective(
                     call.kind, copy, call.nbytes, call.dtype, call.root, comm, inflight, inflight_at, redop=call.redop,
-                    group_sizes=sizes, group_dtypes=types,
+                    group_sizes=sizes, group_dtypes=types, group_kinds=kinds,
+                    group_redops=redops, group_roots=roots,
                 )  # fmt: skip
             ctag = self._tag(call, copy, tag)
             dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=ctag, sent=sent)

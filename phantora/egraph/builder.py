@@ -22,6 +22,7 @@ from phantora.egraph.format import (
     Step,
     Wait,
     assemble,
+    check_group_calls,
 )
 from phantora.errors import InputError
 
@@ -77,6 +78,9 @@ class ProgramBuilder:
         pg: int = 0,
         group_sizes: Sequence[int] = (),
         group_dtypes: Sequence[str] = (),
+        group_kinds: Sequence[str] = (),
+        group_redops: Sequence[str] = (),
+        group_roots: Sequence[int | None] = (),
     ) -> int:
         """Issue a collective; `root` is group-local; `seq` defaults to the count of earlier calls on this group
         (process group `pg` over its ranks: Coll.pg);
@@ -84,7 +88,9 @@ class ProgramBuilder:
         `redop`: the reduction of an all-reduce, reduce-scatter or reduce; `nccl_env`: the NCCL_* variables its
         communicator was created with, where the program set its own (None: the run's); `group_sizes`: a coalesced
         call's calls' bytes (one NCCL group of them, summing to `nbytes`; () for one call); `group_dtypes`: their
-        dtypes where they differ (the first `dtype`)."""
+        dtypes where they differ (the first `dtype`); `group_kinds`, `group_redops`, `group_roots`: their kinds,
+        reductions and group-local roots where they differ (a device block's calls, one NCCL plan; the first the
+        call's own)."""
         if kind not in KIND_CODES:
             raise InputError(f"unknown collective kind {kind!r} (known: {', '.join(KIND_CODES)})", field="kind")
         if dtype not in DTYPE_CODES:
@@ -105,7 +111,17 @@ class ProgramBuilder:
                 f"group dtypes {list(types)} for the {len(sizes)} calls of a {dtype} {kind}", field="group_dtypes"
             )
         deps, after = tuple(deps), tuple(after)
-        node = Coll(stream, slot, kind, int(nbytes), dtype, root, s, deps, after, redop, nccl_env, pg, sizes, types)
+        kinds = tuple(group_kinds) if sizes and len(set(group_kinds)) > 1 else ()
+        redops = tuple(group_redops) if sizes and len(set(group_redops)) > 1 else ()
+        roots = tuple(group_roots) if sizes and len(set(group_roots)) > 1 else ()
+        node = Coll(
+            stream, slot, kind, int(nbytes), dtype, root, s, deps, after, redop, nccl_env, pg, sizes, types, kinds,
+            redops, roots,
+        )  # fmt: skip
+        if node.mixed():
+            check_group_calls(node, "<program>", "group_kinds")
+            if any(r is not None and not 0 <= r < len(group) for r in roots):
+                raise InputError(f"group roots {list(roots)}: not indices of {list(group)}", field="group_roots")
         return self._add(node)
 
     def p2p(

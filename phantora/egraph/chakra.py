@@ -14,7 +14,8 @@ A Chakra comm node blocks its dependents, so stream order skips it: the next nod
 on the node before the collective, and only the Wait depends on the collective itself. Extra
 attributes (``phantora_type``, ``stream``, ``seq``, ``dtype``, ``root``, ``phantora_redop`` when not sum,
 ``phantora_pg`` when not the first group over the ranks, ``phantora_group_sizes`` for a coalesced call (and
-``phantora_group_dtypes`` where its calls' dtypes differ),
+``phantora_group_dtypes`` where its calls' dtypes differ, ``phantora_group_kinds``, ``phantora_group_redops`` and
+``phantora_group_roots`` where their kinds, reductions or roots do),
 ``phantora_conn``, ``phantora_comm``,
 ``phantora_launch`` and ``phantora_issue_ns`` for a transfer of an NCCL group launch) let `read_chakra` rebuild
 the graph exactly; Chakra consumers ignore attributes they do not know.
@@ -69,6 +70,9 @@ REDOP_ATTR = "phantora_redop"  # a Coll's reduction, when not sum (Coll.redop)
 PG_ATTR = "phantora_pg"  # a Coll's or P2P's process group over its ranks, when not the first (Coll.pg, P2P.pg)
 GROUP_ATTR = "phantora_group_sizes"  # a coalesced Coll's calls' bytes, space-separated (Coll.group_sizes)
 GROUP_DTYPES_ATTR = "phantora_group_dtypes"  # their dtypes where they differ, space-separated (Coll.group_dtypes)
+# their kinds, reductions and group-local roots (-1: none) where they differ, space-separated (Coll.group_kinds, ...)
+GROUP_KINDS_ATTR, GROUP_REDOPS_ATTR = "phantora_group_kinds", "phantora_group_redops"
+GROUP_ROOTS_ATTR = "phantora_group_roots"
 # NCCL_* variables as JSON [[name, value], ...]: a call's own (Coll/P2P.nccl_env) on its node, the run's in the metadata
 NCCL_ENV_ATTR = "phantora_nccl_env"
 
@@ -215,6 +219,13 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
                 attrs.append(_attr(GROUP_ATTR, string_val=" ".join(map(str, n.group_sizes))))
             if n.group_dtypes:
                 attrs.append(_attr(GROUP_DTYPES_ATTR, string_val=" ".join(n.group_dtypes)))
+            if n.group_kinds:
+                attrs.append(_attr(GROUP_KINDS_ATTR, string_val=" ".join(n.group_kinds)))
+            if n.group_redops:
+                attrs.append(_attr(GROUP_REDOPS_ATTR, string_val=" ".join(n.group_redops)))
+            if n.group_roots:
+                roots = " ".join(str(-1 if r is None else r) for r in n.group_roots)
+                attrs.append(_attr(GROUP_ROOTS_ATTR, string_val=roots))
             attrs += _env_attr(n.nccl_env)
         elif isinstance(n, P2P):
             src, dst = graph.groups[bound[n.slot]]
@@ -362,8 +373,11 @@ def _rank_builder(
             env = _env_of(a.get(NCCL_ENV_ATTR), src)
             try:
                 sizes = [int(x) for x in str(a.get(GROUP_ATTR, "")).split()]
+                roots = [None if int(x) < 0 else int(x) for x in str(a.get(GROUP_ROOTS_ATTR, "")).split()]
             except ValueError:
-                raise InputError(f"node {i}: {GROUP_ATTR} is not a list of byte counts", file=src) from None
+                raise InputError(
+                    f"node {i}: {GROUP_ATTR} or {GROUP_ROOTS_ATTR} is not a list of integers", file=src
+                ) from None
             b.collective(
                 coll,
                 group,
@@ -379,6 +393,9 @@ def _rank_builder(
                 pg=int(a.get(PG_ATTR, 0)),
                 group_sizes=sizes,
                 group_dtypes=str(a.get(GROUP_DTYPES_ATTR, "")).split(),
+                group_kinds=str(a.get(GROUP_KINDS_ATTR, "")).split(),
+                group_redops=str(a.get(GROUP_REDOPS_ATTR, "")).split(),
+                group_roots=roots,
             )
         elif kind == "p2p":
             send = node.type == COMM_SEND_NODE

@@ -31,7 +31,9 @@ Node semantics (all times integer ns; see docs/egraph.md):
   a recording of one group per rank set is written as before;
 - a ``Coll``'s ``group_sizes`` (type 14 on disk) are the bytes of each call of a coalesced call (one NCCL group of
   calls, which NCCL schedules as one launch: part of its choice); where the calls' dtypes differ
-  (``group_dtypes``) each size is written as ``[bytes, dtype code]``;
+  (``group_dtypes``) each size is written as ``[bytes, dtype code]``, and where their kinds, reductions or roots
+  differ (``group_kinds``, ``group_redops``, ``group_roots``: a device block's calls, one NCCL plan) as
+  ``[bytes, dtype code, kind code, reduction code, root]`` (root group-local, -1 for none);
 - ``Step`` marks the end of a training step on its stream (it takes no time).
 """
 
@@ -46,7 +48,7 @@ from typing import Any
 
 import msgpack
 
-from phantora.collectives.spec import REDUCING
+from phantora.collectives.spec import GROUPED_KINDS, REDUCING
 from phantora.errors import InputError
 
 FORMAT = "phantora-egraph"
@@ -142,6 +144,15 @@ class Coll:
     group_sizes: tuple[int, ...] = ()
     # their dtypes where they differ, the first `dtype` (Collective.group_dtypes; type 14's [bytes, dtype] pairs)
     group_dtypes: tuple[str, ...] = ()
+    # their kinds, reductions and roots (group-local) where they differ, the first the Coll's own
+    # (Collective.group_kinds, group_redops, group_roots; type 14's [bytes, dtype, kind, redop, root] entries)
+    group_kinds: tuple[str, ...] = ()
+    group_redops: tuple[str, ...] = ()
+    group_roots: tuple[int | None, ...] = ()
+
+    def mixed(self) -> bool:
+        """Whether its calls differ in kind, reduction or root (type 14's five-field entries)."""
+        return bool(self.group_kinds or self.group_redops or self.group_roots)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +230,9 @@ class Program:
                 if n.group_sizes:
                     row[0] = T_COLL_GROUP
                     sizes: list[Any] = list(n.group_sizes)
-                    if n.group_dtypes:
+                    if n.mixed():
+                        sizes = _mixed_entries(n)
+                    elif n.group_dtypes:
                         sizes = [[b, DTYPE_CODES.index(t)] for b, t in zip(n.group_sizes, n.group_dtypes, strict=True)]
                     row += [list(n.after), REDOP_CODES.index(n.redop), n.pg, sizes]
                 elif n.pg:
@@ -301,6 +314,8 @@ class Program:
                 raise InputError(f"negative duration {n.dur_ns}", file=source, field=where)
             if isinstance(n, Coll) and n.redop != "sum" and n.kind not in REDUCING:
                 raise InputError(f"a {n.kind} takes no reduction ({n.redop})", file=source, field=where)
+            if isinstance(n, Coll) and n.mixed():
+                check_group_calls(n, source, where)
             if (
                 isinstance(n, Coll)
                 and n.group_sizes
@@ -335,6 +350,34 @@ class Program:
         return [i for i, n in enumerate(self.nodes) if isinstance(n, P2P) and n.launch >= 0]
 
 
+def check_group_calls(n: Coll, source: str, where: str) -> None:
+    """A Coll's calls of several kinds, reductions or roots: one of each a call, the first the Coll's own; kinds NCCL
+    groups; a reduction only on a reducing kind; roots that are none or group-local indices (checked on binding)."""
+    m = len(n.group_sizes)
+    for name, got, own in (
+        ("kinds", n.group_kinds, n.kind),
+        ("reductions", n.group_redops, n.redop),
+        ("roots", n.group_roots, n.root),
+    ):
+        if got and (len(got) != m or got[0] != own):
+            raise InputError(
+                f"group {name} {list(got)}: one for each of the {m} calls, the first the call's own ({own})",
+                file=source,
+                field=where,
+            )
+    kinds = n.group_kinds or (n.kind,) * m
+    redops = n.group_redops or (n.redop,) * m
+    roots = n.group_roots or (n.root,) * m
+    for k, op, r in zip(kinds, redops, roots, strict=True):
+        if k not in GROUPED_KINDS or (op != "sum" and k not in REDUCING) or (r is not None and r < 0):
+            raise InputError(
+                f"group call {k} ({op}, root {r}): calls of {', '.join(GROUPED_KINDS)}, a reduction only on a "
+                f"reducing one",
+                file=source,
+                field=where,
+            )
+
+
 def _decode_envs(obj: dict[str, Any], nodes: list[Node], source: str) -> None:
     """Give the calls `env_of` names their NCCL_* variables from the `envs` table (in place)."""
     envs, env_of = obj.get("envs", []), obj.get("env_of", [])
@@ -358,17 +401,56 @@ def _decode_envs(obj: dict[str, Any], nodes: list[Node], source: str) -> None:
         nodes[i] = dataclasses.replace(call, nccl_env=table[e])
 
 
-def _group_sizes(raw: Any, source: str, where: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """Type 14's calls: byte counts, or [bytes, dtype code] pairs where the calls' dtypes differ."""
+def _mixed_entries(n: Coll) -> list[list[int]]:
+    """Type 14's [bytes, dtype, kind, redop, root] entries of a Coll whose calls differ in kind, reduction or root."""
+    m = len(n.group_sizes)
+    types = n.group_dtypes or (n.dtype,) * m
+    kinds, redops = n.group_kinds or (n.kind,) * m, n.group_redops or (n.redop,) * m
+    roots = n.group_roots or (n.root,) * m
+    return [
+        [b, DTYPE_CODES.index(t), KIND_CODES.index(k), REDOP_CODES.index(op), -1 if r is None else r]
+        for b, t, k, op, r in zip(n.group_sizes, types, kinds, redops, roots, strict=True)
+    ]
+
+
+GroupCalls = tuple[tuple[int, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[int | None, ...]]
+
+
+def _differing(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`values`, or () where they are all one (Coll's convention for its group fields)."""
+    return values if len(set(values)) > 1 else ()
+
+
+def _group_sizes(raw: Any, source: str, where: str) -> GroupCalls:
+    """Type 14's calls: byte counts; [bytes, dtype code] pairs where the calls' dtypes differ; [bytes, dtype, kind,
+    reduction, root] where their kinds, reductions or roots do (the older two forms stay readable). Returns their
+    bytes, dtypes, kinds, reductions and roots, each () where the calls do not differ in it (bytes: always)."""
     ok = isinstance(raw, list) and raw
     if ok and all(isinstance(x, list) for x in raw):
-        pairs = [x for x in raw if len(x) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in x)]
-        if len(pairs) == len(raw) and all(b >= 0 and 0 <= t < len(DTYPE_CODES) for b, t in pairs):
-            return tuple(b for b, _ in pairs), tuple(DTYPE_CODES[t] for _, t in pairs)
-        raise InputError("group sizes must be [bytes, dtype code] pairs", file=source, field=where)
+        width = len(raw[0])
+        rows = [x for x in raw if len(x) == width and all(isinstance(v, int) and not isinstance(v, bool) for v in x)]
+        codes = (DTYPE_CODES, KIND_CODES, REDOP_CODES)
+        if (
+            width in (2, 5)
+            and len(rows) == len(raw)
+            and all(x[0] >= 0 and all(0 <= v < len(c) for v, c in zip(x[1:4], codes, strict=False)) for x in rows)
+            and all(x[4] >= -1 for x in rows if width == 5)
+        ):
+            sizes, types = tuple(x[0] for x in rows), tuple(DTYPE_CODES[x[1]] for x in rows)
+            if width == 2:
+                return sizes, types, (), (), ()
+            kinds = tuple(KIND_CODES[x[2]] for x in rows)
+            redops = tuple(REDOP_CODES[x[3]] for x in rows)
+            roots = tuple(None if x[4] < 0 else x[4] for x in rows)
+            return sizes, _differing(types), _differing(kinds), _differing(redops), _differing(roots)
+        raise InputError(
+            "group sizes must be [bytes, dtype code] or [bytes, dtype, kind, reduction, root] entries",
+            file=source,
+            field=where,
+        )
     if not ok or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in raw):
         raise InputError("group sizes must be a list of byte counts", file=source, field=where)
-    return tuple(raw), ()
+    return tuple(raw), (), (), (), ()
 
 
 def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
@@ -387,10 +469,9 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
     after: tuple[int, ...] = ()
     redop = "sum"
     pg = 0
-    sizes: tuple[int, ...] = ()
-    types: tuple[str, ...] = ()
+    calls: GroupCalls = ((), (), (), (), ())
     if code == T_COLL_GROUP:
-        sizes, types = _group_sizes(f[-1], source, where)
+        calls = _group_sizes(f[-1], source, where)
         if not isinstance(f[-2], int) or isinstance(f[-2], bool) or f[-2] < 0:
             raise InputError(f"process group {f[-2]!r} must be >= 0", file=source, field=where)
         f, pg = f[:-2], f[-2]
@@ -419,9 +500,10 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
             return Compute(f[0], names[f[1]], f[2], deps)
         if code in (T_COLL, T_COLL_AFTER, T_COLL_OP, T_COLL_PG, T_COLL_GROUP):
             root = None if f[5] < 0 else f[5]
+            sizes, types, kinds, redops, roots = calls
             return Coll(
                 f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps, after, redop, pg=pg,
-                group_sizes=sizes, group_dtypes=types,
+                group_sizes=sizes, group_dtypes=types, group_kinds=kinds, group_redops=redops, group_roots=roots,
             )  # fmt: skip
         if code in (T_P2P, T_P2P_AFTER):
             return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after)

@@ -58,6 +58,9 @@ class _RecorderListener:
                 pg=call.pg,
                 group_sizes=call.group_sizes,
                 group_dtypes=call.group_dtypes,
+                group_kinds=call.group_kinds,
+                group_redops=call.group_redops,
+                group_roots=call.group_roots,
             )
         else:
             send = call.kind == "send"

@@ -107,12 +107,16 @@ class GraphRecorder:
         pg: int = 0,
         group_sizes: tuple[int, ...] = (),
         group_dtypes: tuple[str, ...] = (),
+        group_kinds: tuple[str, ...] = (),
+        group_redops: tuple[str, ...] = (),
+        group_roots: tuple[int | None, ...] = (),
     ) -> None:
         """A collective issued at `issue_ns` on process group `pg` over its ranks (Coll.pg); `root` is a global rank
         (or None); it starts after the rank's calls
         `before` (handles); `redop`: its reduction; `nccl_env`: its communicator's NCCL_* variables where the program
         set its own (None: the run's); `group_sizes`: a coalesced call's calls' bytes; `group_dtypes`: their dtypes
-        where they differ."""
+        where they differ; `group_kinds`, `group_redops`, `group_roots` (global ranks): their kinds, reductions and
+        roots where they differ."""
         group = tuple(int(r) for r in group)
         self._catch_up(stream, int(issue_ns))
         local = None
@@ -120,10 +124,14 @@ class GraphRecorder:
             if root not in group:
                 raise PhantoraError(f"rank {self.rank}: root {root} is not in the group {list(group)}")
             local = group.index(root)
+        if any(r is not None and r not in group for r in group_roots):
+            raise PhantoraError(f"rank {self.rank}: group roots {list(group_roots)} are not in the group {list(group)}")
+        roots = tuple(None if r is None else group.index(r) for r in group_roots)
         after = self._nodes(before)
         idx = self.b.collective(
             kind, group, nbytes, dtype, local, seq, stream, after=after, redop=redop, nccl_env=nccl_env, pg=pg,
-            group_sizes=group_sizes, group_dtypes=group_dtypes,
+            group_sizes=group_sizes, group_dtypes=group_dtypes, group_kinds=group_kinds, group_redops=group_redops,
+            group_roots=roots,
         )  # fmt: skip
         self._issued(handle, idx)
 

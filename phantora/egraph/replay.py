@@ -79,6 +79,8 @@ class Instance:
     nccl_env: NcclEnv | None = None  # its communicator's NCCL_* where the live program set its own (Coll.nccl_env)
     group_sizes: tuple[int, ...] = ()  # a coalesced call's calls' bytes (Coll.group_sizes)
     group_dtypes: tuple[str, ...] = ()  # their dtypes where they differ (Coll.group_dtypes)
+    # their kinds, reductions and roots where they differ (Coll.group_kinds, group_redops, group_roots)
+    group_calls: tuple[tuple[str, ...], tuple[str, ...], tuple[int | None, ...]] = ((), (), ())
     issue: dict[int, int] = field(default_factory=dict)  # rank -> issue marker
     start: int = -1  # start marker, once launched
     flows: range = range(0)
@@ -93,6 +95,13 @@ class Instance:
     @property
     def launched(self) -> bool:
         return self.start >= 0
+
+    def signature(self) -> tuple[Any, ...]:
+        """What every member must have issued alike: kind, bytes, dtype, root, reduction and the group's calls."""
+        return (
+            self.kind, self.nbytes, self.dtype, self.root, self.redop, self.group_sizes, self.group_dtypes,
+            self.group_calls,
+        )  # fmt: skip
 
     @property
     def pg(self) -> int:
@@ -467,15 +476,16 @@ class _Planner:
         group = run.slots[n.slot]
         if isinstance(n, Coll):
             key: tuple[Any, ...] = ("c", group, n.seq) + ((n.pg,) if n.pg else ())  # a recording's before pg: 0
-            sig = (n.kind, n.nbytes, n.dtype, n.root, n.redop, n.group_sizes, n.group_dtypes)
+            each = (n.group_kinds, n.group_redops, n.group_roots)
+            sig = (n.kind, n.nbytes, n.dtype, n.root, n.redop, n.group_sizes, n.group_dtypes, each)
         else:
             key = ("p", group[0], group[1], n.tag, n.seq) + ((n.pg,) if n.pg else ())
-            sig = ("send_recv", n.nbytes, "uint8", None, "sum", (), ())
+            sig = ("send_recv", n.nbytes, "uint8", None, "sum", (), (), ((), (), ()))
         inst = self.instances.get(key)
         if inst is None:
-            inst = Instance(key, sig[0], group, *sig[1:5], group_sizes=sig[5], group_dtypes=sig[6])
+            inst = Instance(key, sig[0], group, *sig[1:5], group_sizes=sig[5], group_dtypes=sig[6], group_calls=sig[7])
             self.instances[key] = inst
-        elif (inst.kind, inst.nbytes, inst.dtype, inst.root, inst.redop, inst.group_sizes, inst.group_dtypes) != sig:
+        elif inst.signature() != sig:
             first = min(inst.issue)
             raise InputError(
                 f"collective mismatch on {inst.label()}: rank {first} issued {inst.kind} of {inst.nbytes} B "
@@ -551,7 +561,8 @@ class _Planner:
         first = len(self.flows)
         coll = self.grouped(inst) or Collective(
             inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root, redop=inst.redop, group_sizes=inst.group_sizes,
-            group_dtypes=inst.group_dtypes,
+            group_dtypes=inst.group_dtypes, group_kinds=inst.group_calls[0], group_redops=inst.group_calls[1],
+            group_roots=inst.group_calls[2],
         )  # fmt: skip
         opts = self.opts.of(inst.nccl_env)
         dag = self.dags.gated(coll, opts, first, self.tag(inst), (inst.start,))

@@ -41,7 +41,7 @@ from phantora.errors import InputError, PhantoraError
 from phantora.perfmodel.dtypes import short_dtype
 from phantora.runtime import gloo_cost, mirror_groups, tensor_values
 from phantora.runtime import session as _session
-from phantora.runtime.coalesce_block import GROUPED, HeldCall, bins, merged
+from phantora.runtime.coalesce_block import GROUPED, HeldCall, merged
 from phantora.runtime.gloo_lanes import PairLanes
 from phantora.runtime.gloo_thread import GlooOnlyWork, off_thread
 from phantora.runtime.program_env import program_nccl_env
@@ -513,8 +513,12 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         sync: bool,
         cuda_stream: int,
         transfers: Sequence[Transfer] | None = None,
+        group_kinds: Sequence[str] = (),
+        group_redops: Sequence[str] = (),
+        group_roots: Sequence[int | None] = (),
     ) -> Pending:
-        """Tell the session of one collective of this group, on its NCCL stream and in the open launch."""
+        """Tell the session of one collective of this group, on its NCCL stream and in the open launch; a device
+        block's calls of several kinds, reductions or roots (group ranks) as one (`group_kinds`, ...)."""
         if not self._mirrors_checked:  # rank deduplication: the group's shifted copies are groups the program made
             self._mirrors_checked = True
             live = getattr(self._s.client, "live", None)
@@ -540,6 +544,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             pg=self._pg,
             group_sizes=group_sizes,
             group_dtypes=group_dtypes,
+            group_kinds=group_kinds,
+            group_redops=group_redops,
+            group_roots=tuple(None if r is None else self._ranks[r] for r in group_roots),
         )
 
     def _me(self) -> int:
@@ -1007,20 +1014,22 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         return PhantoraWork(self._s, pending, [], host=self.gloo_sync, group=self)
 
     def _send_held(self) -> None:
-        """The block's held collectives, each (kind, reduction, root) as one coalesced call of its launch (NCCL's
-        group of them: one ncclGroupEnd); each call's work then waits for its bin's."""
+        """The block's held collectives as one coalesced call of its launch, whatever their kinds, reductions and
+        roots (NCCL's group of them: one ncclGroupEnd, one plan); each call's work then waits for it."""
         held, self._held = self._held or [], None
-        for calls in bins(held):
-            m = merged(calls)
-            p = self._issue(
-                m["kind"], m["name"], m["size"], m["dtype_of"], m["tensors"], m["start"], m["finalize"], m["root"],
-                m["redop"], m["group_sizes"], m["group_dtypes"], m["sync"], m["cuda_stream"],
-            )  # fmt: skip
-            for c in calls:
-                c.work._pending.append(p)
-                c.work.unsent = False
-            if self._coalescing is not None:
-                self._coalescing.append(p)
+        if not held:
+            return
+        m = merged(held)
+        p = self._issue(
+            m["kind"], m["name"], m["size"], m["dtype_of"], m["tensors"], m["start"], m["finalize"], m["root"],
+            m["redop"], m["group_sizes"], m["group_dtypes"], m["sync"], m["cuda_stream"],
+            group_kinds=m["group_kinds"], group_redops=m["group_redops"], group_roots=m["group_roots"],
+        )  # fmt: skip
+        for c in held:
+            c.work._pending.append(p)
+            c.work.unsent = False
+        if self._coalescing is not None:
+            self._coalescing.append(p)
 
     def _lone_on_group(self) -> bool:
         """Under eager init (`init_process_group(device_id=...)`) ProcessGroupNCCL runs even a lone send/recv on

@@ -5,13 +5,11 @@ Inside such a block ProcessGroupNCCL enqueues every collective between ncclGroup
 fuses into a `*_coalesced` call at the block's end (all-reduces, all-gathers into a tensor, reduce-scatters of a
 tensor) and those it issues one by one (broadcasts, reductions, list all-gathers and reduce-scatters). NCCL launches
 nothing before ncclGroupEnd, then aggregates the group's calls per (function, reduction, type) (enqueue.cc,
-nccl/coll_group.py). The backend holds the block's collectives (`HeldCall`) and, at `_end_coalescing`, sends each
-`bins` entry as one coalesced call of the group's launch: its calls' bytes (`group_sizes`) and dtypes
-(`group_dtypes`), so that NCCL's aggregation, tuner choice, latency and channels apply to them together.
-
-Calls of different functions, reductions or roots are separate bins: separate coalesced calls of the one launch,
-started together. The model can run them as NCCL's one plan (`Collective.group_kinds` / `group_redops` /
-`group_roots`, collectives/group_plans.py), but the call, its recording (type 14) and Chakra do not carry them yet.
+nccl/coll_group.py). The backend holds the block's collectives (`HeldCall`) and, at `_end_coalescing`, sends them
+all as one coalesced call of the group's launch (`merged`): its calls' bytes (`group_sizes`), dtypes
+(`group_dtypes`) and, where they differ, kinds, reductions and roots (`group_kinds`, `group_redops`,
+`group_roots`), so that NCCL's aggregation, tuner choice, latency, channels and plan apply to them together
+(collectives/group_plans.py).
 """
 
 from __future__ import annotations
@@ -45,20 +43,14 @@ class HeldCall:
     work: Any  # the PhantoraWork returned for it, whose calls are filled in at the block's end
 
 
-def bins(calls: Sequence[HeldCall]) -> list[list[HeldCall]]:
-    """The held calls by (kind, reduction, root), in the order each first came; issue order within each."""
-    out: dict[tuple[str, str, int | None], list[HeldCall]] = {}
-    for c in calls:
-        out.setdefault((c.kind, c.redop, c.root), []).append(c)
-    return list(out.values())
-
-
 def merged(calls: Sequence[HeldCall]) -> dict[str, Any]:
-    """One bin's calls as one coalesced call: the keyword arguments `_coll` takes for it (a bin of one NCCL call:
-    that call, with no group sizes)."""
+    """The block's calls (in issue order) as one coalesced call: the keyword arguments `_coll` takes for it, the
+    first call's kind, name, reduction and root its own (a block of one NCCL call: that call, with no group
+    sizes). Each NCCL call's kind, reduction and root (group rank) are given where they differ."""
     head = calls[0]
     sizes = tuple(s for c in calls for s in c.sizes)
     dtypes = tuple(t for c in calls for t in c.dtypes)
+    each = [(c.kind, c.redop, c.root) for c in calls for _ in c.sizes]
     starts = [c.start for c in calls]
     ends = [c.finalize for c in calls if c.finalize is not None]
 
@@ -68,6 +60,10 @@ def merged(calls: Sequence[HeldCall]) -> dict[str, Any]:
     def finalize() -> None:
         for f in ends:
             f()
+
+    def differing(i: int) -> tuple[Any, ...]:
+        got = tuple(e[i] for e in each)
+        return got if len(sizes) > 1 and len(set(got)) > 1 else ()
 
     return dict(
         kind=head.kind,
@@ -81,6 +77,9 @@ def merged(calls: Sequence[HeldCall]) -> dict[str, Any]:
         redop=head.redop,
         group_sizes=sizes if len(sizes) > 1 else (),
         group_dtypes=dtypes if len(sizes) > 1 and len(set(dtypes)) > 1 else (),
+        group_kinds=differing(0),
+        group_redops=differing(1),
+        group_roots=differing(2),
         sync=any(c.sync for c in calls),
         cuda_stream=calls[-1].cuda_stream,
     )

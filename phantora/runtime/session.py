@@ -197,6 +197,10 @@ class Issued:
     pg: int = 0  # which process group over its ranks (a transfer: holding both ends) it runs on (RankSession.comm_of)
     group_sizes: tuple[int, ...] = ()  # a coalesced call's calls' bytes (Collective.group_sizes)
     group_dtypes: tuple[str, ...] = ()  # their dtypes, where they differ (Collective.group_dtypes)
+    # their kinds, reductions and roots (global ranks), where they differ (Collective.group_kinds, ...)
+    group_kinds: tuple[str, ...] = ()
+    group_redops: tuple[str, ...] = ()
+    group_roots: tuple[int | None, ...] = ()
 
 
 class SessionListener(Protocol):
@@ -461,6 +465,9 @@ class RankSession:
         group_sizes: Sequence[int] = (),
         group_dtypes: Sequence[str] = (),
         host: bool = False,
+        group_kinds: Sequence[str] = (),
+        group_redops: Sequence[str] = (),
+        group_roots: Sequence[int | None] = (),
     ) -> Pending:
         """Tell the bridge about a collective, then start the real data movement; return it in flight.
 
@@ -477,8 +484,10 @@ class RankSession:
         process groups over `group` it runs on (`comm_of`); with transfers, their (`comm_of` with the peer) are given
         by `transfer_pg`, the peer -> pg of those holding this rank and the peer. `group_sizes`: a coalesced call's
         calls' bytes (Collective.group_sizes: one NCCL group of them), sent in its `algo` map, with `group_dtypes`
-        (their dtypes, Collective.group_dtypes) where they differ. `host`: a plain gloo group's call (backend.py,
-        `gloo_sync`), a host-side synchronisation of zero network bytes that follows no CUDA stream.
+        (their dtypes, Collective.group_dtypes) where they differ, and `group_kinds`, `group_redops`, `group_roots` (a
+        device block's calls of several kinds, reductions or roots, the roots global ranks) where those do. `host`:
+        a plain gloo group's call (backend.py, `gloo_sync`), a host-side synchronisation of zero network bytes that
+        follows no CUDA stream.
         """
         if not host:
             self._nccl_launch(launch)
@@ -504,6 +513,13 @@ class RankSession:
                 extras = {**extras, "group_sizes": list(sizes)}
             if types:
                 extras = {**extras, "group_dtypes": list(types)}
+            kinds, redops, roots = (
+                tuple(got) if sizes and len(got) == len(sizes) and len(set(got)) > 1 else ()
+                for got in (group_kinds, group_redops, group_roots)
+            )
+            for field_name, got in (("group_kinds", kinds), ("group_redops", redops), ("group_roots", roots)):
+                if got:
+                    extras = {**extras, field_name: list(got)}
             optional: dict[str, Any] = {"algo": extras} if extras else {}
             if stream is not None:
                 optional["stream"] = stream
@@ -542,6 +558,9 @@ class RankSession:
                         pg=pg,
                         group_sizes=sizes,
                         group_dtypes=types,
+                        group_kinds=kinds,  # type: ignore[arg-type]
+                        group_redops=redops,  # type: ignore[arg-type]
+                        group_roots=roots,  # type: ignore[arg-type]
                     )
                 )
         else:
