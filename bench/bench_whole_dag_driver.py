@@ -1,21 +1,28 @@
 """Which whole-DAG driver `--set workers=N` should build (issue 38 item 2, `factory.WHOLE_DAG_DRIVER`): the plain
-`DecomposedSimulator` or route (a)'s `HybridDecomposedSimulator`, side by side. Prints figures only.
+`DecomposedSimulator` or route (a)'s `HybridDecomposedSimulator`, side by side, and one engine (``one``: workers=0)
+as the base of the 1.7x goal. Prints figures only.
 
 Cases (each run is a fresh process, nvlink=fluid, wire=roce4k, nic_latency=1us, DCQCN, rail128, workers=2):
 
 - ``replay:SIZE``: `replay_inprocess` of workloads/rail_allreduce.toml at SIZE (two hierarchical all-reduces), each
   collective chunked (`AlgoOptions(granularity="chunked")`, 90,112 flows at 64 MiB).
+- ``moe:SIZE``: the same of workloads/moe_rail_alltoall.toml at SIZE per GPU (per rail a dispatch all-to-all, 1 ms
+  of expert compute, a combine; `bench_decompose.py --pattern a2a-rail`'s traffic with the workload's gap).
 - ``nccl``: the live `phantora nccl-tests all_reduce_perf -b 1M -e 4M -f 2 -n 2 -w 1` (c7472cb's command), which
   submits as it goes; its hybrid run is the factory made to build the hybrid there too (whole_dag forced).
 
 Each run prints the driver process's CPU inside the simulation, its workers' CPU (reaped children), the rounds, the
-run's wall, and a key of its results (sha256 of the sorted (id, start, end) for a replay, of the table's rows for
-nccl-tests; 12 hex digits), which must be equal between drivers. Runs alternate as --order says (default plain,
-hybrid, hybrid, plain: the load drifts); a run past --timeout is stopped (its process group) and printed unfinished.
-Then per case, the best of each driver and hybrid / plain ratios.
+run's wall, the critical path on 2 free cores (CPU s: the driver's own work between rounds plus, per round, the larger
+of its busiest worker's CPU and the driver's meanwhile; one engine: its CPU), and a key of its results (sha256 of the
+sorted (id, start, end) for a replay, of the table's rows for nccl-tests; 12 hex digits), which must be equal between
+drivers. Runs alternate as --order says (default plain, hybrid, hybrid, plain: the load drifts); a run past
+--timeout is stopped (its process group) and printed unfinished.
+Then per case, the best of each driver, hybrid / plain ratios, and one engine's best CPU over each driver's best
+critical path (the 1.7x goal).
 
     cd CLONE && PYTHONPATH=CLONE nice -n 10 .venv/bin/python bench/bench_whole_dag_driver.py \\
         --cases replay:8MiB replay:64MiB nccl --timeout 600
+    ... --cases replay:64MiB moe:16MiB --order one plain hybrid hybrid plain one
 """
 
 from __future__ import annotations
@@ -69,8 +76,21 @@ def rounds_of(stats: Any) -> int | None:
     return None
 
 
-def run_replay(size: str) -> dict[str, Any]:
-    """One chunked replay of rail_allreduce at `size` on the factory's whole-DAG driver."""
+WORKLOADS = {"replay": ("rail_allreduce.toml", 'bytes = "8MiB"'), "moe": ("moe_rail_alltoall.toml", 'bytes = "16MiB"')}
+
+
+def critical_of(stats: Any, driver_cpu: float) -> float | None:
+    """The critical path on free cores, CPU s: the driver's CPU less what it did while its workers ran, plus per round
+    max(busiest worker, the driver meanwhile) (the decomposition's stats); None without decomposition stats."""
+    d = stats.get("decompose") if isinstance(stats, dict) else None
+    if not isinstance(d, dict) or "overlap_cpu_s" not in d:
+        return None
+    meanwhile = float(d.get("meanwhile_cpu_s", 0.0)) + float(d.get("built_cpu_s", 0.0))
+    return driver_cpu - meanwhile + float(d["overlap_cpu_s"])
+
+
+def run_replay(case: str, size: str, workers: int) -> dict[str, Any]:
+    """One chunked replay of the case's workload at `size` on the factory's whole-DAG driver (one engine at 0)."""
     from bridge.workers import spawn_workers
     from phantora.collectives.spec import AlgoOptions
     from phantora.netsim import factory
@@ -80,17 +100,18 @@ def run_replay(size: str) -> dict[str, Any]:
     from phantora.topology.loader import load_topology
     from phantora.workload import load_workload
 
-    src = (ROOT / "workloads" / "rail_allreduce.toml").read_text()
-    if 'bytes = "8MiB"' not in src:
-        raise SystemExit('workloads/rail_allreduce.toml: no `bytes = "8MiB"` line to set the size on')
+    name, line = WORKLOADS[case]
+    src = (ROOT / "workloads" / name).read_text()
+    if line not in src:
+        raise SystemExit(f"workloads/{name}: no `{line}` line to set the size on")
     topo = load_topology("rail128")
     config = PacketConfig(cc="dcqcn", nvlink="fluid", payload_bytes=4096, header_bytes=62, nic_latency=1000)
     with tempfile.TemporaryDirectory() as tmp:
         wl_path = Path(tmp) / "rail.toml"
-        wl_path.write_text(src.replace('bytes = "8MiB"', f'bytes = "{size}"'))
+        wl_path.write_text(src.replace(line, f'bytes = "{size}"'))
         wl = load_workload(wl_path, world=topo.num_ranks)
     sim = factory.make_engine(
-        EngineSpec("ns3", replace(config, workers=2)), topo, spawner=spawn_workers, whole_dag=True
+        EngineSpec("ns3", replace(config, workers=workers)), topo, spawner=spawn_workers, whole_dag=True
     )
     try:
         c0, t0 = time.process_time(), time.perf_counter()
@@ -101,7 +122,9 @@ def run_replay(size: str) -> dict[str, Any]:
         sim.close()
     comps = sorted((c.flow_id, c.start_ns, c.end_ns) for c in res.completions)
     key = hashlib.sha256(repr(comps).encode()).hexdigest()[:12]
-    return {"cls": type(sim).__name__, "driver_cpu": cpu, "wall": wall, "rounds": rounds_of(stats), "key": key}
+    crit = critical_of(stats, cpu) if workers else cpu
+    out = {"cls": type(sim).__name__, "driver_cpu": cpu, "wall": wall, "rounds": rounds_of(stats), "key": key}
+    return {**out, "crit": crit, "flows": len(comps)}
 
 
 def run_nccl() -> dict[str, Any]:
@@ -118,13 +141,17 @@ def run_nccl() -> dict[str, Any]:
         rows = [ln for ln in (out / "nccl-tests.txt").read_text().splitlines() if ln.strip()[:1].isdigit()]
         stats = json.loads((out / "results.json").read_text())
     key = hashlib.sha256("\n".join(rows).encode()).hexdigest()[:12]
-    return {"cls": "-", "driver_cpu": cpu, "wall": wall, "rounds": rounds_of(stats), "key": key}
+    return {"cls": "-", "driver_cpu": cpu, "wall": wall, "rounds": rounds_of(stats), "key": key, "crit": None}
 
 
 def one(case: str, driver: str) -> None:
     """Run `case` on `driver` in this process and print one JSON line (after the command's own output)."""
-    force_driver(driver, everywhere=case == "nccl")
-    out = run_nccl() if case == "nccl" else run_replay(case.split(":", 1)[1])
+    force_driver("plain" if driver == "one" else driver, everywhere=case == "nccl")
+    if case == "nccl":
+        out = run_nccl()
+    else:
+        kind, size = case.split(":", 1)
+        out = run_replay(kind, size, 0 if driver == "one" else 2)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     out["workers_cpu"] = kids.ru_utime + kids.ru_stime
     print("RESULT " + json.dumps(out), flush=True)
@@ -151,9 +178,11 @@ def show(case: str, driver: str, r: dict[str, Any] | None, timeout: float) -> No
     if r is None:
         print(f"{case:14} {driver:6}  unfinished at {timeout:.0f} s wall (stopped)", flush=True)
         return
+    crit = "-" if r.get("crit") is None else f"{r['crit']:7.2f} s"
     print(
         f"{case:14} {driver:6}  wall {r['wall']:7.2f} s  driver CPU {r['driver_cpu']:7.2f} s  "
-        f"workers CPU {r['workers_cpu']:7.2f} s  rounds {r['rounds']}  key {r['key']}  ({r['cls']})",
+        f"workers CPU {r['workers_cpu']:7.2f} s  critical {crit}  rounds {r['rounds']}  key {r['key']}  "
+        f"({r['cls']}, {r.get('flows', '-')} flows)",
         flush=True,
     )
 
@@ -161,7 +190,9 @@ def show(case: str, driver: str, r: dict[str, Any] | None, timeout: float) -> No
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", nargs="+", default=["replay:8MiB", "replay:64MiB", "nccl"])
-    ap.add_argument("--order", nargs="+", default=["plain", "hybrid", "hybrid", "plain"], choices=["plain", "hybrid"])
+    ap.add_argument(
+        "--order", nargs="+", default=["plain", "hybrid", "hybrid", "plain"], choices=["one", "plain", "hybrid"]
+    )
     ap.add_argument("--timeout", type=float, default=600.0, help="wall seconds a run may take (default 600)")
     ap.add_argument("--one", nargs=2, metavar=("CASE", "DRIVER"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -169,12 +200,14 @@ def main() -> None:
         one(*a.one)
         return
     for case in a.cases:
-        if case != "nccl" and not case.startswith("replay:"):
-            raise SystemExit(f"--cases: {case!r} is neither nccl nor replay:SIZE")
+        if case != "nccl" and case.split(":", 1)[0] not in WORKLOADS:
+            raise SystemExit(f"--cases: {case!r} is neither nccl, replay:SIZE nor moe:SIZE")
+        if case == "nccl" and "one" in a.order:
+            raise SystemExit("--order: one engine is measured on the replay cases only, not nccl")
     print(f"load {os.getloadavg()[0]:.1f} at {time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
     summary = []
     for case in a.cases:
-        runs: dict[str, list[dict[str, Any] | None]] = {"plain": [], "hybrid": []}
+        runs: dict[str, list[dict[str, Any] | None]] = {"one": [], "plain": [], "hybrid": []}
         for driver in a.order:
             r = spawn(case, driver, a.timeout)
             show(case, driver, r, a.timeout)
@@ -194,6 +227,15 @@ def main() -> None:
             h = min(r[name] for r in done["hybrid"])
             cols.append(f"{name} {p:.2f} / {h:.2f} = {h / p:.2f}x" if p else f"{name} {p} / {h}")
         print(f"{case:14} " + ", ".join(cols) + f"; keys equal {'yes' if len(keys) == 1 else 'NO ' + str(keys)}")
+        if done["one"]:
+            one_cpu = min(r["driver_cpu"] for r in done["one"])
+            for d in ("plain", "hybrid"):
+                crits = [r["crit"] for r in done[d] if r.get("crit")]
+                if crits:
+                    print(
+                        f"{'':14} one engine CPU {one_cpu:.2f} / {d} critical {min(crits):.2f} = "
+                        f"{one_cpu / min(crits):.2f}x (goal 1.7x)"
+                    )
 
 
 if __name__ == "__main__":
