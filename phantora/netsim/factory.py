@@ -22,14 +22,16 @@ if TYPE_CHECKING:
 # Which driver `--set workers=N` builds, per mode (docs/packet-model.md, "Which driver workers=N builds"). Every mode
 # builds the plain `DecomposedSimulator` under the driver's `FluidNvlinkSimulator` (the fluid NVLink side in the
 # driver). Route (a)'s `HybridDecomposedSimulator` (each worker the fluid hybrid of its hosts and pieces) gives the
-# same files byte for byte on a replay (tests/test_decompose_replay_driver.py) but is slower on the users' path
-# (bench/bench_whole_dag_driver.py, 2026-12-01, after 1ffa44d's gate heap): a replay of 2 hierarchical 64 MiB
-# all-reduces on rail128, chunked (90,112 flows), took 2.05x plain's wall (912 rounds against 187: the workload's
-# markers and the NVLink hand-offs gate every worker with no lookahead). Only a caller that submits its whole DAG once
-# and drains it (`phantora replay`: whole_dag=True) may use it, and only when WHOLE_DAG_DRIVER says so. `run` and
-# `jobs` submit as they go and keep the plain driver: there the hybrid stops its workers at every watched flow's bound
-# with no lookahead (nccl-tests' old wait on every rank's last flow: 11,369 rounds against 105, 15.6x the wall).
-# nccl-tests keeps it too, though it now drains each call (7fd9960: the hybrid 9 rounds, plain 18, about one wall).
+# same files byte for byte on a replay (tests/test_decompose_replay_driver.py) but is not faster on the users' path
+# (bench/bench_whole_dag_driver.py, 2026-12-02, after the driver cuts of 2026-12-01/02): on a replay of 2 hierarchical
+# 64 MiB all-reduces on rail128, chunked (90,112 flows), its critical path was plain's (6.21 against 6.23 CPU s, 911
+# rounds against 187), on workloads/moe_rail_alltoall.toml at 16 MiB 1.18x plain's (3.86 against 3.27; 199 rounds
+# against 68): the workload's markers and the NVLink hand-offs gate every worker with no lookahead. Only a caller that
+# submits its whole DAG once and drains it (`phantora replay`: whole_dag=True) may use it, and only when
+# WHOLE_DAG_DRIVER says so. `run` and `jobs` submit as they go and keep the plain driver: there the hybrid stops its
+# workers at every watched flow's bound with no lookahead (nccl-tests' old wait on every rank's last flow: 11,369
+# rounds against 105, 15.6x the wall). nccl-tests keeps it too, though it now drains each call (7fd9960: the hybrid 9
+# rounds, plain 18, about one wall).
 WHOLE_DAG_DRIVER = "plain"  # "hybrid": route (a)'s driver for whole-DAG runs
 
 
