@@ -268,3 +268,28 @@ def test_outside_nccls_model_each_kind_and_root_runs_alone_together():
         f.size for c in bins for f in decompose(c, H100, o).flows
     )
     assert max(alone) <= end_ns(group) <= sum(alone)
+
+
+def test_a_mixed_group_on_symmetric_kernels_runs_its_bins_apart():
+    """2.28.3 on symmetric windows (REGISTER=2): the 1 MiB all-reduce runs a symmetric kernel, whose place in one
+    plan with a broadcast is not modelled; the group runs as before this was carried, each (kind, root)'s calls
+    their own collective, started together: the same flows as each alone, and its end between the slower alone and
+    their sum."""
+    o = opts(PHANTORA_NCCL_REGISTER="2", PHANTORA_NCCL_VERSION="2.28.3")
+    group = Collective(
+        "all_reduce", RANKS, 2 * MiB, "fp32", group_sizes=(MiB, MiB), group_kinds=("all_reduce", "broadcast"),
+        group_roots=(None, 0),
+    )  # fmt: skip
+    bins = [Collective("all_reduce", RANKS, MiB, "fp32"), Collective("broadcast", RANKS, MiB, "fp32", root=0)]
+    assert decompose(bins[0], H100, o).choice["algorithm"] == "sym"  # type: ignore[index]
+
+    def end_ns(coll: Collective) -> int:
+        sim = FlowSimulator(H100)
+        sim.submit(decompose(coll, H100, o).flows, at=0)
+        return max(c.end_ns for c in sim.drain())
+
+    assert sorted(f.size for f in decompose(group, H100, o).flows) == sorted(
+        f.size for c in bins for f in decompose(c, H100, o).flows
+    )
+    alone = [end_ns(c) for c in bins]
+    assert max(alone) <= end_ns(group) <= sum(alone)

@@ -10,7 +10,7 @@ from typing import Any
 
 from phantora.collectives.channel_shares import channel_shares, plan_parts, ring_cut
 from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id
-from phantora.collectives.group_plans import Piece, chain_plans, group_plans
+from phantora.collectives.group_plans import OnePlanNotModelledError, Piece, chain_plans, group_plans
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.launch_group import shared
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
@@ -67,7 +67,12 @@ def decompose(
     """
     if coll.mixed() and opts.model != "nccl":  # no NCCL plan: each (kind, reduction, root)'s calls alone, together
         return _bins_apart(coll, topo, opts, first_flow_id, tag, sent)
-    cut = group_plans(coll, topo, opts) if coll.group_sizes or coll.group_calls > 1 else None
+    try:
+        cut = group_plans(coll, topo, opts) if coll.group_sizes or coll.group_calls > 1 else None
+    except (
+        OnePlanNotModelledError
+    ):  # symmetric kernels, copy engines or PAT among several kinds: not modelled as one plan
+        return _bins_apart(coll, topo, opts, first_flow_id, tag, sent)
     if cut is not None:  # a group NCCL launches as several plans, one after another
         return _plans_dag(coll, cut, topo, first_flow_id, tag, sent)
     if coll.group_sizes and opts.model == "nccl":  # a group whose calls NCCL aggregates apart: each on its own
@@ -262,8 +267,9 @@ def _aggregates_dag(
 def _bins_apart(
     coll: Collective, topo: Topology, opts: AlgoOptions, first_flow_id: int, tag: str, sent: MessageCounters | None
 ) -> FlowDag:
-    """A group of several kinds, reductions or roots (`Collective.mixed`) outside NCCL's model (model=ideal): each
-    (kind, reduction, root)'s calls as one collective of their own, all started together."""
+    """A group of several kinds, reductions or roots (`Collective.mixed`) outside NCCL's model (model=ideal) or whose
+    one plan is not modelled (`OnePlanNotModelledError`): each (kind, reduction, root)'s calls as one collective of
+    their own, all started together."""
     m = len(coll.group_sizes)
     kinds = coll.group_kinds or (coll.kind,) * m
     redops = coll.group_redops or (coll.redop,) * m

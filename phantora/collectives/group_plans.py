@@ -28,6 +28,11 @@ DEALT_ALGORITHMS = ("ring", "tree", "chain", "nvls", "nvls_tree")  # legacy kern
 Piece = tuple[Collective, AlgoOptions]  # one aggregate's calls in one plan, on the aggregate's resolved options
 
 
+class OnePlanNotModelledError(InputError):
+    """A group of several kinds, reductions or roots whose aggregates do not all run dealt legacy kernels (NCCL's
+    symmetric kernels, copy engines, PAT): its one plan is not modelled (decompose runs its bins apart)."""
+
+
 def group_plans(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[list[Piece]] | None:
     """`coll`'s group of calls (`group_sizes` or `group_calls`) as the plans NCCL 2.22+ launches, each a list of
     its pieces in plan order (an aggregate's calls of one root in that plan); None where the group is one plan of
@@ -71,7 +76,7 @@ def group_plans(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[lis
             )
         if choice is None or o.algorithm not in DEALT_ALGORITHMS:
             if mixed:
-                raise InputError(
+                raise OnePlanNotModelledError(
                     f"a group of collectives of several kinds, reductions or roots whose {calls[members[0]][0]} "
                     f"calls run {o.algorithm}: not modelled",
                     field="group_kinds",
