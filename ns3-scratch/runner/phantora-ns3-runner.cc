@@ -7,7 +7,10 @@
 // --load LIB (repeatable, first) loads a library of a user's own CCs first (as a script's LoadLibrary line does).
 // --records [--watch IDS] SCRIPT: no OUTDIR; run as `phantora netsim` does in-process and print every record it
 // reads on stdout (runner-records.h), which netsim parses instead of loading the Python bindings.
+// --interface-version prints the interface version (phantora-interface-version.h) once the runner has checked that
+// the library it loaded has its own (every mode checks that first).
 #include "congestion-control.h"
+#include "phantora-interface-version.h"
 #include "phantora-network.h"
 #include "runner-records.h"
 
@@ -31,13 +34,30 @@ int Usage() {
   std::cerr << "usage: phantora-ns3-runner [--load LIB]... SCRIPT OUTDIR\n"
                "       phantora-ns3-runner [--load LIB]... --records [--watch IDS] SCRIPT\n"
                "       phantora-ns3-runner [--load LIB]... --list-cc\n"
+               "       phantora-ns3-runner --interface-version\n"
                "  SCRIPT     a call script (`phantora netsim --network ns3 --out DIR` writes DIR/ns3-calls.txt)\n"
                "  OUTDIR     directory for fct.txt and pfc.txt (created if missing)\n"
                "  --list-cc  print the registered congestion controls and their attributes (JSON)\n"
                "  --load     load a library of congestion controls (built from PHANTORA_CC_DIR) first\n"
                "  --records  print every record on stdout as phantora netsim reads them (no OUTDIR)\n"
-               "  --watch    with --records: flow ids (comma-separated) to stop at, as netsim's progress display does\n";
+               "  --watch    with --records: flow ids (comma-separated) to stop at, as netsim's progress display does\n"
+               "  --interface-version  print the models' interface version (runner and library agree)\n";
   return 2;
+}
+
+/// Throws naming the library and both versions unless the fabric library this runner loaded was built with the
+/// interface version the runner was (a runner left from an older build beside a newer library, or the reverse).
+void CheckInterface() {
+  const uint32_t found = ns3::PhantoraInterfaceVersion();
+  if (found == ns3::kPhantoraInterfaceVersion) {
+    return;
+  }
+  Dl_info info{};
+  const bool named = dladdr(reinterpret_cast<void*>(&ns3::PhantoraInterfaceVersion), &info) && info.dli_fname;
+  throw std::runtime_error((named ? std::string(info.dli_fname) : std::string("libphantora-ns3.so")) +
+                           " has interface version " + std::to_string(found) + ", this runner was built for " +
+                           std::to_string(ns3::kPhantoraInterfaceVersion) +
+                           ": rebuild both with scripts/build_ns3.sh");
 }
 
 /// Load a library whose static registrars add congestion controls; throws naming it.
@@ -203,6 +223,7 @@ bool Apply(ns3::PhantoraNetwork& net, const Call& c, int version) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
+    CheckInterface();
     while (args.size() >= 2 && args[0] == "--load") {
       LoadLibrary(args[1]);
       args.erase(args.begin(), args.begin() + 2);
@@ -210,6 +231,10 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cerr << "phantora-ns3-runner: error: " << e.what() << std::endl;
     return 2;
+  }
+  if (args.size() == 1 && args[0] == "--interface-version") {
+    std::cout << ns3::kPhantoraInterfaceVersion << std::endl;
+    return 0;
   }
   if (args.size() == 1 && args[0] == "--list-cc") {
     std::cout << ns3::CcRegistry::Json() << std::endl;

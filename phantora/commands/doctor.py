@@ -153,10 +153,11 @@ def check_compiler() -> str:
 
 def check_models() -> str:
     """Build the models if needed, load them, and run one flow between two hosts of a star."""
+    from phantora.netsim import ns3_abi
     from phantora.netsim.base import Flow
     from phantora.netsim.engine_spec import EngineSpec
     from phantora.netsim.factory import make_engine
-    from phantora.netsim.packet import build, library_path, load_ns3, needs_build
+    from phantora.netsim.packet import build, library_path, load_ns3, needs_build, runner_path
     from phantora.topology.model import Topology
 
     t0 = time.monotonic()
@@ -180,7 +181,9 @@ def check_models() -> str:
         sim.close()
     if len(done) != 1 or done[0].end_ns <= 0:
         raise CheckError(f"a 2-host flow did not complete as expected ({done})")
-    return f"{library_path()} loaded; a 100 kB flow took {done[0].end_ns - done[0].start_ns} ns{built}"
+    version = ns3_abi.check_runner(runner_path())  # the library's was checked as it loaded
+    took = done[0].end_ns - done[0].start_ns
+    return f"{library_path()} loaded (interface version {version}, runner too); a 100 kB flow took {took} ns{built}"
 
 
 def check_ccs() -> str:

@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from phantora.errors import InputError, PhantoraError, SimulationInterruptedError
-from phantora.netsim import cc_registry
+from phantora.netsim import cc_registry, ns3_abi
 from phantora.netsim.base import CausalityError, Completion, Flow, check_flow_batch, completion
 from phantora.netsim.cpp_errors import cpp_message
 from phantora.netsim.cut_windows import NEVER, Peers, WindowStats, run_windows, warm_up
@@ -176,6 +176,7 @@ def _load_fabric(build_if_needed: bool) -> Ns3Runtime:
 
     cppyy.gbl.gInterpreter.Declare.__release_gil__ = True
     _quiet_import_ns(headers=False)  # the libraries; their headers when asked (`Ns3Runtime.ns`)
+    ns3_abi.check_library(lib)  # loads it: refused before cling parses its header if it reads another interface
     interruptible(fabric)
     # (not reset on a signal: the loading thread's next parse must not hold the GIL while this one exits)
     cppyy.gbl.gInterpreter.Declare.__release_gil__ = False

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError, PhantoraError
-from phantora.netsim import cc_registry, ns3_build
+from phantora.netsim import cc_registry, ns3_abi, ns3_build
 from phantora.netsim.base import CausalityError, Flow
 from phantora.netsim.ns3_calls import RecordedNetwork
 from phantora.netsim.packet import check_packet_batch, finalize_field, ns3_key
@@ -56,6 +56,7 @@ class RunnerNetwork:
         self.config = config.with_updates(ecmp_hash=topology.ecmp_hash)
         if ns3_build.needs_build():
             ns3_build.build()
+        ns3_abi.check_runner(ns3_build.runner_path())
         extra = ns3_build.cc_library()
         cc_registry.check(self.config.cc, self.config.cc_attrs)
         self.script = script
