@@ -24,6 +24,7 @@ def test_with_deps_equals_dataclasses_replace_on_every_field() -> None:
         rate_bps=9,
         conn=11,
         queue=13,
+        via_nic=True,
     )
     assert [x.name for x in dataclasses.fields(Flow)] == [
         "id",
@@ -39,12 +40,14 @@ def test_with_deps_equals_dataclasses_replace_on_every_field() -> None:
         "rate_bps",
         "conn",
         "queue",
+        "via_nic",
     ]  # fmt: skip  (a new field must be added to Flow.with_deps)
     assert f.with_deps((2,)) == dataclasses.replace(f, deps=(2,))
     assert f.with_deps((), 0) == dataclasses.replace(f, deps=(), delay_ns=0)
     assert f.with_deps((1,), 9).delay_ns == 9 and f.with_deps((1,), 9).loss_budget == 17
     assert f.with_deps((1,), 9).rate_bps == 9 and f.with_deps((1,), 9).conn == 11
-    assert f.with_deps((1,), 9).queue == 13
+    assert f.with_deps((1,), 9).queue == 13 and f.with_deps((1,), 9).via_nic
+    assert f.moved(8, (), "c2/ring") == dataclasses.replace(f, id=8, deps=(), tag="c2/ring")
 
 
 def test_ints_accepts_int_lists_only() -> None:
