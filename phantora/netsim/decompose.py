@@ -373,15 +373,21 @@ class DecomposedSimulator(RunsByCompletion):
                     lbs[fid] = ns  # (what `_raise` does for a flow nothing waits on)
 
     def _raise(self, fid: int, ns: int) -> None:
-        """lb(fid) >= ns, and so on down its dependents: each ends no earlier than a dep's lb + its step."""
+        """lb(fid) >= ns, and so on down its dependents: each ends no earlier than a dep's lb + its step. A dependent
+        whose lb is already as high is not pushed (lb only grows: it would be skipped when popped)."""
         lbs, waiting, step = self._lb, self._dependents, self._step
+        get, step_of = lbs.get, step.get
         todo = [(fid, ns)]
+        pop, push = todo.pop, todo.append
         while todo:
-            f, t = todo.pop()
-            if t <= lbs.get(f, INF_NS):
+            f, t = pop()
+            if t <= get(f, INF_NS):
                 continue
             lbs[f] = t
-            todo.extend((j, t + step[j]) for j in waiting.get(f, ()) if j in step)
+            for j in waiting.get(f, ()):
+                s = step_of(j)
+                if s is not None and t + s > get(j, INF_NS):
+                    push((j, t + s))
 
     def _arrived(
         self,
