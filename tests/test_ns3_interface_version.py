@@ -120,3 +120,16 @@ def test_runner_refuses_a_library_of_another_version(built: None, tmp_path: Path
         mp.setattr(ns3_abi, "_RUNNERS", {})
         with pytest.raises(PhantoraError, match=re.escape(want)):
             ns3_abi.check_runner(runner)
+
+
+def test_library_without_its_runner_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PHANTORA_NS3_LIB in a folder with no runner: the CC registry (which asks the runner) names the runner and
+    the fix, not a bare file-not-found."""
+    from phantora.netsim import cc_registry
+
+    monkeypatch.setenv("PHANTORA_NS3_LIB", str(tmp_path / "libphantora-ns3.so"))
+    monkeypatch.delenv("PHANTORA_CC_DIR", raising=False)
+    monkeypatch.setattr(cc_registry, "_MEMO", {})
+    runner = tmp_path / "phantora-ns3-runner"
+    with pytest.raises(PhantoraError, match=f"the ns-3 runner {re.escape(str(runner))} is missing: rebuild your"):
+        cc_registry.registry()

@@ -17,7 +17,7 @@ import pytest
 
 from phantora import resources
 from phantora.cli import main
-from phantora.netsim import ns3_build, packet
+from phantora.netsim import ns3_abi, ns3_build, packet
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,7 +121,8 @@ def test_doctor_fails_on_an_unwritable_cache(monkeypatch, tmp_path: Path, capsys
 def test_doctor_runs_a_flow_through_the_models(ns3_lib, capsys) -> None:
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    assert f"ok       ns-3 models: {packet.library_path()} loaded; a 100 kB flow took " in out
+    version = f"interface version {ns3_abi.INTERFACE_VERSION}, runner too"
+    assert f"ok       ns-3 models: {packet.library_path()} loaded ({version}); a 100 kB flow took " in out
 
 
 # ----- slow: a wheel in a fresh venv, outside the checkout ------------------------------------------------------

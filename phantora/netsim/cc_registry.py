@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from phantora.errors import InputError, PhantoraError
-from phantora.netsim import ns3_build
+from phantora.netsim import ns3_abi, ns3_build
 from phantora.units import parse_time_ns
 
 
@@ -59,9 +59,13 @@ def _registry_json(lib: Path, extra: Path | None) -> str:
     """The runner's --list-cc answer, from the cache beside the newest library if it is younger than both."""
     newest = extra or lib
     cache = newest.parent / _CACHE
-    built = max(p.stat().st_mtime for p in (lib, ns3_build.runner_path(), *([extra] if extra else [])))
+    runner = ns3_build.runner_path()
+    if not runner.exists():  # (a PHANTORA_NS3_LIB without its runner beside it)
+        ns3_abi.check_runner(runner)  # the one-line error naming it and the fix
+    built = max(p.stat().st_mtime for p in (lib, runner, *([extra] if extra else [])))
     if cache.exists() and cache.stat().st_mtime >= built:
         return cache.read_text()
+    ns3_abi.check_runner(runner)  # about to run it: one of another interface would list another registry
     cmd = [str(ns3_build.runner_path()), *(["--load", str(extra)] if extra else []), "--list-cc"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
