@@ -218,15 +218,17 @@ def main() -> None:
     for case, runs in summary:
         done = {d: [r for r in rs if r is not None] for d, rs in runs.items()}
         keys = {r["key"] for rs in done.values() for r in rs}
-        if not done["plain"] or not done["hybrid"]:
-            print(f"{case:14} {'hybrid' if not done['hybrid'] else 'plain'} did not finish; keys {sorted(keys)}")
-            continue
-        cols = []
-        for name in ("wall", "driver_cpu", "workers_cpu", "rounds"):
-            p = min(r[name] for r in done["plain"])
-            h = min(r[name] for r in done["hybrid"])
-            cols.append(f"{name} {p:.2f} / {h:.2f} = {h / p:.2f}x" if p else f"{name} {p} / {h}")
-        print(f"{case:14} " + ", ".join(cols) + f"; keys equal {'yes' if len(keys) == 1 else 'NO ' + str(keys)}")
+        same = "yes" if len(keys) == 1 else "NO " + str(sorted(keys))
+        if done["plain"] and done["hybrid"]:
+            cols = []
+            for name in ("wall", "driver_cpu", "workers_cpu", "rounds"):
+                p = min(r[name] for r in done["plain"])
+                h = min(r[name] for r in done["hybrid"])
+                cols.append(f"{name} {p:.2f} / {h:.2f} = {h / p:.2f}x" if p else f"{name} {p} / {h}")
+            print(f"{case:14} " + ", ".join(cols) + f"; keys equal {same}")
+        else:
+            unrun = [d for d in ("plain", "hybrid") if not done[d]]
+            print(f"{case:14} no finished run of {' or '.join(unrun)}; keys equal {same}")
         if done["one"]:
             one_cpu = min(r["driver_cpu"] for r in done["one"])
             for d in ("plain", "hybrid"):
