@@ -136,6 +136,45 @@ def test_chains_of_markers_and_nvlink_flows_behind_a_fabric_flow_end_at_the_clos
     assert key(list(got.values())) == key(list(runs[1].values()))
 
 
+def test_a_start_marker_across_shards_runs_on_one_of_its_deps_shards_in_turn() -> None:
+    """Collectives across every host of rail128 on 16 shards, each started by a marker at host 0's first GPU (as a
+    replay anchors `cN/start`) waiting on every host's last NVLink flow, then a 1 MiB NVLink flow on each host after
+    it: the markers are dealt to the 16 shards in turn (not all to host 0's), a marker of one host stays on its
+    shard, and every start and end is one flow engine's and the hybrid's without chains."""
+    hosts = gpus_by_host("rail128")
+    topo = load_topology("rail128")
+    flows: list[Flow] = []
+    last = [-1] * len(hosts)
+    markers, local = [], []
+    for k in range(20):
+        m = len(flows)
+        deps = tuple(x for x in last if x >= 0)
+        flows.append(Flow(m, hosts[0][0], hosts[0][0], 0, deps, 100 * k))
+        markers.append(m)
+        for h, gpus in enumerate(hosts):
+            last[h] = len(flows)
+            flows.append(Flow(len(flows), gpus[k % 4], gpus[4 + k % 4], MIB, (m,)))
+        one_host = len(flows)  # (a marker of host 3's flows only: stays on host 3's shard)
+        flows.append(Flow(one_host, hosts[3][1], hosts[3][1], 0, (last[3],), 7))
+        local.append(one_host)
+        last[3] = len(flows)
+        flows.append(Flow(len(flows), hosts[3][2], hosts[3][5], 4096, (one_host,)))
+    one, base, got_sim = FlowSimulator(topo), chained("rail128", 0, chains=False), chained("rail128", 16)
+    fluid = got_sim.fluid
+    assert isinstance(fluid, ShardedFluid)
+    got_sim.submit(flows, 0)
+    placed = [fluid._where[m] for m in markers]
+    assert placed[0] == 0  # (no deps: its node's shard)
+    assert sorted(placed[1:17]) == list(range(16)) and placed[17:] == placed[1:4]  # (in turn over the 16)
+    assert {fluid._where[m] for m in local} == {fluid.node_shard[hosts[3][1]]}
+    for sim in (one, base):
+        sim.submit(flows, 0)
+    want, ref, got = (sim.drain() for sim in (one, base, got_sim))
+    assert key(got) == key(ref) == key(want)
+    assert got == in_order(got)
+    assert got_sim.in_flight() == 0 and not got_sim._ext and not got_sim._ext_step
+
+
 def _noting(post: Callable[[list[Flow], int], None], handed: list[int]) -> Callable[[list[Flow], int], None]:
     """`post`, noting each batch's submit ns in `handed`."""
 

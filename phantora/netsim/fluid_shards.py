@@ -20,7 +20,7 @@ cores of their own if each exchange were a round trip, the measure of a process 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 import msgpack
@@ -162,15 +162,16 @@ class ShardedFluid:
             hold(held, waiters, f, at, s, other)
         self._to_shards(per, at)
 
-    def submit_routed(self, flows: Sequence[Flow], at: int) -> None:
-        """Each flow to the shard of its sender's host with all its deps, none held here: the hybrid's fluid chains
-        (`fluid_chains`), which tell a shard the ends of its flows' deps elsewhere (`arrive_by_shard`)."""
+    def submit_routed(self, flows: Sequence[Flow], at: int, pinned: Mapping[int, int] | None = None) -> None:
+        """Each flow to the shard of its sender's host (or its shard in `pinned`: a marker, which touches no channel)
+        with all its deps, none held here: the hybrid's fluid chains (`fluid_chains`), which tell a shard the ends of
+        its flows' deps elsewhere (`arrive_by_shard`)."""
         if at < self._now:
             raise CausalityError(f"flows submitted at {at} ns but the network is already at {self._now} ns")
         node_shard, where = self._node_shard, self._where
         per: dict[int, list[Flow]] = {}
         for f in flows:
-            s = where[f.id] = node_shard[f.src]
+            s = where[f.id] = pinned[f.id] if pinned and f.id in pinned else node_shard[f.src]
             add_to(per, s, f)
         self._to_shards(per, at, routed=True)
 

@@ -176,6 +176,7 @@ class FluidNvlinkSimulator:
         self._ext: dict[int, list[int]] = {}
         self._ext_step: dict[int, int] = {}
         self.fluid_chained = 0  # (`fluid_chains`) fluid flows placed in their engine waiting on an external dep
+        self._dealt = 0  # (`fluid_chains`) markers dealt round robin to the shards of their deps (`_marker_shard`)
 
     # ----- which side ------------------------------------------------------------------------
     def side_of(self, f: Flow) -> int:
@@ -218,6 +219,7 @@ class FluidNvlinkSimulator:
         shard_of = self._shard_of
         chain_lists: dict[tuple[tuple[int, int], int], tuple[tuple[int, ...], list[int]]] = {}
         routed: dict[int, list[Flow]] = {}  # (`fluid_chains`) fluid flows by submit ns, each to its own shard
+        pin: dict[int, int] = {}  # (`fluid_chains`) a marker of the batch -> its shard, where not its node's
         for f in topological_order(flows, batch):  # (per dependency edge: kept lean, no calls)
             side = flow_side(f, nvswitch)
             if at_of is not None:
@@ -228,12 +230,18 @@ class FluidNvlinkSimulator:
                 gate = 1
             if fchains and side == FLUID and not gate:  # (`fluid_chains`: into its engine now, with its deps)
                 deps = f.deps
+                mine = 0 if shard_of is None else shard_of[f.src]
+                # (a marker: no bytes, to itself, so any shard runs it)
+                if len(deps) > 2 and f.size == 0 and f.src == f.dst and shard_of is not None:
+                    s = self._marker_shard(deps, mine, batch, pin)
+                    if s != mine:
+                        pin[f.id] = mine = s
                 if len(deps) >= SHARED_DEPS_MIN:
                     wide, key = lists.key(deps, side)
-                    ck = (key, 0 if shard_of is None else shard_of[f.src])
+                    ck = (key, mine)
                     parts = chain_lists.get(ck)
                     if parts is None:
-                        parts = chain_lists[ck] = self._chain_deps(wide, f.src, batch)
+                        parts = chain_lists[ck] = self._chain_deps(wide, mine, batch, pin)
                     if parts[0] is not wide:
                         f = f.with_deps(parts[0])
                     if parts[1]:
@@ -246,12 +254,15 @@ class FluidNvlinkSimulator:
                             sides.get(deps[0]) == FLUID
                             and (
                                 shard_of is None
-                                or (deps[0] in batch and shard_of[batch[deps[0]].src] == shard_of[f.src])
+                                or (
+                                    deps[0] in batch
+                                    and (pin[deps[0]] if deps[0] in pin else shard_of[batch[deps[0]].src]) == mine
+                                )
                             )
                         )
                     )
                 ):  # (one dep, done or of its own shard: nothing to tell)
-                    out_deps = self._chain_deps(deps, f.src, batch)[1]
+                    out_deps = self._chain_deps(deps, mine, batch, pin)[1]
                     if out_deps:
                         self._ext_waits(f, out_deps)
                 sides[f.id] = FLUID
@@ -313,8 +324,10 @@ class FluidNvlinkSimulator:
             self._fluid_flows += len(group)
             self._fluid_bounds(group, t)
         for t, group in sorted(routed.items()):
-            submit = getattr(self.fluid, "submit_routed", self.fluid.submit)  # (shards: each to its own, as placed)
-            submit(group, t)
+            if shard_of is None:
+                self.fluid.submit(group, t)
+            else:  # (shards: each to its own, as placed, a marker to its shard in `pin`)
+                self.fluid.submit_routed(group, t, pin)  # type: ignore[attr-defined]
             self._fluid_flows += len(group)
 
     def _hand_packet(self, groups: dict[int, list[Flow]]) -> None:
@@ -332,16 +345,39 @@ class FluidNvlinkSimulator:
             return deps
         return self._side_deps(deps, side)
 
+    def _marker_shard(self, deps: tuple[int, ...], mine: int, batch: Mapping[int, Flow], pin: Mapping[int, int]) -> int:
+        """For `_place` (`fluid_chains`, shards): the shard of a marker (no bytes, to itself: it touches no channel,
+        so any shard runs it exactly) of node shard `mine` waiting on `deps` (three or more). A collective's start
+        across hosts (its deps' first, middle and last on three shards: their sender's host's, or the shard they are
+        in) goes to the next, in turn, of the shards of up to 18 of its deps spread over the list (one counter, in
+        placement order: deterministic), not to its first rank's; any other stays on `mine`."""
+        shard, where = self._shard_of, self._where
+        assert shard is not None
+
+        def of(d: int) -> int | None:
+            s = pin.get(d)
+            if s is None:
+                g = batch.get(d)
+                s = shard[g.src] if g is not None else where.get(d)
+            return s
+
+        a, b, c = of(deps[0]), of(deps[len(deps) // 2]), of(deps[-1])
+        if a is None or b is None or c is None or a == b or b == c or a == c:
+            return mine
+        seen = {s for d in deps[:: len(deps) // 17 + 1] if (s := of(d)) is not None}
+        seen.add(c)
+        self._dealt += 1
+        return sorted(seen)[(self._dealt - 1) % len(seen)]
+
     def _chain_deps(
-        self, deps: tuple[int, ...], src: int, batch: Mapping[int, Flow]
+        self, deps: tuple[int, ...], mine: int, batch: Mapping[int, Flow], pin: Mapping[int, int]
     ) -> tuple[tuple[int, ...], list[int]]:
-        """For `_place` (`fluid_chains`): what a fluid flow from node `src` waiting on `deps` takes into its engine,
+        """For `_place` (`fluid_chains`): what a fluid flow of shard `mine` waiting on `deps` takes into its engine,
         `deps` (or those not done, when some are and the list is wide), and its external deps (of the packet side or
         another shard, or held here), whose ends are then told to its shard (`_ext`). Flows of `batch` are not in
-        their engines yet."""
+        their engines yet (`pin`: a marker's shard, where not its node's)."""
         ends, sides, where, ext = _ends_or_none(self._ended), self._side, self._where, self._ext
         shard = self._shard_of
-        mine = 0 if shard is None else shard[src]
         out: list[int] = []
         done = False
         for d in dict.fromkeys(deps) if len(deps) > 1 else deps:
@@ -352,7 +388,7 @@ class FluidNvlinkSimulator:
                 if shard is None:
                     continue
                 g = batch.get(d)
-                if (shard[g.src] if g is not None else where.get(d)) == mine:
+                if (pin[d] if d in pin else shard[g.src] if g is not None else where.get(d)) == mine:
                     continue
             ws = ext.get(d)
             if ws is None:
