@@ -168,3 +168,25 @@ def test_a_one_step_summary_is_singular_and_step_0_is_explained() -> None:
     two = format_summary(summary([2_000_000, 1_000_000, 1_000_000]))
     assert "step time (steady, 2 steps): mean 1.000 ms" in two
     assert "step 0 counts from the run's start" in two
+
+
+@pytest.mark.parametrize(
+    ("var", "value"), [("PHANTORA_NCCL_HOST_LAUNCH", "maybe"), ("PHANTORA_GLOO_COST", "foo")]
+)  # fmt: skip
+def test_a_bad_rank_opt_in_is_one_line_from_the_launcher_before_any_rank_starts(
+    var: str, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The ranks' opt-in variables are checked by `phantora run` itself: a gloo cost would otherwise never be read
+    in a run without gloo groups, and a bad host-launch value failed a rank mid-run."""
+    from phantora.runtime import gloo_cost, nccl_launch
+
+    monkeypatch.setenv(var, value)
+    nccl_launch.enabled.cache_clear()
+    gloo_cost.model.cache_clear()
+    try:
+        assert main(["run", "--topology", "testbed16", "--nproc", "2", "examples/cuda_ddp.py"]) == 2
+    finally:
+        nccl_launch.enabled.cache_clear()
+        gloo_cost.model.cache_clear()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and var in err[0] and repr(value) in err[0]

@@ -166,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--spawn runs one program that starts its own ranks: not with --jobs or --record")
     if args.jobs is not None and args.record:
         raise InputError("--record records one job; record each job with its own phantora run", field="record")
+    check_rank_env()
     engine = engine_spec(args)
     if engine.packet_used is not None:
         refuse_partition(engine.packet_used, PARTITION_REFUSALS["run" if args.jobs is None else "jobs"])
@@ -244,6 +245,15 @@ def run(args: argparse.Namespace) -> int:
         print("nothing saved: pass --out DIR to keep results.json, steps, the trace and the logs")
     sys.stdout.flush()
     return 0
+
+
+def check_rank_env() -> None:
+    """The ranks' opt-in variables read before the ranks start, so a bad value is one line from the launcher, not a
+    rank's failure mid-run (or never, for a gloo cost in a run without gloo groups)."""
+    from phantora.runtime import gloo_cost, nccl_launch
+
+    nccl_launch.enabled()
+    gloo_cost.model()
 
 
 def memory_checked(cfg: Any) -> Any:
