@@ -21,25 +21,32 @@ from tests.test_nccl_symmetric import H100, RANKS, MiB, opts
 
 V227 = {"PHANTORA_NCCL_VERSION": "2.27.3"}
 
-MIXED = """
+
+def _block_program(tensors: str, calls: str, check: str) -> str:
+    """A live program timing a `_coalescing_manager(device=)` block: `tensors` made on the rank's GPU, the block's
+    `calls` (lines inside the manager), `check` a pair of floats read after a first block; prints
+    `RESULT rank us check0 check1`, the block's mean time over 4 after that first."""
+    return (
+        """
     import torch, torch.distributed as dist
     from torch.distributed.distributed_c10d import _coalescing_manager
     dist.init_process_group("nccl")
     rank = dist.get_rank()
     torch.cuda.set_device(rank)
     dev = torch.device("cuda", rank)
-    a = torch.full((262144,), float(rank + 1), device=dev)  # 1 MiB of fp32
-    b = torch.full((262144,), float(rank + 1), device=dev)
-
+"""
+        + f"    {tensors}\n"
+        + """
     def block():
         with _coalescing_manager(device=dev, async_ops=True) as cm:
-            dist.all_reduce(a, async_op=True)
-            dist.broadcast(b, src=0, async_op=True)
-        cm.wait()
+"""
+        + "".join(f"            {line}\n" for line in calls.splitlines())
+        + f"""        cm.wait()
 
     block()
-    check = (float(a[0]), float(b[0]))
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    check = {check}
+"""
+        + """    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(4):
         block()
@@ -48,33 +55,19 @@ MIXED = """
     print("RESULT", rank, start.elapsed_time(end) * 1000 / 4, check[0], check[1], flush=True)
     dist.destroy_process_group()
 """
+    )
 
-ROOTS = """
-    import torch, torch.distributed as dist
-    from torch.distributed.distributed_c10d import _coalescing_manager
-    dist.init_process_group("nccl")
-    rank = dist.get_rank()
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    xs = [torch.full((131072,), float(rank + 1), device=dev) for _ in range(4)]  # 512 KiB of fp32 each
 
-    def block():
-        with _coalescing_manager(device=dev, async_ops=True) as cm:
-            for i, x in enumerate(xs):
-                dist.broadcast(x, src=i % 2, async_op=True)
-        cm.wait()
-
-    block()
-    check = (float(xs[0][0]), float(xs[1][0]))
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(4):
-        block()
-    end.record()
-    torch.cuda.synchronize()
-    print("RESULT", rank, start.elapsed_time(end) * 1000 / 4, check[0], check[1], flush=True)
-    dist.destroy_process_group()
-"""
+MIXED = _block_program(
+    "a, b = (torch.full((262144,), float(rank + 1), device=dev) for _ in range(2))  # 1 MiB of fp32 each",
+    "dist.all_reduce(a, async_op=True)\ndist.broadcast(b, src=0, async_op=True)",
+    "(float(a[0]), float(b[0]))",
+)
+ROOTS = _block_program(
+    "xs = [torch.full((131072,), float(rank + 1), device=dev) for _ in range(4)]  # 512 KiB of fp32 each",
+    "for i, x in enumerate(xs):\n    dist.broadcast(x, src=i % 2, async_op=True)",
+    "(float(xs[0][0]), float(xs[1][0]))",
+)
 
 
 def _one_plan_us(calls: list[tuple[str, int | None, int]]) -> float:
