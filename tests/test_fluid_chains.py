@@ -19,7 +19,7 @@ from phantora.netsim.hybrid import FLUID, FluidNvlinkSimulator, in_order
 from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.loader import load_topology
 from tests.random_dags import CAPS, MIB, gpus_by_host, random_dag
-from tests.test_fluid_shards import key
+from tests.test_fluid_shards import key, two_batches_agree
 
 
 def any_dag(rng: random.Random, hosts: list[list[int]], first: int, n: int, before: list[int]) -> list[Flow]:
@@ -90,16 +90,7 @@ def test_fluid_chains_give_the_hybrid_over_one_fluid_engine(topo_name: str, shar
         one, base, got_sim = FlowSimulator(topo), chained(topo_name, 0, chains=False), chained(topo_name, shards)
         if wire:
             got_sim.fluid.wire = True  # type: ignore[attr-defined]
-        sims = (one, base, got_sim)
-        for sim in sims:
-            sim.submit(first, 0)
-        want, ref, got = (sim.drain() for sim in sims)
-        assert key(got) == key(ref) == key(want), trial
-        assert got == in_order(got)
-        for sim in sims:
-            sim.submit(second, sim.now() + 500)
-        want, ref, got = (sim.drain() for sim in sims)
-        assert key(got) == key(ref) == key(want), trial
+        two_batches_agree((one, base, got_sim), first, second, trial)
         assert got_sim.in_flight() == 0 and not got_sim._ext and not got_sim._ext_step
         assert [r.bytes for r in got_sim.fluid.channel_usage()] == [r.bytes for r in base.fluid.channel_usage()]
         ahead += got_sim.fluid_chained
