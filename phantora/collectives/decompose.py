@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from phantora.collectives.channel_shares import channel_shares, plan_parts, ring_cut
+from phantora.collectives.channel_turns import turn_delays
 from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id
 from phantora.collectives.group_plans import OnePlanNotModelledError, Piece, chain_plans, group_plans
 from phantora.collectives.hierarchical import hierarchical_all_reduce
@@ -219,7 +220,9 @@ def _aggregates_dag(
     has its own connection ids (`_apart`): the packet engine runs one connection's messages in turn, which would
     put the capped aggregates one after another there and double their time against the flow engine's.
     `part_opts`: each part's own options (a plan's pieces, on their aggregates' choices; default `opts` for all);
-    `dealt_already`: each part's (first channel, parts) as its plan dealt them (default: `plan_parts`)."""
+    `dealt_already`: each part's (first channel, parts) as its plan dealt them (default: `plan_parts`).
+    Aggregates that share a channel run their works there in turn (`channel_turns`): a later one's first flows wait
+    for the earlier one's latency, then its own less the launch's base."""
     each = part_opts or [opts] * len(parts)
     dealt = dealt_already or plan_parts(
         parts, [resolve(part, topo, o)[0] for part, o in zip(parts, each, strict=True)], topo
@@ -235,6 +238,7 @@ def _aggregates_dag(
         dag = decompose(part, topo, o, next_id, f"{tag}/agg{i}" if tag else f"agg{i}", sent)
         dags.append(dag)
         next_id = dag.next_id
+    extra = turn_delays([(part, dag) for part, dag in zip(parts, dags, strict=True)])
     times = [_bandwidth_ns(part, dag) for part, dag in zip(parts, dags, strict=True)]
     total = sum(times)
     flows: list[Flow] = []
@@ -244,6 +248,8 @@ def _aggregates_dag(
         for f in dag.flows:
             if f.rate_bps:
                 f = dataclasses.replace(f, rate_bps=math.ceil(f.rate_bps * scale))
+            if extra[i] and not f.deps:  # its turn on the channels it shares (channel_turns.py)
+                f = f.with_deps((), f.delay_ns + extra[i])
             flows.append(dataclasses.replace(f, conn=_apart(f.conn, i)) if i and f.conn else f)
         for r, ids in dag.rank_last.items():
             last.setdefault(r, []).extend(ids)
