@@ -389,7 +389,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int, pipe_ops: int 
     t = model_time_us(cost, kind, p, nbytes, comm)
     ring = ring_kernel.applies(kind, cost.algorithm, cost.protocol, p)
     kernel = nvls_kernel_algbw(kind, p) if cost.algorithm == "nvls" else 0.0
-    limit = channel_limit(cost.algorithm, p, st)
+    limit = channel_limit(cost.algorithm, cost.protocol, p, st, nbytes)
     if ring:  # its channels' share of the NVLink, no more in all than the GPU's ceiling (ring_kernel.kernel_busbw)
         kernel = ring_kernel.kernel_busbw(p, kind, limit) * p.nranks / _nsteps(kind, p.nranks)
     kernel = kernel or more_ctas_algbw(cost, kind, p, ch)
@@ -452,14 +452,18 @@ def achieved(cost: Cost, kind: str, p: Platform, st: NcclSettings) -> Cost:
     return next(same, cost)
 
 
-def channel_limit(algo: str, p: Platform, st: NcclSettings) -> float:
-    """The share of NCCL's bandwidth left when the user caps the channels (CTAs) below NCCL's own count: each
-    channel is a CTA with its own copy throughput, which NCCL's model (search channels) does not scale down. A
-    whole-GPU ceiling binds the channels' sum, not each channel (`ring_kernel.kernel_busbw`)."""
+def channel_limit(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int) -> float:
+    """The share of NCCL's bandwidth left when the user caps the channels (CTAs) below those NCCL runs the call on:
+    each channel is a CTA with its own copy throughput, which NCCL's model (search channels) does not scale down. A
+    ring or tree call runs the channels `run_channels` leaves for its size (enqueue.cc `topoGetAlgoInfo` starts
+    from comm->nChannels and drops one while the bytes are short of the threads' threshold), so the share is the
+    capped call's channels over the uncapped call's at that size: a cap at or above the call's own channels takes
+    nothing. NVLS and NVLS-Tree run the NVLS CTAs at every size. A whole-GPU ceiling binds the channels' sum, not
+    each channel (`ring_kernel.kernel_busbw`)."""
     if algo in ("nvls", "nvls_tree"):
         return min(1.0, nvls_channels(p, st) / default_nvls_channels(p, st.nccl_version))
-    default = comm_channels(p, ring_graph(p), NcclSettings())
-    return min(1.0, comm_channels(p, ring_graph(p), st) / default)
+    own = run_channels(algo, proto, p, NcclSettings(), nbytes)
+    return min(1.0, run_channels(algo, proto, p, st, nbytes) / own)
 
 
 def cta_share(p: Platform, proto: str, channels: int, threads: int) -> float:
