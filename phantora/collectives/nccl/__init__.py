@@ -15,7 +15,7 @@ from typing import Any
 from phantora.collectives.flow_tags import record_kind
 from phantora.collectives.launch_group import LaunchGroup, shared
 from phantora.collectives.layout import host_blocks, ring_order
-from phantora.collectives.nccl import coll_group, pci_paths
+from phantora.collectives.nccl import coll_group, p2p_plans, pci_paths
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.ce_coll import ce_choice
 from phantora.collectives.nccl.channels import comm_channels, nvls_heads, ring_graph
@@ -23,7 +23,7 @@ from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring
 from phantora.collectives.nccl.in_turn import as_pass, in_turn
 from phantora.collectives.nccl.node_p2p import gpu_name, node_pair_rates
 from phantora.collectives.nccl.nvlink_pci import p2p_off
-from phantora.collectives.nccl.p2p import p2p_choice
+from phantora.collectives.nccl.p2p import p2p_choice, transfer_layout
 from phantora.collectives.nccl.p2p_calls import grouped_calls
 from phantora.collectives.nccl.pci_p2p import group_ends
 from phantora.collectives.nccl.platform import Platform, nccl_view, platform_of
@@ -91,7 +91,8 @@ def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSetting
         grouped = coll.in_flight is not None
         if comm is not None and comm.pci is None and comm.intra == "nvlink" and p.intra == "nvlink" and grouped:
             got = _grouped(coll, topo, comm, st, opts.protocol)  # its NCCL group's
-            return grouped_calls(_p2p_registered(got, p, comm, st), coll.group_calls)
+            got = _p2p_registered(got, p, comm, st)
+            return grouped_calls(got, coll.group_calls, _p2p_plans(coll, comm, st, got))
         on = p if comm is None or comm.pci is None or p.pci is None else _with_comm_gpus(p, comm.pci.comm_gpus)
         nodes = tuple(topo.node_of_rank(r) for r in coll.ranks)
 
@@ -110,7 +111,7 @@ def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSetting
         else:
             got = alone(coll)
         got = _p2p_registered(_with_transports(got, on, coll.kind), p, comm or p, st)
-        return grouped_calls(got, coll.group_calls)  # -m's calls: their operations to each peer in turn
+        return grouped_calls(got, coll.group_calls, _p2p_plans(coll, on, st, got))  # -m's calls, in turn a peer
     if opts.algorithm == "auto" and opts.protocol == "auto" and _sym_op(coll):
         sym = sym_choice(coll, p, st)  # -R 2: NCCL's symmetric kernels bypass its tuner (register.py)
         if sym is not None:
@@ -152,6 +153,19 @@ def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSetting
         )
     choice = _with_transports(choice, p, coll.kind)
     return dataclasses.replace(choice, works=calls) if calls > 1 else choice
+
+
+def _p2p_plans(coll: Collective, on: Platform, st: NcclSettings, got: Choice) -> list[int]:
+    """The calls each plan of `coll`'s group of `group_calls` equal p2p calls holds (NCCL 2.22+'s plan budget,
+    p2p_plans.py) on communicator `on`; [] for one call or before 2.22 (one launch)."""
+    if coll.group_calls < 2 or st.nccl_version < p2p_plans.PLANS_FROM or on.nranks < 2:
+        return []
+    per_peer = coll.nbytes if coll.kind == "send_recv" else coll.nbytes // on.nranks
+    layout = transfer_layout(on, st, per_peer > 0)
+    nodes = tuple(i // max(1, on.ppn) for i in range(on.nranks))
+    return p2p_plans.calls_per_plan(
+        coll.kind, nodes, coll.group_calls, max(1, got.channels), layout.channels(per_peer), layout.total, layout.most
+    )
 
 
 def call_sizes(coll: Collective) -> tuple[int, ...]:

@@ -76,6 +76,7 @@ class Choice:
     registered: bool = False  # run on registered buffers (-R 1: NVLS's registered CTAs; register.py)
     ce_syncs: int = 0  # algorithm "ce": the syncs between the GPUs of a copy-engine collective (ce_coll.py)
     works: int = 1  # algorithm "sym": the calls of one NCCL group it runs as one kernel (nccl-tests' -m; register.py)
+    plans: int = 1  # p2p calls of one group: the kernels NCCL's plan budget cuts them into (p2p_plans.py)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -89,6 +90,7 @@ class Choice:
             **({"registered": True} if self.registered else {}),
             **({"ce_syncs": self.ce_syncs} if self.ce_syncs else {}),
             **({"group_calls": self.works} if self.works > 1 else {}),
+            **({"plans": self.plans} if self.plans > 1 else {}),
             **({"peer_bw_gbs": round(self.peer_bw, 3)} if self.peer_bw else {}),
             **({"fill_us": round(self.fill_us, 3)} if self.fill_us else {}),
             **({"chain_us": round(self.chain_us, 3)} if self.chain_us else {}),

@@ -1,0 +1,105 @@
+"""NCCL 2.22+'s plan budget for a group's p2p operations (enqueue.cc `scheduleP2pTasksToPlan`, `addWorkBatchToPlan`,
+`ncclTestBudget`, v2.22.3-1 .. v2.30.7-1; nccl/p2p_plans.py). Closed forms: the kernel's 4 KiB arguments less their
+32 B header hold (4096 - 32) / 16 = 254 work batches; before each operation the planner wants room for one new batch
+on each of the peer's most channels (32 on an 8-H100 host: 2 x 16 NVLinks, pow2, at most the 32 p2p channels), so a
+plan holds operations while its batches are at most 254 - 32 = 222 before the next. Plans launch one after another:
+each the launch's base latency (LL 6.6 us, Simple 8.4) and, per operation to a peer it holds, a step (LL 0.6 us,
+Simple 3.4 over NVLink), then the bytes at one call's rate; nccl-tests' host pays one more launch (4.26 us) a plan.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from phantora.collectives import Collective, decompose
+from phantora.collectives.nccl.host_launch import HOST_CHANNEL_US, HOST_LAUNCH_US
+from phantora.collectives.nccl.p2p_plans import plan_ops
+from phantora.errors import InputError
+from phantora.netsim.flow import FlowSimulator
+from tests.test_nccl_symmetric import H100, RANKS, KiB, opts
+
+BATCHES = (4096 - 32) // 16  # 254
+MOST = 32  # a peer's most p2p channels on an 8-H100 host
+V227 = {"PHANTORA_NCCL_VERSION": "2.27.3"}
+
+
+def test_one_channel_operations_of_one_round_take_a_batch_each():
+    """sendrecv's operations are all of one round: each opens a new batch on its channel. The plan takes the
+    operation while its batches are at most 254 - 32, so 223 operations (batches 0 .. 222 before each)."""
+    ops = [(1, (16,))] * 1000
+    assert plan_ops(ops, MOST) == [223, 223, 223, 223, 108]
+    four = [(1, (16, 17, 18, 19))] * 100  # four channels an operation: 4 batches each, (254 - 32) // 4 + 1 fit
+    assert plan_ops(four, MOST) == [56, 44]
+
+
+def test_rounds_share_a_channels_batch_up_to_eight_works():
+    """Works of different rounds share one batch on a channel, up to 8 (NCCL_MAX_DEV_WORK_P2P_PER_BATCH). 4 rounds
+    on channel 0, pass after pass: a pass's works fill one batch and the next pass's first round opens another, so
+    the plan ends after 222 passes and one operation (222 x 4 + 1). 9 rounds: any 8 in a row differ, so batches
+    of 8 run across the passes: 222 x 8 + 1 operations."""
+    four = [(r, (0,)) for _ in range(300) for r in range(4)]
+    assert plan_ops(four, MOST)[0] == 222 * 4 + 1
+    nine = [(r, (0,)) for _ in range(300) for r in range(9)]
+    assert plan_ops(nine, MOST)[0] == 222 * 8 + 1
+
+
+def _end_ns(coll: Collective) -> tuple[int, dict]:
+    dag = decompose(coll, H100, opts(**V227))
+    sim = FlowSimulator(H100)
+    sim.submit(dag.flows, at=0)
+    return max(c.end_ns for c in sim.drain()), dag.choice or {}
+
+
+def test_a_sendrecv_group_past_the_budget_runs_as_plans_one_after_another():
+    """2000 sendrecv calls of 8 B on 8 H100s (2.27): LL on one channel, 223 to a plan, so 9 plans; the group takes
+    9 launches, 2000 LL steps and the bytes of 2000 calls (it was refused past 1024)."""
+    one = _end_ns(Collective("send_recv", (0, 1), 8, "fp32"))[1]
+    end, got = _end_ns(Collective("send_recv", (0, 1), 8, "fp32", group_calls=2000))
+    plans = math.ceil(2000 / 223)
+    assert (got["plans"], got["protocol"], got["channels"]) == (plans, "LL", 1)
+    assert got["model_lat_us"] == pytest.approx(plans * 6.6 + 2000 * 0.6)
+    per_call_us = 8 / (one["model_algbw_gbs"] * 1e3)  # a call's bytes at its rate
+    assert end / 1000 == pytest.approx(plans * 6.6 + 2000 * 0.6 + 2000 * per_call_us, abs=0.2)
+
+
+def test_an_all_to_all_group_cut_inside_a_pass_counts_that_pass_in_both_plans():
+    """64 all-to-alls of 256 B (32 B a peer: LL, one channel) on 8 H100s: 8 operations a pass (itself too), 8 rounds
+    on 8 different channels, so a batch each: 223 operations a plan, cut inside the 28th pass (ops 0-222: passes
+    0-27), the next one inside the 56th (223-445: passes 27-55), the last 9 passes: 3 plans of 28 + 29 + 9 = 66
+    passes, whose steps and bytes the group pays (2 more than 64: each cut pass's peer left over waits for the next
+    plan)."""
+    one = _end_ns(Collective("all_to_all", RANKS, 256, "fp32"))[1]
+    end, got = _end_ns(Collective("all_to_all", RANKS, 256, "fp32", group_calls=64))
+    assert (got["plans"], got["protocol"], got["channels"]) == (3, "LL", 1)
+    per_call_us = 256 / (one["model_algbw_gbs"] * 1e3)  # a call's bytes at its rate
+    assert got["model_time_us"] == pytest.approx(3 * 6.6 + 66 * 0.6 + 66 * per_call_us, abs=0.01)
+    assert end / 1000 == pytest.approx(got["model_time_us"], abs=0.2)
+
+
+def test_before_2_22_more_than_1024_calls_are_still_refused():
+    with pytest.raises(InputError, match="not modelled before NCCL 2.22"):
+        decompose(
+            Collective("all_to_all", RANKS, KiB, "fp32", group_calls=1025),
+            H100,
+            opts(PHANTORA_NCCL_VERSION="2.21.5"),
+        )
+
+
+def test_nccl_tests_charges_a_host_launch_a_plan(tmp_path, monkeypatch):
+    """`sendrecv_perf -b 8 -e 8 -m 2000` (2.27): the first iteration starts after the host's launch, one call's
+    (4.26 us and a work batch's 0.032) and 4.26 us for each of the 8 further plans, then takes the group's GPU time;
+    the second, launched while the first ran, its GPU time alone."""
+    from phantora.cli import main
+
+    monkeypatch.setenv("PHANTORA_NCCL_VERSION", "2.27.3")
+    argv = ["sendrecv_perf", "-b", "8", "-e", "8", "-m", "2000", "-n", "2", "-w", "0"]
+    assert main(["nccl-tests", *argv, "--out", str(tmp_path)]) == 0
+    size = json.loads((tmp_path / "results.json").read_text())["sizes"][0]
+    choice = size["choice"]
+    assert choice["plans"] == 9 and choice["group_calls"] == 2000
+    host_us = HOST_LAUNCH_US + HOST_CHANNEL_US + 8 * HOST_LAUNCH_US
+    gpu_us = choice["model_time_us"]
+    assert [t / 1000 for t in size["iter_ns"]] == pytest.approx([host_us + gpu_us, gpu_us], abs=0.01)
