@@ -35,6 +35,7 @@ from phantora.collectives.pat import pat_flows
 from phantora.collectives.ring import ring_collective
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.collectives.sym import ce_flows, sym_flows
+from phantora.collectives.sym_plans import sym_plans
 from phantora.collectives.tree import tree_flows
 from phantora.errors import InputError
 from phantora.netsim.base import Flow
@@ -68,6 +69,9 @@ def decompose(
     """
     if coll.mixed() and opts.model != "nccl":  # no NCCL plan: each (kind, reduction, root)'s calls alone, together
         return _bins_apart(coll, topo, opts, first_flow_id, tag, sent)
+    sym_cut = sym_plans(coll, topo, opts) if coll.group_sizes or coll.group_calls > 1 else None
+    if sym_cut is not None:  # symmetric calls NCCL 2.28 runs as several kernels, one after another
+        return _kernels_dag(coll, sym_cut, topo, opts, first_flow_id, tag, sent)
     try:
         cut = group_plans(coll, topo, opts) if coll.group_sizes or coll.group_calls > 1 else None
     except (
@@ -195,6 +199,27 @@ def _plans_dag(
             parts = [p for p, _ in pieces]
             dealt = [(p.dealt_from, p.dealt_parts) for p in parts]
             dag = _aggregates_dag(parts, topo, pieces[0][1], next_id, sub, sent, [o for _, o in pieces], dealt)
+        dags.append(dag)
+        next_id = dag.next_id
+    calls = len(coll.group_sizes) or coll.group_calls
+    return chain_plans(dags, coll.ranks, topo.node_of_rank, calls)
+
+
+def _kernels_dag(
+    coll: Collective,
+    kernels: list[Collective],
+    topo: Topology,
+    opts: AlgoOptions,
+    first_flow_id: int,
+    tag: str,
+    sent: MessageCounters | None,
+) -> FlowDag:
+    """A symmetric group's kernels (`sym_plans.sym_plans`), each decomposed as a group of its calls, one after
+    another (`group_plans.chain_plans`)."""
+    dags: list[FlowDag] = []
+    next_id = first_flow_id
+    for k, part in enumerate(kernels):
+        dag = decompose(part, topo, opts, next_id, f"{tag}/plan{k}" if tag else f"plan{k}", sent)
         dags.append(dag)
         next_id = dag.next_id
     calls = len(coll.group_sizes) or coll.group_calls
