@@ -1216,7 +1216,7 @@ def use_as_default() -> None:
     c10d = dist.distributed_c10d
     if getattr(c10d.init_process_group, "_phantora", False):
         return
-    orig_init, orig_new = c10d.init_process_group, c10d.new_group
+    orig_init, orig_new, orig_split = c10d.init_process_group, c10d.new_group, c10d.split_group
 
     @functools.wraps(orig_init)
     def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -1253,6 +1253,14 @@ def use_as_default() -> None:
             pg.plain_gloo = getattr(c10d._get_default_group(), "plain_gloo", False)
         return pg
 
+    @functools.wraps(orig_split)
+    def split_group(*args: Any, **kwargs: Any) -> Any:
+        pg = orig_split(*args, **kwargs)
+        parent = kwargs.get("parent_pg", args[0] if args else None) or c10d._get_default_group()
+        splits = kwargs.get("split_ranks", args[1] if len(args) > 1 else None) or []
+        mirror_groups.note_split([c10d.get_global_rank(parent, r) for r in range(parent.size())], splits)
+        return pg
+
     init_process_group._phantora = True  # type: ignore[attr-defined]
     batch = _grouped_batch(c10d.batch_isend_irecv)
     default_for = _nccl_for_cuda(c10d.get_default_backend_for_device)
@@ -1263,6 +1271,7 @@ def use_as_default() -> None:
         {
             "init_process_group": (orig_init, init_process_group),
             "new_group": (orig_new, new_group),
+            "split_group": (orig_split, split_group),
             "batch_isend_irecv": (c10d.batch_isend_irecv, batch),
             "get_default_backend_for_device": (c10d.get_default_backend_for_device, default_for),
             "get_backend": (c10d.get_backend, get_backend),
