@@ -129,3 +129,15 @@ def test_no_pxn_relay_with_p2p_off(kind: str) -> None:
         dag = decompose(coll, topo, _opts(env))
         pairs = {(f.src, f.dst) for f in dag.flows if f.size and f.src // N != f.dst // N}
         assert (len(pairs) if kind == "all_to_all" else pairs) == expect
+
+
+def test_a_reduce_chain_leaves_by_the_rings_entry_nics() -> None:
+    """A ring reduce to rank 2 runs the ring 0..15 from 3 on, toward 2 (reduce.h: each rank sends to ring->next):
+    its hops between sockets 3 -> 4, 7 -> 8, 11 -> 12 and 15 -> 0 are ring hops, so they leave by GPUs 0, 4, 8 and
+    12, the ring's entry NICs (before, the chain ran against the ring, 4 -> 3 ..., from each sender's own NIC)."""
+    topo = rail_optimized(2, N, 2)
+    coll = Collective("reduce", tuple(range(2 * N)), 64 << 20, "fp32", root=2)
+    dag = decompose(coll, topo, AlgoOptions(nccl_env=nccl_env(P2P_OFF), algorithm="chain"))
+    pairs = {(f.src, f.dst) for f in dag.flows if f.size and (f.via_nic or f.src // N != f.dst // N)}
+    assert pairs == {(0, 4), (4, N), (N, N + 4), (N + 4, 0)}
+    assert sum(f.size for f in dag.flows if f.via_nic) == 2 * (64 << 20)  # the hops 3 -> 4 and 11 -> 12

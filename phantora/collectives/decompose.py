@@ -495,6 +495,22 @@ def _leave_by_entry_nics(
         b.exits = ring_nics.exits(rings, [node[pos] for pos in range(len(node))])
 
 
+def _chain_links(order: list[int], up: bool) -> list[int | None]:
+    """Each position's peer in a ring chain opened at its root (`order[0]`): a broadcast's parent is its ring
+    predecessor (broadcast.h: the root sends to its next, each rank forwards to its next); a reduce's is its ring
+    successor, the root's successor sending first and the root receiving last (reduce.h, v2.26.2-1 to v2.30.7-1:
+    `prevRank == root` only sends, every rank receives from ring->prev and sends to ring->next)."""
+    links: list[int | None] = [None] * len(order)
+    if up:
+        tail = order[1:] + order[:1]  # the root's successor first, the root last
+        for a, v in zip(tail, tail[1:], strict=False):
+            links[a] = v
+    else:
+        for a, v in zip(order, order[1:], strict=False):
+            links[v] = a
+    return links
+
+
 def _host_key(topo: Topology, node: int) -> str:
     """The host an endpoint node is on (an endpoint without a host is a host of its own)."""
     host = topo.nodes[node].host
@@ -576,10 +592,7 @@ def _build(
             _leave_by_entry_nics(b, coll, topo, opts, rings, blocks)
         for c, size in enumerate(shares):
             if algo == "chain":
-                order = chain_order(blocks, chain(c), root, alternate)
-                links: list[int | None] = [None] * n
-                for a, v in zip(order, order[1:], strict=False):
-                    links[v] = a
+                links = _chain_links(chain_order(blocks, chain(c), root, alternate), up)
             else:
                 links = [None if v == root else root for v in range(n)]
             window = _steps_in_flight(opts)  # a chain's steps in flight on each hop (broadcast.h, reduce.h)
