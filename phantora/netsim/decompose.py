@@ -57,6 +57,7 @@ from phantora.netsim.observe import (
 from phantora.netsim.packet import check_packet_batch, check_packet_fields
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.pieces import NO_PIECE, PieceRoutes, fabric_pieces
+from phantora.netsim.pulled_bounds import Wide, pull
 from phantora.topology.model import Topology
 
 DRIVER = -1  # the owner of markers (no NIC): they complete in the driver
@@ -172,6 +173,9 @@ class DecomposedSimulator(RunsByCompletion):
     # each worker's unfinished flows, and a flow's step until it ends, kept (`_horizon` and `_raise` read them; False:
     # a subclass whose horizon and raises read neither, `HybridDecomposedSimulator`: a per-completion cost saved)
     tracks_unfinished = True
+    # Bounds pulled up the DAG where a round reads them (`pulled_bounds`: the same values), not pushed down it at every
+    # rise; then neither raise above applies (False: a subclass that reads `_lb` itself or keeps its own bounds)
+    pulls_bounds = True
 
     def __init__(self, topology: Topology, config: PacketConfig, spawn: Spawner) -> None:
         self._check_config(config)
@@ -197,6 +201,11 @@ class DecomposedSimulator(RunsByCompletion):
         self._lb: dict[int, int] = {}  # unfinished flow -> the earliest ns it can complete (`_horizon`); only grows
         self._step: dict[int, int] = {}  # unfinished flow -> delay_ns + its transfer bound: lb >= a dep's lb + step
         self._dependents: dict[int, list[int]] = {}  # unfinished flow -> the flows waiting on it
+        # (`pulls_bounds`) unfinished flow -> its deps, while any is unfinished; L pulled (`pulled_bounds.pull`) and
+        # long lists' terms, valid until a bound rises or a flow ends
+        self._up: dict[int, tuple[int, ...]] = {}
+        self._memo: dict[int, int] = {}
+        self._memo_wide: Wide = {}
         self._unfinished: list[set[int]] = [set() for _ in range(n)]  # per worker
         self._ext: set[int] = set()  # unfinished fabric flows a gate or a marker here waits on
         self._zero: set[int] | None = None  # flows with no lookahead (started at their post ns), when there are any
@@ -365,6 +374,13 @@ class DecomposedSimulator(RunsByCompletion):
     def _bounds(self, flat: list[int]) -> None:
         """A worker's completion bounds of its started flows ([id, ns, ...], those that rose): lb only grows."""
         lbs, waiting = self._lb, self._dependents
+        if self.pulls_bounds:  # (C of `pulled_bounds`: one max a bound, nothing walked)
+            if flat:
+                self._memo, self._memo_wide = {}, {}
+            for fid, ns in zip(flat[0::2], flat[1::2], strict=True):
+                if ns > lbs.get(fid, INF_NS):
+                    lbs[fid] = ns
+            return
         for fid, ns in zip(flat[0::2], flat[1::2], strict=True):
             if ns > lbs.get(fid, INF_NS):
                 if fid in waiting:
@@ -415,7 +431,10 @@ class DecomposedSimulator(RunsByCompletion):
                 for unfinished in self._unfinished if worker < 0 else (self._unfinished[worker],):
                     unfinished.difference_update(ids)  # (a marker's id is in none: its owner is the driver)
             self._ext.difference_update(ids)
-            for fid, end in zip(ids, stamps, strict=True) if self.raises_dependents else ():
+            if self.pulls_bounds:
+                _drop(map(self._up.pop, ids, repeat(None)))
+                self._memo, self._memo_wide = {}, {}
+            for fid, end in zip(ids, stamps, strict=True) if self.raises_dependents and not self.pulls_bounds else ():
                 for j in waiting.pop(fid, ()):  # (per dependency edge: `_raise` inlined where nothing waits)
                     s = step.get(j)
                     if s is None:  # (done already)
@@ -569,7 +588,8 @@ class DecomposedSimulator(RunsByCompletion):
         shared: dict[tuple[int, int], _SharedDeps] = {}  # what `_shared_deps` read of each
         joins: dict[int, int] = {}  # id of a wide list's `_SharedDeps` -> the join its gates wait on
         targeted: set[tuple[int, bool]] = set()  # (id of a `_SharedDeps`, no lookahead) whose targets are set
-        kin, track = self.raises_dependents, self.tracks_unfinished
+        kin, track = self.raises_dependents and not self.pulls_bounds, self.tracks_unfinished
+        up = self._up if self.pulls_bounds else None
         for f in order:
             fid = f.id
             w = owner[fid]
@@ -617,6 +637,8 @@ class DecomposedSimulator(RunsByCompletion):
                             targets.setdefault(d, set()).add((w, z))
             if deps_of is not None:
                 deps_of[fid] = f.deps if memo is None else memo.deps
+            if up is not None and (local or cross):  # (unfinished deps: L pulled through them)
+                up[fid] = f.deps if memo is None else memo.deps
             self._step[f.id] = f.delay_ns + xfer[f.id]
             self._lb[f.id] = lb + self._step[f.id]
             if w == DRIVER:
@@ -664,7 +686,7 @@ class DecomposedSimulator(RunsByCompletion):
                 ended = max(ended, end)
                 continue
             lb = max(lb, lbs[d])
-            if self.raises_wide:
+            if self.raises_wide and not self.pulls_bounds:
                 lists.append(waiting.setdefault(d, []))
             (local if w != DRIVER and owner[d] == w else cross).append(d)
         self._ext.update(d for d in cross if owner[d] != DRIVER)
@@ -673,7 +695,11 @@ class DecomposedSimulator(RunsByCompletion):
     def earliest_end(self, fid: int) -> int:
         """The earliest ns flow `fid` can complete (its bound; its end once gathered)."""
         end = self._ends.get(fid)
-        return end if end is not None else self._lb[fid]
+        if end is not None:
+            return end
+        if self.pulls_bounds:
+            return pull(fid, self._lb, self._ends, self._up, self._step, self._memo, self._memo_wide)
+        return self._lb[fid]
 
     def advance_to_completion(self, until: int) -> list[Completion]:
         """Run to `until` but return right after the first ns at which any flow completes (now() is that ns).
@@ -736,7 +762,8 @@ class DecomposedSimulator(RunsByCompletion):
         before it but after a completion it reacts to), or the earliest end of a flow a gate or a
         marker here waits on, or one the caller acts on (`reacts`; every flow when unset), or a marker ahead
         in the buffer. A flow's earliest end is max(its bound lb, its worker's next event, now + 1); lb starts
-        static (at submit) and rises with the workers' completion bounds (`_bounds`) and its deps' (`_raise`).
+        static (at submit) and rises with the workers' completion bounds (`_bounds`) and its deps' (`_raise`; with
+        `pulls_bounds`, the same values pulled from its deps where read, `_least_ends`).
         The least of those ends over the flows the caller reacts to is kept for `meanwhile` (`_react_ns`)."""
         t0 = time.perf_counter()
         react, ext, lbs = self.reacts, self._ext, self._lb
@@ -745,15 +772,17 @@ class DecomposedSimulator(RunsByCompletion):
         for w, ids in enumerate(self._unfinished):
             if not ids:
                 continue
-            if react is None:
+            nxt = self._next[w]
+            floor = self._wtime + 1 if not self._out[w].empty() or nxt is None else max(self._wtime + 1, nxt)
+            if self.pulls_bounds:
+                m, mr = self._least_ends(ids, floor)
+            elif react is None:
                 m = mr = min(lbs[f] for f in ids)
             else:
                 mr = min((lbs[f] for f in ids if react(f)), default=INF_NS)
                 m = min(mr, min((lbs[f] for f in ids if f in ext), default=INF_NS))
             if m >= INF_NS:
                 continue
-            nxt = self._next[w]
-            floor = self._wtime + 1 if not self._out[w].empty() or nxt is None else max(self._wtime + 1, nxt)
             e = min(e, max(m, floor))
             r = min(r, max(mr, floor))
         for t, fid in self._buffer.pairs():
@@ -764,6 +793,33 @@ class DecomposedSimulator(RunsByCompletion):
         self._react_ns = r
         self.bound_wall_s += time.perf_counter() - t0
         return e + self._ahead - 1 if e < INF_NS else INF_NS
+
+    def _least_ends(self, ids: set[int], floor: int) -> tuple[int, int]:
+        """`_horizon`'s (m, mr) of one worker's unfinished flows `ids` (`pulls_bounds`): the least L of those the caller
+        reacts to or a gate or marker here waits on, and of those it reacts to (INF_NS: none). Only a flow whose C is
+        below what it could lower is pulled (L >= C), and only as far as it could (`pull`'s need: the least so far);
+        once both are at most `floor` nothing can change max(., floor), all the horizon reads. So m and mr may differ
+        from the least L only where both are at most `floor`."""
+        react, ext, lbs = self.reacts, self._ext, self._lb
+        up, ends, step, memo, wide = self._up, self._ends, self._step, self._memo, self._memo_wide
+        m = mr = INF_NS
+        for f in ids:
+            c = lbs[f]
+            if c >= mr and (c >= m or f not in ext):
+                continue
+            if react is None or react(f):
+                v = c if f not in up else pull(f, lbs, ends, up, step, memo, wide, mr)
+                if v < mr:
+                    mr = v
+                    if v < m:
+                        m = v
+                    if mr <= floor:
+                        break
+            elif c < m and f in ext:
+                v = c if f not in up else pull(f, lbs, ends, up, step, memo, wide, m)
+                if v < m:
+                    m = v
+        return m, mr
 
     def _earliest(self) -> int | None:
         """The earliest ns anything can still happen: workers' next events, flows not handed over, buffered ends."""

@@ -39,6 +39,7 @@ class HybridDecomposedSimulator(DecomposedSimulator):
     raises_wide = False  # `_pulled` reads the ends and bounds of the deps of a chain's head, wide lists' too
     raises_dependents = False  # ... and of the flow before a chain's first unfinished one (`Chain.value`)
     tracks_unfinished = False  # its horizon reads the gating flows' arrays, its raises the chains, not the step dicts
+    pulls_bounds = False  # its own pulls along chains (`_pulled`)
 
     def __init__(self, topology: Topology, config: PacketConfig, spawn: Spawner) -> None:
         super().__init__(topology, config, spawn)

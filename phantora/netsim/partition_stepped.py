@@ -96,6 +96,7 @@ class SteppedPartition(DecomposedSimulator):
     # A wide deps list's flows keep the bound they had at submit: the rounds stop at the fluid side's reactions
     # (`_horizon`), not at this driver's bounds, so raising each of them at every dep's new bound bought nothing
     raises_wide = False
+    pulls_bounds = False  # its horizon and reactions read `_lb` itself: bounds pushed down as they rise
 
     def _check_config(self, config: PacketConfig) -> None:
         if config.partition < 1:
