@@ -268,7 +268,35 @@ def _grouped(coll: Collective, topo: Topology, comm: Platform, st: NcclSettings,
     def rate(k: int, g: LaunchGroup, t: int, nbytes: int) -> Choice:
         return rated_choice(_pass_rating(coll, topo, comm, st, protocol, g, t), pos, nbytes)
 
-    return in_turn(coll, rate)
+    return in_turn(coll, rate, _live_plans(coll, topo, comm, st, protocol).get(pos, ()))
+
+
+def _live_plans(
+    coll: Collective, topo: Topology, comm: Platform, st: NcclSettings, protocol: str
+) -> dict[tuple[int, int], tuple[int, ...]]:
+    """The NCCL plan of each operation of each pair (positions in the communicator) of `coll`'s live group, each rank
+    cutting its own operations by NCCL 2.22+'s budget (p2p_plans.pair_plans); {} before 2.22 or where no pair has
+    more than one operation (made once for the launch's pairs)."""
+    g = coll.in_flight
+    if g is None or not g.later or st.nccl_version < p2p_plans.PLANS_FROM:
+        return {}
+
+    def make() -> dict[tuple[int, int], tuple[int, ...]]:
+        from phantora.collectives.nccl.p2p_group import plan_parts  # numpy: kept off the netsim CLI's start-up
+
+        at = {r: i for i, r in enumerate(coll.comm)}
+        hosts = comm_hosts(topo, coll.comm)
+        pairs = {(a, b): (at[a], at[b]) for a, b in g.pairs}
+        ops = {pairs[p]: g.ops(p) for p in g.pairs}
+        parts = [
+            plan_parts(comm, st, hosts, {p: o[k][1] for p, o in ops.items() if len(o) > k}, protocol)
+            for k in range(max(len(o) for o in ops.values()))
+        ]
+        chans = {p: tuple(parts[k][p].channels for k in range(len(o))) for p, o in ops.items()}
+        most = transfer_layout(comm, st).most
+        return p2p_plans.pair_plans(hosts, chans, most)
+
+    return shared(coll.launch, topo, ("live plans", coll.comm, st, protocol), make)
 
 
 def _pass_rating(

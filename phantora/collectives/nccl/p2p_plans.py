@@ -14,7 +14,7 @@ sendrecv_perf calls on 8 H100s (32 channels a peer at most) 223 to a plan at 8 B
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 from phantora.collectives.nccl.coll_group import ARGS_BYTES, ARGS_HEADER, BATCH_BYTES, FIFO_BYTES, MAX_BATCH_BYTES
 from phantora.collectives.nccl.p2p_schedule import send_rounds, transfer_channel_ids
@@ -25,6 +25,7 @@ PER_BATCH = 8  # NCCL_MAX_DEV_WORK_P2P_PER_BATCH
 EXTEND_PAST = 63  # an extension batch past 63 work sizes from the batch's base
 
 Op = tuple[int, tuple[int, ...]]  # (round, channels of its parts)
+Pair = tuple[int, int]  # (sender, receiver) positions in the communicator
 
 
 def _fits(batches: int, works: int) -> bool:
@@ -100,3 +101,51 @@ def calls_per_plan(
         out.append(last - first + 1)
         start += held
     return out
+
+
+def _expand(cut: list[int]) -> list[int]:
+    """The plan index of each operation, from the operations each plan holds."""
+    return [i for i, held in enumerate(cut) for _ in range(held)]
+
+
+def pair_plans(
+    nodes: tuple[Hashable, ...], channels: Mapping[Pair, Sequence[tuple[int, ...]]], most: int
+) -> dict[Pair, tuple[int, ...]]:
+    """The plan (0 first) each operation of each pair runs in, each rank planning its own (a live group: a
+    batch_isend_irecv, a coalescing block). `channels`: each (sender, receiver) position pair's operations in turn,
+    each the p2p channel ids of its parts, on a communicator whose position i lives on node `nodes[i]`; `most`: a
+    peer's most channels. On each rank NCCL plans pass by pass (the head of each peer's queues), round by round, a
+    round's send and receive one operation on both their channels, and cuts by `plan_ops`; an operation runs in the
+    later of its sender's plan and its receiver's (each end's kernel moves it)."""
+    ranks = sorted({r for pair in channels for r in pair})
+    sends = {r: send_rounds(nodes, r) for r in range(len(nodes))}
+    recv_of: dict[int, dict[int, int]] = {r: {} for r in ranks}  # rank -> round -> the peer it receives from
+    for q, peers in sends.items():
+        for rnd, peer in enumerate(peers):
+            if peer in recv_of:
+                recv_of[peer][rnd] = q
+    plan: dict[tuple[Pair, int, int], int] = {}  # (pair, k, 0 at the sender / 1 at the receiver) -> plan
+    for me in ranks:
+        passes = max(len(o) for pair, o in channels.items() if me in pair)
+        order: list[tuple[Pair, int, int]] = []
+        ops: list[Op] = []
+        for k in range(passes):
+            for rnd, to in enumerate(sends[me]):
+                send, recv = (me, to), (recv_of[me][rnd], me)
+                here = [(p, side) for p, side in ((send, 0), (recv, 1)) if len(channels.get(p, ())) > k]
+                if not here:
+                    continue
+                used = sorted({c for p, _ in here for c in channels[p][k]})
+                ops.append((rnd, tuple(used)))
+                order.extend((p, k, side) for p, side in here)
+                order.append(((-1, -1), -1, -1))  # the end of one operation
+        index = _expand(plan_ops(ops, most))
+        op = 0
+        for key in order:
+            if key[1] < 0:
+                op += 1
+            else:
+                plan[key] = index[op]
+    return {
+        pair: tuple(max(plan[(pair, k, 0)], plan[(pair, k, 1)]) for k in range(len(o))) for pair, o in channels.items()
+    }
