@@ -5,6 +5,10 @@ NCCL's send kernel starts once the stream it is launched on reaches it (ProcessG
 NCCL stream wait for the caller's current stream) and ends at its hand-off: the closed form of tests/test_eager_send.py,
 22,125 ns for 256 KiB between two hosts, from that start. Before, such a send ended at its flow's
 end, so two ranks that both send first deadlocked.
+
+Each rank's host launches its NCCL calls h apart from 0 (runtime/nccl_launch.py): its first call is issued at
+max(t0, h), its second at max(the lane, 2 h), and the default stream's event after two launches is at max(t0, 2 h),
+as a GPU cannot run what the host has not launched yet.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import pytest
 
 from bridge.errors import BridgeError
+from phantora.collectives.nccl.host_launch import DEFAULT_BATCHES, host_launch_us
 from phantora.launcher import RunConfig, launch
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.topology import load_topology
@@ -24,6 +29,7 @@ from phantora.topology.generators import leaf_spine
 KIB = 1024
 HANDOFF = 22_125  # ns: 8.4 + 1.0 us + 262,144 B at 20.6 GB/s (tests/test_eager_send.py, test_handoff_transports.py)
 NVL = 14_981  # ns: the same 256 KiB between two H100 over NVLink, 8.4 + 3.4 us + 4 channels at 20.6 GB/s
+H = round(host_launch_us(DEFAULT_BATCHES) * 1000)  # the host's launch of a call
 
 STREAMS = """
     import sys, torch, torch.distributed as dist
@@ -114,7 +120,7 @@ def test_a_send_behind_a_side_streams_all_reduce_hands_off_after_it(recorded: An
     for me in (0, 1):
         t0, mid, t1, t2 = _times(rep.logs[f"rank {me}"])
         ar_end = max(c.end_ns for c in fabric if c.size != 256 * KIB and me in (c.src, c.dst))
-        assert mid == t0 and t1 == ar_end + HANDOFF, (t0, mid, t1, ar_end)
+        assert mid == max(t0, 2 * H) and t1 == ar_end + HANDOFF, (t0, mid, t1, ar_end)
         mine = sends[(1 - me, me)]
         assert t1 < mine.start_ns and t2 == mine.end_ns, (mine, t1, t2)
 
@@ -122,12 +128,12 @@ def test_a_send_behind_a_side_streams_all_reduce_hands_off_after_it(recorded: An
 def test_a_send_queued_behind_another_on_a_side_stream_hands_off_after_its_hand_off(recorded: Any):
     """Both ranks (GPUs 0 and 1 of an H100 host): isend 256 KiB on the default stream, wait for it from a side stream,
     send 256 KiB more there; the default stream runs on (its event right after is the start's), then waits for the
-    side stream: the second send's kernel starts at the first's hand-off, so the wait returns at 2 x 14,981 ns (at
-    2990fe3: a deadlock)."""
+    side stream: the second send's kernel starts at the first's hand-off, so the wait returns 2 x 14,981 ns after
+    the first's issue (at 2990fe3: a deadlock)."""
     rep, _ = recorded("two")
     for me in (0, 1):
         t0, mid, t1, _ = _times(rep.logs[f"rank {me}"])
-        assert mid == t0 and t1 - t0 == 2 * NVL, (t0, mid, t1)
+        assert mid == max(t0, 2 * H) and t1 - max(t0, H) == 2 * NVL, (t0, mid, t1)
 
 
 def test_a_send_queued_behind_another_across_hosts_waits_for_the_first_to_be_received(tmp_path: Path):
@@ -142,17 +148,18 @@ def test_a_send_queued_behind_another_across_hosts_waits_for_the_first_to_be_rec
 
 def test_an_all_reduce_queued_behind_a_send_on_a_side_stream_starts_at_its_hand_off(recorded: Any):
     """Both ranks: on a side stream a 256 KiB send, then a sync all-reduce; the default stream waits for the side
-    stream, then receives. The all-reduce starts at the send's hand-off (t0 + 22,125 ns), not at its flow's end,
-    and takes as long as the same all-reduce issued at t0 on the idle network (the first program's); at 28ff30f it
+    stream, then receives. The all-reduce starts at the send's hand-off (its issue + 22,125 ns), not at its flow's
+    end, and takes as long as the same all-reduce issued on the idle network (the first program's); at 28ff30f it
     waited for the send's flow, which waited for the peer's receive, issued after its all-reduce: a deadlock."""
     (alone, _), (rep, _) = recorded("behind"), recorded("coll_after")
     for me in (0, 1):
         a0, _, a1, _ = _times(alone.logs[f"rank {me}"])
-        ar_alone = max(c.end_ns for c in alone.cosim.completions if c.size and c.size != 256 * KIB) - a0
+        ar_alone = max(c.end_ns for c in alone.cosim.completions if c.size and c.size != 256 * KIB) - max(a0, H)
         t0, mid, t1, t2 = _times(rep.logs[f"rank {me}"])
         ar = [c for c in rep.cosim.completions if c.size and c.size != 256 * KIB]
-        assert mid == t0 and t1 == t0 + HANDOFF + ar_alone == max(c.end_ns for c in ar), (t0, t1, ar_alone)
-        assert min(c.start_ns for c in ar) >= t0 + HANDOFF and t2 > t1, (ar, t2)
+        issued = max(t0, H)
+        assert mid == max(t0, 2 * H) and t1 == issued + HANDOFF + ar_alone == max(c.end_ns for c in ar), (t0, t1)
+        assert min(c.start_ns for c in ar) >= issued + HANDOFF and t2 > t1, (ar, t2)
 
 
 def test_a_send_past_the_buffer_behind_a_side_streams_all_reduce_still_waits_for_its_receiver(tmp_path: Path):
@@ -170,7 +177,7 @@ def test_a_send_queued_behind_another_hands_off_the_same_in_packet_mode(tmp_path
     rep = launch(_config(tmp_path, "two", network="ns3"))
     for me in (0, 1):
         t0, mid, t1, t2 = _times(rep.logs[f"rank {me}"])
-        assert mid == t0 and t1 - t0 == 2 * NVL and t2 > t1, (t0, mid, t1, t2)
+        assert mid == max(t0, 2 * H) and t1 - max(t0, H) == 2 * NVL and t2 > t1, (t0, mid, t1, t2)
 
 
 @pytest.mark.parametrize("mode", ["behind", "two", "coll_after"])
@@ -189,7 +196,8 @@ def test_recorded_side_stream_sends_replay_at_their_live_hand_offs(recorded: Any
     for me in (0, 1):
         t0, _, t1, t2 = _times(rep.logs[f"rank {me}"])
         handed = sorted(t for tag, t in end.items() if tag.startswith(f"r{me}/handoff"))
-        want = {"behind": [t1], "two": [t0 + NVL, t1], "coll_after": [t0 + HANDOFF]}[mode]
+        first = max(t0, H)  # the first call's issue
+        want = {"behind": [t1], "two": [first + NVL, t1], "coll_after": [first + HANDOFF]}[mode]
         assert handed == want, (handed, want, end)
         assert t2 in end.values(), (t2, end)  # the receive's wait, at its live event
         assert res.rank_end_ns[me] == graph.recorded["end_ns"][me], (res.rank_end_ns, graph.recorded)
@@ -263,14 +271,15 @@ def test_a_receive_then_a_send_to_the_same_peer_on_both_ranks_deadlocks_as_on_nc
 
 def test_a_send_behind_a_receive_on_its_stream_hands_off_after_the_receive(tmp_path: Path):
     """Rank 0 irecv, then isend 256 KiB to rank 1, which sends first, then receives: NCCL runs it, the send's kernel
-    after the receive's. Rank 1's send hands off at t0 + 14,981 ns; rank 0's receive ends with that send's flow,
-    NCCL's lone p2p (t0 + 14,982, rounded up), and rank 0's send hands off 14,981 ns later (at t0 + 14,981 before)."""
+    after the receive's. Rank 1's send, issued at max(t0, h), hands off 14,981 ns later; rank 0's receive ends with
+    that send's flow, NCCL's lone p2p (14,982 ns, rounded up), and rank 0's send hands off 14,981 ns later (14,981 ns
+    after its issue before)."""
     rep = launch(_order(tmp_path, "one_recv_first"))
     t0, t1 = _times(rep.logs["rank 1"])
-    assert t1 - t0 == NVL, (t0, t1)
+    assert t1 - max(t0, H) == NVL, (t0, t1)
     flow = next(c for c in rep.cosim.completions if c.size and (c.src, c.dst) == (1, 0))
     s0, s1 = _times(rep.logs["rank 0"])
-    assert s0 == t0 and flow.end_ns == t0 + NVL + 1 and s1 == flow.end_ns + NVL, (s0, s1, flow)
+    assert s0 == t0 and flow.end_ns == max(t0, H) + NVL + 1 and s1 == flow.end_ns + NVL, (s0, s1, flow)
 
 
 def test_sends_to_one_peer_from_two_cuda_streams_hand_off_in_their_nccl_streams_order(tmp_path: Path):

@@ -1,6 +1,6 @@
-"""A live rank's NCCL calls pay the host's launch on its CPU clock when PHANTORA_NCCL_HOST_LAUNCH=on (issue 33,
-runtime/nccl_launch.py): 8 ranks of an 8-H100 host all-reduce 8 bytes back to back, timed with CUDA events, and then
-on a group of one rank each (no GPU time: a host-bound loop).
+"""A live rank's NCCL calls pay the host's launch on its CPU clock (issue 33, runtime/nccl_launch.py: on by default,
+PHANTORA_NCCL_HOST_LAUNCH=off opts out): 8 ranks of an 8-H100 host all-reduce 8 bytes back to back, timed with CUDA
+events, and then on a group of one rank each (no GPU time: a host-bound loop).
 
 Closed forms, with h the host launch (collectives/nccl/host_launch.py at its fallback work batches) and g one call's
 GPU time (the same loop without the host launch, over N): N calls from an idle GPU end at max(N h + g, h + N g); a
@@ -94,10 +94,13 @@ def test_live_all_reduces_pay_the_host_launch(tmp_path, capsys):
     assert replay_graph(graph, topo, FlowSimulator(topo)).rank_end_ns == ends
 
 
-def test_the_setting_is_off_by_default_and_a_bad_value_is_one_line(monkeypatch):
+def test_the_setting_is_on_by_default_off_opts_out_and_a_bad_value_is_one_line(monkeypatch):
     from phantora.errors import InputError
 
-    for value, on in (("", False), ("off", False), ("on", True), ("1", True)):
+    monkeypatch.delenv(nccl_launch.ENV, raising=False)
+    nccl_launch.enabled.cache_clear()
+    assert nccl_launch.enabled() is True
+    for value, on in (("", True), ("on", True), ("1", True), ("off", False), (" OFF ", False), ("0", False)):
         monkeypatch.setenv(nccl_launch.ENV, value)
         nccl_launch.enabled.cache_clear()
         assert nccl_launch.enabled() is on

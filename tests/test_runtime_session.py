@@ -2,8 +2,10 @@
 
 A one-rank phantora group carries the data over a real one-rank gloo group; the network is a test
 double in which every collective takes a fixed time, so each expected time is a closed form of the
-roofline (2 n^3 / peak per matmul) and that fixed duration. End-to-end runs with the real bridge
-are in test_runtime_e2e.py.
+roofline (2 n^3 / peak per matmul), that fixed duration and h, the host's launch of an NCCL call
+(runtime/nccl_launch.py: on by default, 0 with PHANTORA_NCCL_HOST_LAUNCH=off; every test of the `rig` and `pair`
+fixtures runs both ways). The host starts at 0 and a call is issued at max(the compute lane, the host's launch
+end): the first at max(t0, h). End-to-end runs with the real bridge are in test_runtime_e2e.py.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from phantora.collectives.nccl.host_launch import DEFAULT_BATCHES, host_launch_us
 from phantora.perfmodel.gpus import get_gpu
+from phantora.runtime import nccl_launch
 from phantora.runtime import session as session_module
 from phantora.runtime.backend import PhantoraProcessGroup
 from phantora.runtime.compute import Roofline
@@ -78,8 +82,20 @@ class FixedLatencyClient:
         pass
 
 
+@pytest.fixture(params=["on", "off"])
+def h_ns(request, monkeypatch):
+    """The host launch of one NCCL call the sessions made under it charge: on (the default, unset) and opted out."""
+    if request.param == "on":
+        monkeypatch.delenv(nccl_launch.ENV, raising=False)
+    else:
+        monkeypatch.setenv(nccl_launch.ENV, "off")
+    nccl_launch.enabled.cache_clear()
+    request.addfinalizer(nccl_launch.enabled.cache_clear)
+    return round(host_launch_us(DEFAULT_BATCHES) * 1000) if request.param == "on" else 0
+
+
 @pytest.fixture()
-def rig():
+def rig(h_ns):
     client = FixedLatencyClient()
     s = RankSession(0, 1, client, Roofline(get_gpu("h100"), LAUNCH_NS), trace_level="ops")
     pg = PhantoraProcessGroup(dist.HashStore(), 0, 1, datetime.timedelta(seconds=30), [0], s)
@@ -89,27 +105,28 @@ def rig():
         yield s, pg, client, a
 
 
-def test_async_collective_overlaps_compute(rig):
+def test_async_collective_overlaps_compute(rig, h_ns):
     s, pg, client, a = rig
     g = torch.ones(N)
     t0 = s.now()
     work = pg.allreduce([g])
-    assert client.calls == [("all_reduce", 4 * N, t0)]  # issued at the compute lane's time
+    assert client.calls == [("all_reduce", 4 * N, max(t0, h_ns))]  # issued once the host launched it (an idle GPU)
     assert 10 * MM_NS < COMM_NS
     for _ in range(10):
         a @ a  # independent compute, shorter than the collective
-    assert s.now() == t0 + 10 * MM_NS
+    assert s.now() == max(t0, h_ns) + 10 * MM_NS
     assert not work.is_completed()
     work.wait()
-    assert s.now() == t0 + COMM_NS  # max(compute, comm)
+    assert s.now() == max(t0, h_ns) + COMM_NS  # max(compute, comm) from the issue
 
 
-def test_a_coalescing_blocks_collectives_name_one_group_launch_on_the_groups_stream(rig):
+def test_a_coalescing_blocks_collectives_name_one_group_launch_on_the_groups_stream(rig, h_ns):
     """ProcessGroupNCCL's coalescing (`_start_coalescing` .. `_end_coalescing`) is one NCCL group launch: its
     collectives are sent at the block's end as one coalesced call of the calls' bytes (NCCL's group of them, one
     plan, whatever their kinds): broadcasts of 32 B and 16 B from root 0 and a reduction of 8 B between them are one
-    56 B call naming each call's kind, after the matmul between them (NCCL launches at ncclGroupEnd); it carries the
-    block's launch id, the call after it none; both name the group's stream."""
+    56 B call naming each call's kind, after the matmul between them (NCCL launches at ncclGroupEnd: one host
+    launch, so it is issued at max(the matmul's end, h)); it carries the block's launch id, the call after it none;
+    both name the group's stream."""
     s, pg, client, a = rig
     x, y, z = torch.ones(8), torch.ones(4), torch.ones(2)
     pg._start_coalescing()
@@ -121,7 +138,7 @@ def test_a_coalescing_blocks_collectives_name_one_group_launch_on_the_groups_str
     t_end = s.now()
     pg._end_coalescing().wait()
     pg.broadcast([x]).wait()
-    assert client.calls[0] == ("broadcast", 56, t_end) and client.calls[1][:2] == ("broadcast", 32)
+    assert client.calls[0] == ("broadcast", 56, max(t_end, h_ns)) and client.calls[1][:2] == ("broadcast", 32)
     assert client.algos[:2] == [{"group_sizes": [32, 8, 16], "group_kinds": ["broadcast", "reduce", "broadcast"]}, None]
     assert held._pending and held._pending[0].handles == [1]  # the broadcast's work waits for its group's call
     assert held.is_completed()
@@ -153,11 +170,12 @@ def _sync_all_reduce(pg: PhantoraProcessGroup, g: torch.Tensor) -> None:
     pg.allreduce([g], opts).wait()
 
 
-def test_a_sync_collective_on_a_side_stream_holds_up_that_stream_not_the_compute_lane(rig, request):
+def test_a_sync_collective_on_a_side_stream_holds_up_that_stream_not_the_compute_lane(rig, h_ns, request):
     """ProcessGroupNCCL (torch >= 2.8) runs an async_op=False call on the current stream (FSDP2's all-gather
     stream): c10d's wait does not stall the default stream, whose compute runs on (10 matmuls, MM_NS each); the
     side stream's next collective starts after it (`after`); the default stream's wait_event on the side stream
-    joins it: the compute lane ends at max(10 MM_NS, COMM_NS) from the issue, as on a GPU."""
+    joins it: the compute lane ends at max(10 MM_NS, COMM_NS) from the issue (at h: the kernels launched after the
+    call start no earlier), as on a GPU; the second call's launch (at 2 h) hides under the matmuls."""
     s, pg, client, a = rig
     session_module.install(s)  # the session the simulated streams and events find, as in a rank
     request.addfinalizer(lambda: session_module.install(None))
@@ -167,27 +185,74 @@ def test_a_sync_collective_on_a_side_stream_holds_up_that_stream_not_the_compute
     with sim_streams.stream(side):
         _sync_all_reduce(pg, g)
         done = side.record_event()
-    assert s.now() == t0  # before: t0 + COMM_NS
+    assert s.now() == max(t0, h_ns)  # not + COMM_NS: its wait holds the side stream only
     for _ in range(10):
         a @ a
-    assert s.now() == t0 + 10 * MM_NS
+    assert s.now() == max(t0, h_ns) + 10 * MM_NS
+    assert max(t0, h_ns) + 10 * MM_NS >= 2 * h_ns  # the second call's launch ends under the matmuls
     with sim_streams.stream(side):
         _sync_all_reduce(pg, h)
     first = client.after[0]
     assert first == [] and client.after[1] == [1]  # handle 1: the first all-reduce
+    assert client.calls[1][2] == max(t0, h_ns) + 10 * MM_NS  # issued at the compute lane's time: its launch hidden
     sim_streams.current_stream().wait_event(done)
-    assert s.now() == t0 + COMM_NS
+    assert s.now() == max(t0, h_ns) + COMM_NS
 
 
-def test_a_sync_collective_on_the_default_stream_still_joins_the_compute_lane(rig):
+def test_a_sync_collective_on_the_default_stream_still_joins_the_compute_lane(rig, h_ns):
     s, pg, client, a = rig
     g = torch.ones(N)
     t0 = s.now()
     _sync_all_reduce(pg, g)
-    assert s.now() == t0 + COMM_NS and client.after == [[]]
+    assert s.now() == max(t0, h_ns) + COMM_NS and client.after == [[]]
 
 
-def test_compute_longer_than_comm_hides_it(rig):
+def test_a_barrier_blocks_the_host_so_the_launch_after_it_shows_and_a_stream_wait_does_not(rig, h_ns):
+    """ProcessGroupNCCL's barrier work synchronises the current stream on the host: the host clock moves up to the
+    barrier's end, so the next call is issued h after it (each barrier of a loop costs h + its time); an all-reduce's
+    wait is a stream wait, the host runs on, and the launch of the call after it hides behind the lane."""
+    s, pg, client, a = rig
+    x = torch.ones(4)
+    t0 = s.now()
+    assert COMM_NS > h_ns
+    pg.barrier().wait()
+    pg.barrier().wait()
+    first = max(t0, h_ns)
+    assert [c[2] for c in client.calls] == [first, first + COMM_NS + h_ns]
+    t_b = first + 2 * COMM_NS + h_ns
+    assert s.now() == t_b
+    pg.allreduce([x]).wait()
+    pg.allreduce([x]).wait()
+    assert [c[2] for c in client.calls[2:]] == [t_b + h_ns, t_b + h_ns + COMM_NS]
+    assert s.now() == t_b + h_ns + 2 * COMM_NS
+
+
+class _Disk:
+    """A checkpoint storage of the session's own (no bridge): every file takes DISK_NS."""
+
+    host_bps = 1e9
+    shared_bps = None
+
+    def lone_ns(self, nbytes: int) -> int:
+        return DISK_NS
+
+
+DISK_NS = 50_000
+
+
+def test_a_checkpoint_write_holds_the_host_so_the_launch_after_it_shows(rig, h_ns):
+    """The host writes the file (a host stall): its clock moves to the write's end, so the next call is issued h
+    after it (before, the host clock stayed at 0 and the launch hid behind the write)."""
+    s, pg, client, a = rig
+    x = torch.ones(4)
+    t0 = s.now()
+    s.storage_io("ckpt", "write", 1 << 20, _Disk())
+    assert s.now() == t0 + DISK_NS
+    pg.allreduce([x]).wait()
+    assert client.calls[0][2] == t0 + DISK_NS + h_ns
+
+
+def test_compute_longer_than_comm_hides_it(rig, h_ns):
     s, pg, client, a = rig
     g = torch.ones(N)
     t0 = s.now()
@@ -197,32 +262,32 @@ def test_compute_longer_than_comm_hides_it(rig):
         a @ a
     assert work.is_completed()
     work.wait()
-    assert s.now() == t0 + 80 * MM_NS  # the collective finished first: no stall
+    assert s.now() == max(t0, h_ns) + 80 * MM_NS  # the collective (issued at max(t0, h)) finished first: no stall
 
 
-def test_reading_a_collectives_output_waits_for_it(rig):
+def test_reading_a_collectives_output_waits_for_it(rig, h_ns):
     s, pg, client, a = rig
     g = torch.full((N,), 2.0)
     t0 = s.now()
-    pg.allreduce([g])  # never waited on explicitly
+    pg.allreduce([g])  # never waited on explicitly; issued at h
     a @ a  # unrelated: no wait
-    assert s.now() == t0 + MM_NS
+    assert s.now() == max(t0, h_ns) + MM_NS
     y = g[:8] * 3  # reads a view of the output: joins first, then runs
     mul_ns = math.ceil((8 * 4 + 8 * 4) / 3.35e12 * 1e9) + LAUNCH_NS
-    assert s.now() == t0 + COMM_NS + mul_ns
+    assert s.now() == max(t0, h_ns) + COMM_NS + mul_ns
     assert torch.equal(y, torch.full((8,), 6.0))  # one rank: SUM leaves the data unchanged
 
 
-def test_avg_is_sum_then_divide_and_step_syncs(rig):
+def test_avg_is_sum_then_divide_and_step_syncs(rig, h_ns):
     s, pg, client, a = rig
     g = torch.full((4,), 3.0)
     o = dist.AllreduceOptions()
     o.reduceOp = dist.ReduceOp.AVG
     t0 = s.now()
     pg.allreduce([g], o)
-    assert s.step() == t0 + COMM_NS  # step() joins everything in flight
+    assert s.step() == max(t0, h_ns) + COMM_NS  # step() joins everything in flight
     assert torch.equal(g, torch.full((4,), 3.0))
-    assert s.results()["step_ends_ns"] == [t0 + COMM_NS]
+    assert s.results()["step_ends_ns"] == [max(t0, h_ns) + COMM_NS]
     assert client.redops[-1] == "avg"  # what NCCL's model is told: NCCL's own ncclAvg, not gloo's sum
 
 
@@ -291,23 +356,24 @@ class _Log:
         self.events.append(("finish", end_ns))
 
 
-def test_a_listener_is_told_each_op_issue_wait_step_and_the_finish_in_order(rig):
+def test_a_listener_is_told_each_op_issue_wait_step_and_the_finish_in_order(rig, h_ns):
     s, pg, client, a = rig
     log = _Log()
     s.add_listener(log)
     a @ a  # one matmul: MM_NS from 0
-    pg.allreduce([a]).wait()  # issued at MM_NS, done COMM_NS later; the compute lane waits for it
+    pg.allreduce([a]).wait()  # issued at max(MM_NS, h), done COMM_NS later; the compute lane waits for it
     s.step()
     s.finish()
     computes = [e for e in log.events if e[0] == "compute"]
     assert computes[0] == ("compute", 0, MM_NS)
+    issued = max(MM_NS, h_ns)
     issue = next(e for e in log.events if e[0] == "issue")
-    assert issue[1:4] == ("all_reduce", N * N * 4, MM_NS)
+    assert issue[1:4] == ("all_reduce", N * N * 4, issued)
     wait = next(e for e in log.events if e[0] == "wait")
-    assert wait == ("wait", (issue[4],), MM_NS + COMM_NS)
+    assert wait == ("wait", (issue[4],), issued + COMM_NS)
     kinds = [e[0] for e in log.events]
     assert kinds.index("issue") < kinds.index("wait") < kinds.index("step") < kinds.index("finish") == len(kinds) - 1
-    end = MM_NS + COMM_NS + sum(e[2] for e in computes[1:])  # ops after the wait (if any) run after it
+    end = issued + COMM_NS + sum(e[2] for e in computes[1:])  # ops after the wait (if any) run after it
     assert ("step", 0, end) in log.events and log.events[-1] == ("finish", end)
 
 
@@ -353,7 +419,7 @@ class P2PClient(FixedLatencyClient):
 
 
 @pytest.fixture()
-def pair(request):
+def pair(request, h_ns):
     """Rank 0 of a 2-rank group in phantom mode (no data moves, so no peer process is needed)."""
     client = P2PClient()
     s = RankSession(0, 2, client, Roofline(get_gpu("h100"), LAUNCH_NS), trace_level="none", phantom=True)
@@ -364,12 +430,13 @@ def pair(request):
         yield s, pg, client, torch.randn(N, N)
 
 
-def test_a_sync_send_on_a_side_stream_holds_up_that_stream_not_the_compute_lane(pair):
+def test_a_sync_send_on_a_side_stream_holds_up_that_stream_not_the_compute_lane(pair, h_ns):
     """dist.send (isend, then Work.wait on the current stream) from a side stream, as a pipeline stage's send
     stream does: ProcessGroupNCCL runs it on the peer pair's own stream after the side stream's work, and the wait
     makes the side stream, not the default one, wait for it. The compute lane runs on (10 matmuls); the side
     stream's next collective starts after the send (`after`); the default stream's wait_event on the side stream
-    ends at the send's end, t0 + COMM_NS (before: the send joined the compute lane at once)."""
+    ends at the send's end, t0 + h + COMM_NS (issued once the host launched it; before: the send joined the compute
+    lane at once)."""
     s, pg, client, a = pair
     side = sim_streams.Stream()
     x, g = torch.ones(PAST_BUFFER), torch.ones(N)
@@ -377,17 +444,17 @@ def test_a_sync_send_on_a_side_stream_holds_up_that_stream_not_the_compute_lane(
     with sim_streams.stream(side):
         pg.send([x], 1).wait()
         done = side.record_event()
-    assert s.now() == t0
+    assert s.now() == max(t0, h_ns)
     (send,) = client.p2ps
     assert send["stream"] not in (None, pg._stream) and send["launch"] is None and send["after"] == []
     for _ in range(10):
         a @ a
-    assert s.now() == t0 + 10 * MM_NS
+    assert s.now() == max(t0, h_ns) + 10 * MM_NS
     with sim_streams.stream(side):
         _sync_all_reduce(pg, g)
     assert client.after == [[send["h"]]]
     sim_streams.current_stream().wait_event(done)
-    assert s.now() == t0 + COMM_NS
+    assert s.now() == max(t0, h_ns) + COMM_NS
 
 
 def test_lone_sends_run_on_their_pairs_stream_after_the_current_streams_work(pair):

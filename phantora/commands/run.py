@@ -248,8 +248,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_rank_env() -> None:
-    """The ranks' opt-in variables read before the ranks start, so a bad value is one line from the launcher, not a
-    rank's failure mid-run (or never, for a gloo cost in a run without gloo groups)."""
+    """The ranks' switches read before the ranks start (PHANTORA_NCCL_HOST_LAUNCH, PHANTORA_GLOO_COST), so a bad
+    value is one line from the launcher, not a rank's failure mid-run (or never, for a gloo cost in a run without
+    gloo groups)."""
     from phantora.runtime import gloo_cost, nccl_launch
 
     nccl_launch.enabled()

@@ -170,6 +170,7 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
                 "end_ns",
                 "compute_busy_ns",
                 "comm_wait_ns",
+                "nccl_host_launch",
                 "ops",
                 "flops_by_dtype",
                 "comm",

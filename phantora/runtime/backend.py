@@ -229,6 +229,7 @@ class PhantoraWork(dist.Work):
                     self._session.join(p, deadline)
                 except WaitTimedOut:
                     self._fail(p, timeout)
+            self._session.host_waits()
             return True
         if self._host:
             self.synchronize()
@@ -247,6 +248,7 @@ class PhantoraWork(dist.Work):
     def synchronize(self) -> None:
         for p in self._pending:
             self._session.join(p)
+        self._session.host_waits()
 
     def block_current_stream(self) -> None:
         self.wait()

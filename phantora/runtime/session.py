@@ -289,10 +289,12 @@ class RankSession:
         self.untimed: dict[str, dict[str, Any]] = {}  # kernels the compute model cannot time: count, how charged
         self.tier_ns: dict[str, int] = {}  # kernel time (launch overhead not included) by the tier that timed it
         self._launch_ns = int(getattr(model, "launch_ns", 0))
-        self._nccl_launch_ns = nccl_launch.launch_ns()  # the host's launch of an NCCL call (opt-in: nccl_launch.py)
+        self._nccl_launch_ns = nccl_launch.launch_ns()  # the host's launch of an NCCL call (0 if opted out)
         self._nccl_charged: int | None = None  # the group launch last charged it (its later calls are not)
-        self.host_ns = start_ns  # the host's clock as its NCCL launches see it (`_nccl_launch`; opt-in)
-        self.nccl_launch_total_ns = 0  # the host launches charged so far
+        self.host_ns = start_ns  # the host's clock as its NCCL launches see it (`_nccl_launch`)
+        self.nccl_launches = 0  # the host launches charged so far ...
+        self.nccl_launch_total_ns = 0  # ... their host time ...
+        self.nccl_launch_idle_ns = 0  # ... and the compute lane's idle time waiting for them (the exposed part)
         self.comm: dict[str, CommStats] = {}
         self.step_ends: list[int] = []
         self.step_flops: list[int] = []  # counted FLOPs so far, at each step end
@@ -413,6 +415,7 @@ class RankSession:
             )
             end = max(start, self.client.wait(h))
         self.clock.compute_ns = end
+        self.host_ns = max(self.host_ns, end)  # the host did the I/O: its next launch starts after it
         entry = self.storage.setdefault(kind, [0, 0])
         entry[0] += int(nbytes)
         entry[1] += end - start
@@ -682,7 +685,7 @@ class RankSession:
 
     def _nccl_launch(self, launch: int | None) -> None:
         """The host launches an NCCL call (`launch` None: a lone one) or the group launch `launch` (at its first call:
-        one plan at its ncclGroupEnd), when PHANTORA_NCCL_HOST_LAUNCH opts in (runtime/nccl_launch.py). The host's
+        one plan at its ncclGroupEnd), unless PHANTORA_NCCL_HOST_LAUNCH=off (runtime/nccl_launch.py). The host's
         clock runs on from its last launch (or the last device synchronise, where it waited for the GPU) by the
         launch; the GPU cannot run the call, nor later work, before it: the compute lane moves up to it if behind.
         A GPU busy past it hides the launch, as a host running ahead of its GPU does."""
@@ -695,10 +698,12 @@ class RankSession:
             self._nccl_charged = launch
         clock = self.clock
         self.host_ns = end = self.host_ns + ns
+        self.nccl_launches += 1
         self.nccl_launch_total_ns += ns
         start = clock.compute_ns
         if end > start:  # the GPU waits for the host: an idle gap on the compute lane
             clock.compute_ns = end
+            self.nccl_launch_idle_ns += end - start
             if self._trace_ops is not None:
                 self._trace_ops(NCCL_LAUNCH, start, end)
 
@@ -962,6 +967,11 @@ class RankSession:
             if p is not None:
                 self.join(p)
 
+    def host_waits(self) -> None:
+        """The host blocked until the compute lane got here (a barrier's wait, a wait with a timeout, a plain gloo
+        group's call: a join on the host): the host clock of its NCCL launches moves up to the lane."""
+        self.host_ns = max(self.host_ns, self.clock.compute_ns)
+
     def sync(self) -> int:
         """Join every lane and every collective in flight (a device synchronise): the host waits there too."""
         for i in sorted(self.pending):
@@ -1049,6 +1059,11 @@ class RankSession:
             "step_busy_ns": list(self.step_busy),
             "compute_busy_ns": self.clock.compute_busy_ns,
             "comm_wait_ns": self.clock.waited_ns,
+            "nccl_host_launch": {
+                "launches": self.nccl_launches,
+                "host_ns": self.nccl_launch_total_ns,
+                "idle_ns": self.nccl_launch_idle_ns,
+            },
             "ops": self.ops,
             "flops_by_dtype": dict(self.flops_by_dtype),
             "untimed_kernels": self.untimed_kernels(),
