@@ -16,7 +16,7 @@ import pytest
 
 from phantora.collectives import Collective, decompose
 from phantora.collectives.nccl.host_launch import HOST_CHANNEL_US, HOST_LAUNCH_US
-from phantora.collectives.nccl.p2p_plans import plan_ops
+from phantora.collectives.nccl.p2p_plans import pair_plans, plan_ops, plan_queues, resumes
 from phantora.errors import InputError
 from phantora.netsim.flow import FlowSimulator
 from tests.test_nccl_symmetric import H100, RANKS, KiB, opts
@@ -44,6 +44,53 @@ def test_rounds_share_a_channels_batch_up_to_eight_works():
     assert plan_ops(four, MOST)[0] == 222 * 4 + 1
     nine = [(r, (0,)) for _ in range(300) for r in range(9)]
     assert plan_ops(nine, MOST)[0] == 222 * 8 + 1
+
+
+# Three rounds of one rank on channels 0, 1, 2: rounds 0 and 2 with 300 operations each, round 1 with 2.
+UNEVEN = [[(0,)] * 300, [(1,)] * 2, [(2,)] * 300]
+# NCCL 2.29.7+ (resume at the cut round) and 2.22 - 2.29.3 (the next plan from round 0): round 0's, round 2's plans.
+RESUMED = ([0] * 111 + [1] * 111 + [2] * 78, [0] * 110 + [1] * 112 + [2] * 78)
+RESTARTED = ([0] * 111 + [1] * 112 + [2] * 77, [0] * 110 + [1] * 111 + [2] * 79)
+
+
+def test_an_uneven_group_cut_mid_pass_resumes_from_2_29_7_and_restarts_before() -> None:
+    """`UNEVEN`, NCCL's loop by hand (`for round in 0..nRanks-1`: each round's queue head, one new batch each since
+    a round repeats on its channel, 223 operations a plan). Plan 0 both ways: passes 0-1 take 3 operations (6), passes
+    2-109 two (216), then round 0's op 110: 223, so round 0 ops 0-110, round 2 ops 0-109; the cut falls at round 2's
+    op 110. 2.29.7 (`*p2pRound` kept): plan 1 starts there, r2 110, r0 111, r2 111, ... 223 operations end with
+    r2 221 (r2 110-221: 112, r0 111-221: 111), plan 2 the rest (r0 222-299: 78, r2 222-299: 78). 2.27 (`round=0`
+    each call): plan 1 starts at round 0, whose head is already op 111: r0 111, r2 110, r0 112, ... 223 operations
+    end with r0 222 (r0 111-222: 112, r2 110-220: 111); plan 2 again from round 0: r0 223-299 (77), r2 221-299 (79).
+    Round 1's two operations are in plan 0 either way."""
+    resumed, restarted = plan_queues(UNEVEN, MOST, True), plan_queues(UNEVEN, MOST, False)
+    assert (resumed[0], resumed[2]) == RESUMED and resumed[1] == [0, 0]
+    assert (restarted[0], restarted[2]) == RESTARTED and restarted[1] == [0, 0]
+
+
+def test_a_live_rank_plans_its_queues_as_its_release_does() -> None:
+    """`UNEVEN` as rank 0's operations on 3 ranks of one host: to itself (round 0), to rank 1 (round 1) and to rank
+    2 (round 2). Rank 1 receives 2 operations (plan 0), rank 2 receives 300 alone (k // 223: plans 0 and 1, never
+    later than rank 0's), so each operation runs in rank 0's plan."""
+    chans = {(0, 0): tuple(UNEVEN[0]), (0, 1): tuple(UNEVEN[1]), (0, 2): tuple(UNEVEN[2])}
+    for resume, (self_plans, far_plans) in ((True, RESUMED), (False, RESTARTED)):
+        plans = pair_plans((0, 0, 0), chans, MOST, resume)
+        assert plans == {(0, 0): tuple(self_plans), (0, 1): (0, 0), (0, 2): tuple(far_plans)}
+
+
+def test_even_rounds_cut_alike_either_way() -> None:
+    """Rounds of equal queues: after a cut at round c the restarted planner takes rounds 0..c-1's next operations,
+    then c..: the same cyclic order of rounds, so the same operations a plan (all-to-all: `calls_per_plan`)."""
+    queues = [[(r,)] * 100 for r in range(8)]
+    flat = [i for row in plan_queues(queues, MOST, False) for i in row]
+    counts = [flat.count(i) for i in range(4)]
+    assert counts == plan_ops([(r, (r,)) for _ in range(100) for r in range(8)], MOST) == [223, 223, 223, 131]
+
+
+def test_the_release_that_resumes_at_the_cut_round() -> None:
+    """enqueue.cc: `for (int round=0; ...)` through v2.29.3-1, `for (; *p2pRound < nRanks; ...)` from v2.29.7-1; a
+    minor alone or patch 0 is its newest patch."""
+    assert not any(resumes(v) for v in ((2, 22, 3), (2, 27), (2, 28, 9), (2, 29, 2), (2, 29, 3)))
+    assert all(resumes(v) for v in ((2, 29, 7), (2, 29), (2, 29, 0), (2, 30), (2, 30, 7)))
 
 
 def _end_ns(coll: Collective) -> tuple[int, dict]:

@@ -39,7 +39,7 @@ from phantora.collectives.nccl.register import (
 )
 from phantora.collectives.nccl.ring_kernel import RING_CHUNK_STEPS
 from phantora.collectives.nccl.settings import NcclSettings, nccl_env, settings_from_env, settings_of
-from phantora.collectives.nccl.tuning import Choice, select
+from phantora.collectives.nccl.tuning import Choice, running_release, select
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.errors import InputError
 from phantora.topology.model import Topology
@@ -275,8 +275,9 @@ def _live_plans(
     coll: Collective, topo: Topology, comm: Platform, st: NcclSettings, protocol: str
 ) -> dict[tuple[int, int], tuple[int, ...]]:
     """The NCCL plan of each operation of each pair (positions in the communicator) of `coll`'s live group, each rank
-    cutting its own operations by NCCL 2.22+'s budget (p2p_plans.pair_plans); {} before 2.22 or where no pair has
-    more than one operation (made once for the launch's pairs)."""
+    cutting its own operations by NCCL 2.22+'s budget, the next plan from round 0 or the cut round as its release
+    does (p2p_plans.pair_plans); {} before 2.22 or where no pair has more than one operation (made once for the
+    launch's pairs)."""
     g = coll.in_flight
     if g is None or not g.later or st.nccl_version < p2p_plans.PLANS_FROM:
         return {}
@@ -294,7 +295,7 @@ def _live_plans(
         ]
         chans = {p: tuple(parts[k][p].channels for k in range(len(o))) for p, o in ops.items()}
         most = transfer_layout(comm, st).most
-        return p2p_plans.pair_plans(hosts, chans, most)
+        return p2p_plans.pair_plans(hosts, chans, most, p2p_plans.resumes(running_release(st)))
 
     return shared(coll.launch, topo, ("live plans", coll.comm, st, protocol), make)
 

@@ -4,12 +4,13 @@ Read from enqueue.cc v2.22.3-1 .. v2.30.7-1. A plan is one kernel launch; its wo
 kernel's 4 KiB arguments past their 32 B header, its works (`ncclDevWorkP2p`, 48 B) there too or in half the work
 FIFO (`ncclTestBudget`). Before each operation (a round's send and receive) the planner checks room for one new
 batch on each of the peer's most channels (`nChannelsMax`, p2pnChannelsPerPeer) and one more work, or the plan ends
-and the next one starts with that operation. `addP2pToPlan` adds the operation's work to a batch on each channel of
-its parts (`addWorkBatchToPlan`): a new batch where the channel's batch already holds a work of the same round (the
-next pass over one peer's queue), 8 works (NCCL_MAX_DEV_WORK_P2P_PER_BATCH) or 1 KiB of them; an extension batch
-(counted too) past 64 works from the batch's first. So a plan holds fewer operations as they span more channels:
-sendrecv_perf calls on 8 H100s (32 channels a peer at most) 223 to a plan at 8 B (one channel), 56 at 256 KiB (4),
-14 at 256 MiB (16).
+and the next one starts at that operation's round (v2.29.7-1 on, `*p2pRound`) or at round 0 (before: rounds already
+taken in the cut pass take their next operations first; `plan_queues`). `addP2pToPlan` adds the operation's work to
+a batch on each channel of its parts (`addWorkBatchToPlan`): a new batch where the channel's batch already holds a
+work of the same round (the next pass over one peer's queue), 8 works (NCCL_MAX_DEV_WORK_P2P_PER_BATCH) or 1 KiB of
+them; an extension batch (counted too) past 64 works from the batch's first. So a plan holds fewer operations as
+they span more channels: sendrecv_perf calls on 8 H100s (32 channels a peer at most) 223 to a plan at 8 B (one
+channel), 56 at 256 KiB (4), 14 at 256 MiB (16).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ PLANS_FROM = (2, 22)  # v2.22.3-1: addWorkBatchToPlan / ncclTestBudget for p2p w
 WORK_BYTES = 48  # sizeof(ncclDevWorkP2p), alignas(16), v2.22.3-1 .. v2.30.7-1
 PER_BATCH = 8  # NCCL_MAX_DEV_WORK_P2P_PER_BATCH
 EXTEND_PAST = 63  # an extension batch past 63 work sizes from the batch's base
+RESUME_FROM = (2, 29, 7)  # v2.29.7-1: the next plan starts at the round where the last ended (`*p2pRound`)
 
 Op = tuple[int, tuple[int, ...]]  # (round, channels of its parts)
 Pair = tuple[int, int]  # (sender, receiver) positions in the communicator
@@ -36,34 +38,82 @@ def _fits(batches: int, works: int) -> bool:
     return batch + works <= in_args or (batch <= in_args and works <= FIFO_BYTES // 2)
 
 
+class _Plan:
+    """One plan's budget so far: its operations, batches, works' bytes and each channel's open batch."""
+
+    def __init__(self) -> None:
+        self.held = self.batches = self.works = 0
+        self.wip: dict[int, tuple[int, int, list[int]]] = {}  # channel -> (its batch's base offset, bytes, rounds)
+
+    def room(self, most: int) -> bool:
+        """Whether the plan takes one more operation: any first, else one new batch on each of `most` channels and
+        one more work within `ncclTestBudget`."""
+        return not self.held or _fits(self.batches + most, self.works + WORK_BYTES)
+
+    def add(self, rnd: int, channels: tuple[int, ...]) -> None:
+        """Add round `rnd`'s operation, a work on each of `channels` (`addWorkBatchToPlan`)."""
+        for c in channels:
+            got = self.wip.get(c)
+            if got is None or len(got[2]) == PER_BATCH or got[1] + WORK_BYTES > MAX_BATCH_BYTES or rnd in got[2]:
+                self.wip[c] = (self.works, WORK_BYTES, [rnd])
+                self.batches += 1
+                continue
+            base, nbytes, rounds = got
+            if self.works - base > EXTEND_PAST * WORK_BYTES:  # an extension: counted, fused with its batch on device
+                base = self.works
+                self.batches += 1
+            self.wip[c] = (base, nbytes + WORK_BYTES, [*rounds, rnd])
+        self.works += WORK_BYTES
+        self.held += 1
+
+
 def plan_ops(ops: Sequence[Op], most: int) -> list[int]:
     """How many of one rank's p2p operations (`ops`, in the planner's order: pass by pass, round by round) each plan
-    holds; `most`: the peer's most channels (nChannelsMax)."""
+    holds; `most`: the peer's most channels (nChannelsMax). Every NCCL 2.22+ takes a group whose rounds all hold
+    as many operations so (`plan_queues` for the others)."""
     out: list[int] = []
-    held = batches = works = 0
-    wip: dict[int, tuple[int, int, list[int]]] = {}  # channel -> (its batch's base offset, works' bytes, rounds)
+    plan = _Plan()
     for rnd, channels in ops:
-        if held and not _fits(batches + most, works + WORK_BYTES):
-            out.append(held)
-            held = batches = works = 0
-            wip = {}
-        for c in channels:
-            got = wip.get(c)
-            new = got is None or len(got[2]) == PER_BATCH or got[1] + WORK_BYTES > MAX_BATCH_BYTES or rnd in got[2]
-            if new:
-                wip[c] = (works, WORK_BYTES, [rnd])
-                batches += 1
+        if not plan.room(most):
+            out.append(plan.held)
+            plan = _Plan()
+        plan.add(rnd, channels)
+    if plan.held:
+        out.append(plan.held)
+    return out
+
+
+def resumes(release: tuple[int, ...]) -> bool:
+    """Whether NCCL `release` ((major, minor) or a patch 0: that minor's newest) starts a plan at the round where
+    the one before ended (`*p2pRound`, v2.29.7-1 on) rather than at round 0 (v2.22.3-1 .. v2.29.3-1)."""
+    if release[:2] != RESUME_FROM[:2]:
+        return release[:2] > RESUME_FROM[:2]
+    return len(release) < 3 or release[2] == 0 or release[2] >= RESUME_FROM[2]
+
+
+def plan_queues(queues: Sequence[Sequence[tuple[int, ...]]], most: int, resume: bool) -> list[list[int]]:
+    """The plan (0 first) of each operation of each round's queue (`queues[r]`: round r's operations in turn, each
+    the channels of its parts), as one rank's `scheduleP2pTasksToPlan` takes them: sweep after sweep over the rounds,
+    each round's next operation. A plan ends where `_Plan.room` fails; the next starts at that round (`resume`) or
+    at round 0, where rounds already taken in the cut sweep take their next operations first."""
+    out = [[-1] * len(q) for q in queues]
+    heads = [0] * len(queues)
+    left = sum(len(q) for q in queues)
+    plan, index, start = _Plan(), 0, 0
+    while left:
+        for rnd in range(start, len(queues)):
+            if heads[rnd] == len(queues[rnd]):
                 continue
-            assert got is not None
-            base, nbytes, rounds = got
-            if works - base > EXTEND_PAST * WORK_BYTES:  # an extension: counted, fused with its batch on the device
-                base = works
-                batches += 1
-            wip[c] = (base, nbytes + WORK_BYTES, [*rounds, rnd])
-        works += WORK_BYTES
-        held += 1
-    if held:
-        out.append(held)
+            if not plan.room(most):
+                plan, index = _Plan(), index + 1
+                start = rnd if resume else 0
+                break
+            plan.add(rnd, queues[rnd][heads[rnd]])
+            out[rnd][heads[rnd]] = index
+            heads[rnd] += 1
+            left -= 1
+        else:
+            start = 0
     return out
 
 
@@ -109,14 +159,14 @@ def _expand(cut: list[int]) -> list[int]:
 
 
 def pair_plans(
-    nodes: tuple[Hashable, ...], channels: Mapping[Pair, Sequence[tuple[int, ...]]], most: int
+    nodes: tuple[Hashable, ...], channels: Mapping[Pair, Sequence[tuple[int, ...]]], most: int, resume: bool = True
 ) -> dict[Pair, tuple[int, ...]]:
     """The plan (0 first) each operation of each pair runs in, each rank planning its own (a live group: a
     batch_isend_irecv, a coalescing block). `channels`: each (sender, receiver) position pair's operations in turn,
     each the p2p channel ids of its parts, on a communicator whose position i lives on node `nodes[i]`; `most`: a
-    peer's most channels. On each rank NCCL plans pass by pass (the head of each peer's queues), round by round, a
-    round's send and receive one operation on both their channels, and cuts by `plan_ops`; an operation runs in the
-    later of its sender's plan and its receiver's (each end's kernel moves it)."""
+    peer's most channels; `resume`: NCCL's plans resume at the cut round (`resumes`). On each rank a round's k-th
+    operation is its send's and its receive's k-th, one operation on both their channels, planned by `plan_queues`;
+    an operation runs in the later of its sender's plan and its receiver's (each end's kernel moves it)."""
     ranks = sorted({r for pair in channels for r in pair})
     sends = {r: send_rounds(nodes, r) for r in range(len(nodes))}
     recv_of: dict[int, dict[int, int]] = {r: {} for r in ranks}  # rank -> round -> the peer it receives from
@@ -126,26 +176,18 @@ def pair_plans(
                 recv_of[peer][rnd] = q
     plan: dict[tuple[Pair, int, int], int] = {}  # (pair, k, 0 at the sender / 1 at the receiver) -> plan
     for me in ranks:
-        passes = max(len(o) for pair, o in channels.items() if me in pair)
-        order: list[tuple[Pair, int, int]] = []
-        ops: list[Op] = []
-        for k in range(passes):
-            for rnd, to in enumerate(sends[me]):
-                send, recv = (me, to), (recv_of[me][rnd], me)
-                here = [(p, side) for p, side in ((send, 0), (recv, 1)) if len(channels.get(p, ())) > k]
-                if not here:
-                    continue
-                used = sorted({c for p, _ in here for c in channels[p][k]})
-                ops.append((rnd, tuple(used)))
-                order.extend((p, k, side) for p, side in here)
-                order.append(((-1, -1), -1, -1))  # the end of one operation
-        index = _expand(plan_ops(ops, most))
-        op = 0
-        for key in order:
-            if key[1] < 0:
-                op += 1
-            else:
-                plan[key] = index[op]
+        ends = [((me, to), (recv_of[me][rnd], me)) for rnd, to in enumerate(sends[me])]
+        queues = []
+        for send, recv in ends:
+            ops = [channels.get(send, ()), channels.get(recv, ())]
+            queues.append(
+                [tuple(sorted({c for o in ops if len(o) > k for c in o[k]})) for k in range(max(map(len, ops)))]
+            )
+        got = plan_queues(queues, most, resume)
+        for (send, recv), at in zip(ends, got, strict=True):
+            for side, pair in enumerate((send, recv)):
+                for k in range(len(channels.get(pair, ()))):
+                    plan[(pair, k, side)] = at[k]
     return {
         pair: tuple(max(plan[(pair, k, 0)], plan[(pair, k, 1)]) for k in range(len(o))) for pair, o in channels.items()
     }
