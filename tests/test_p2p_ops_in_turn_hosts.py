@@ -107,6 +107,32 @@ def test_a_pcie_hosts_ring_with_p2p_on_takes_nccl_tests_group_time() -> None:
     assert max(ends.values()) == pytest.approx(nccl_tests_us(topo, AlgoOptions(), 8 * KiB, 4), abs=0.002)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["pcie", "shm"])
+def test_a_ring_past_the_plan_budget_pays_a_launch_a_plan(where: str) -> None:
+    """A ring of 300 x 8 B (LL) on 4 PCIe GPUs with P2P on, and inside socket 0 of an H100 fabric host over SHM:
+    a PCIe peer's most channels are 2 (paths.cc "PCIe connection"), so a plan holds 254 - 2 + 1 = 253 operations
+    (tests/test_nccl_p2p_plans.py); each rank's send and receive share round 1, one operation a pass. Operation k
+    ends one PCIe LL step (1.0 us) and one operation's bytes after k - 1, and 253 a launch (6.6 us) more: NCCL's
+    second plan (before: no cut). On PCIe the last ends at sendrecv_perf -m 300's time. Over SHM the communicator
+    is 8 ranks of one host: rank 0 sends to 1 in round 1 but receives from 3 in round 5 (3 + 5 = 8), both on its p2p
+    channel 1, so a pass's two operations share one batch (different rounds) and the next pass opens another;
+    before pass 252's round-5 operation the plan holds 253 batches, 253 + 2 > 254: pair 3 -> 0 is cut at 252."""
+    if where == "pcie":
+        topo, opts, comm = pcie_host(4), AlgoOptions(), (0, 1, 2, 3)
+    else:
+        topo, opts, comm = rail_optimized(1, 8, 2, gpu="h100", nic_rate="400Gbps"), P2P_OFF, tuple(range(8))
+    ends = op_ends(topo, group_flows(topo, opts, comm, [(r, (r + 1) % 4, 8) for r in range(4)] * 300))
+    per_plan = (4096 - 32) // 16 - 2 + 1
+    first, step = ends[(0, 1, 0)], (ends[(0, 1, per_plan - 1)] - ends[(0, 1, 0)]) / (per_plan - 1)
+    assert first == pytest.approx(LL_US + step, abs=0.002) and 1.0 < step < 1.01  # a step and 8 B's bytes
+    for (a, b, k), end in ends.items():
+        cut = per_plan - 1 if (where, a) == ("shm", 3) else per_plan
+        assert end == pytest.approx(first + k * step + (k >= cut) * LL_US, abs=0.003), (a, b, k)
+    if where == "pcie":
+        assert max(ends.values()) == pytest.approx(nccl_tests_us(topo, opts, 8, 300), abs=0.003)
+
+
 def test_shm_pairs_of_nccl_nodes_run_each_pairs_operations_in_turn() -> None:
     """8 H100s of one fabric host, P2P off (its sockets are NCCL nodes), on the 8-rank communicator: a ring inside
     socket 0 (0 -> 1 -> 2 -> 3 -> 0), 3 x 4 MiB a pair over SHM. Each switch's uplink carries two pairs each way,

@@ -107,7 +107,7 @@ def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSetting
             def rate(k: int, g: LaunchGroup, _: int, nbytes: int) -> Choice:
                 return shared(coll.launch, topo, (*key, k), lambda: alone(as_pass(coll, g, nbytes)))
 
-            got = in_turn(coll, rate)
+            got = in_turn(coll, rate, _pair_plans(coll, topo, comm, st, opts.protocol))
         else:
             got = alone(coll)
         got = _p2p_registered(_with_transports(got, on, coll.kind), p, comm or p, st)
@@ -268,7 +268,19 @@ def _grouped(coll: Collective, topo: Topology, comm: Platform, st: NcclSettings,
     def rate(k: int, g: LaunchGroup, t: int, nbytes: int) -> Choice:
         return rated_choice(_pass_rating(coll, topo, comm, st, protocol, g, t), pos, nbytes)
 
-    return in_turn(coll, rate, _live_plans(coll, topo, comm, st, protocol).get(pos, ()))
+    return in_turn(coll, rate, _pair_plans(coll, topo, comm, st, protocol))
+
+
+def _pair_plans(
+    coll: Collective, topo: Topology, comm: Platform | None, st: NcclSettings, protocol: str
+) -> tuple[int, ...]:
+    """The NCCL plan of each operation of `coll`'s pair in its live group (`_live_plans`); () without a
+    communicator."""
+    if comm is None:
+        return ()
+    own = (coll.ranks[0], coll.ranks[1])
+    pos = own if coll.comm == tuple(range(len(coll.comm))) else (coll.comm.index(own[0]), coll.comm.index(own[1]))
+    return _live_plans(coll, topo, comm, st, protocol).get(pos, ())
 
 
 def _live_plans(
