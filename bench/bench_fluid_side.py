@@ -11,7 +11,10 @@ completion, so two trees can be run side by side:
 CPython's, to measure what the policy changes. `--shards N` splits the fluid side by host (`fluid_shards=N`,
 `phantora.netsim.fluid_shards`) and also prints each shard's CPU and the split's critical path (per exchange the
 busiest shard, summed); the key must be the one engine's. `--chains` hands a fluid flow whose deps are fluid flows of
-its own shard to its flow engine when placed (`fluid_chains=on`), so their releases run in the shards.
+its own shard to its flow engine when placed (`fluid_chains=on`), so their releases run in the shards. `--procs` runs
+each shard in a process of its own (`fluid_procs=on`, `phantora.netsim.fluid_procs`): the shards' CPU is then read
+from their processes (each answer carries its request's), and "the rest in this process" is the driver's own, its
+sockets' sends and receives included.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from phantora.egraph.format import load
 from phantora.egraph.replay import algo_from_meta, plan_graph
 from phantora.netsim.factory import nvlink_efficiency
 from phantora.netsim.flow import FlowSimulator
+from phantora.netsim.fluid_procs import ProcShardedFluid
 from phantora.netsim.fluid_shards import ShardedFluid
 from phantora.netsim.gc_pause import policy_line, use_run_policy
 from phantora.netsim.hybrid import FluidNvlinkSimulator
@@ -54,7 +58,10 @@ def main() -> None:
     ap.add_argument(
         "--chains", action="store_true", help="fluid chains (fluid_chains=on): their releases in the shards"
     )
+    ap.add_argument("--procs", action="store_true", help="with --shards: each shard in a process of its own")
     args = ap.parse_args()
+    if args.procs and not args.shards:
+        ap.error("--procs needs --shards N")
     if args.gc == "run":
         use_run_policy()
     gc_line = policy_line()  # (as set: `run_engine` unfreezes what it froze, the policy's too, at its end)
@@ -68,8 +75,9 @@ def main() -> None:
     def fresh() -> FlowSimulator:
         return FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config))
 
-    fluid: Any = ShardedFluid(topo, args.shards, fresh) if args.shards else fresh()
-    if args.shards:
+    split = ProcShardedFluid if args.procs else ShardedFluid
+    fluid: Any = split(topo, args.shards, fresh) if args.shards else fresh()
+    if args.shards and not args.procs:
         fluid.wire = args.wire
     sim = FluidNvlinkSimulator(
         FlowSimulator(topo), fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes
@@ -80,7 +88,7 @@ def main() -> None:
     for name in ("advance", "advance_to_completion", "submit"):
         setattr(packet, name, cpu_timed(spent, "packet", getattr(packet, name)))
     fluid.advance = cpu_timed(spent, "advance", fluid.advance)  # type: ignore[method-assign]
-    for engine in fluid.shards if args.shards else [fluid]:
+    for engine in [] if args.procs else fluid.shards if args.shards else [fluid]:
         engine._resolve = cpu_timed(spent, "resolve", engine._resolve)
     fluid.submit = cpu_timed(spent, "submit", fluid.submit)  # type: ignore[method-assign]
     t1 = time.process_time()
@@ -90,6 +98,7 @@ def main() -> None:
     for c in sorted(got, key=lambda c: c.flow_id):
         key.update(f"{c.flow_id},{c.start_ns},{c.end_ns};".encode())
     st = fluid.stats()
+    fluid.close()
     print(
         f"{len(plan.flows):,} flows ({st['flows_completed']:,} fluid), plan {t_plan:.2f} CPU s; hybrid run "
         f"{t_run:.2f} CPU s, of it the packet side's stand-in {spent['packet']:.2f}, the rest (the fluid side and "
@@ -101,12 +110,13 @@ def main() -> None:
     if args.shards:
         split = st["fluid_shards"]
         cpu = split["shard_cpu_s"]
+        here = t_run - spent["packet"] - (0.0 if args.procs else sum(cpu))
         print(
             f"fluid shards {args.shards}: shards' CPU {sum(cpu):.2f} s (busiest {max(cpu):.2f}, least {min(cpu):.2f}), "
             f"critical path {split['critical_cpu_s']:.2f} s over {split['exchanges']:,} exchanges "
-            f"({split['together_ns']:,} ns stepped together); the rest in this process "
-            f"{t_run - spent['packet'] - sum(cpu):.2f} s"
-            + (f"; {split['wire_bytes'] / 1e6:.1f} MB through msgpack" if args.wire else "")
+            f"({split['together_ns']:,} ns stepped together); the rest in this process {here:.2f} s"
+            + (" (the shards in processes of their own)" if args.procs else "")
+            + (f"; {split['wire_bytes'] / 1e6:.1f} MB through msgpack" if args.wire or args.procs else "")
             + (f"; {sim.fluid_chained:,} flows placed in the shards ahead of a held dep" if args.chains else "")
         )
 

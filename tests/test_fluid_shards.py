@@ -131,12 +131,13 @@ def test_hosts_go_to_shards_in_runs_of_consecutive_hosts() -> None:
 
 @pytest.mark.slow
 @pytest.mark.ns3
-@pytest.mark.parametrize("partition", [0, 2])
-def test_fluid_shards_beside_ns3_give_one_keyed_engines_completions_and_links(partition: int) -> None:
+@pytest.mark.parametrize(("partition", "procs"), [(0, "off"), (2, "off"), (2, "on")])
+def test_fluid_shards_beside_ns3_give_one_keyed_engines_completions_and_links(partition: int, procs: str) -> None:
     """testbed16's two hosts, two rings across them (each step an NVLink flow inside each host and a fabric flow
     between them, released by each other), and markers of one host after the other host's NVLink flows (deps across
     the shards): one keyed engine with one fluid engine, against `fluid_shards=2` on one keyed engine or on 2 stepped
-    partition workers: every completion and every channel's bytes and packets equal."""
+    partition workers (`procs`: each shard in a process of its own, `fluid_procs`): every completion and every
+    channel's bytes and packets equal."""
     import dataclasses
 
     from bridge.cut_pool import run_partitioned_batches
@@ -162,7 +163,8 @@ def test_fluid_shards_beside_ns3_give_one_keyed_engines_completions_and_links(pa
     got, links = {}, {}
     for shards in (0, 2):
         n = partition if shards else 0
-        sim = make_engine(EngineSpec("ns3", dataclasses.replace(cfg, partition=n, fluid_shards=shards)), topo,
+        one = dataclasses.replace(cfg, partition=n, fluid_shards=shards, fluid_procs=procs if shards else "off")
+        sim = make_engine(EngineSpec("ns3", one), topo,
                           partitioner=run_partitioned_batches, stepper=spawn_stepped)  # fmt: skip
         try:
             sim.submit(flows, 0)
@@ -171,6 +173,7 @@ def test_fluid_shards_beside_ns3_give_one_keyed_engines_completions_and_links(pa
             if shards:
                 split = sim.fluid  # type: ignore[attr-defined]
                 assert isinstance(split, ShardedFluid) and split.together_ns > 0 and min(split.shard_cpu_s) > 0
+                assert (type(split).__name__ == "ProcShardedFluid") == (procs == "on")
         finally:
             sim.close()
     assert got[2] == got[0] and len(got[0]) == len(flows)

@@ -247,7 +247,12 @@ def fluid_nvlink(
     if getattr(config, "fluid_shards", 0):  # (issue 38: the fluid side split by host, exact)
         from phantora.netsim.fluid_shards import ShardedFluid
 
-        fluid = ShardedFluid(topo, config.fluid_shards, fresh)
+        if getattr(config, "fluid_procs", "off") == "on":  # (each shard in a process of its own, exact)
+            from phantora.netsim.fluid_procs import ProcShardedFluid
+
+            fluid = ProcShardedFluid(topo, config.fluid_shards, fresh)
+        else:
+            fluid = ShardedFluid(topo, config.fluid_shards, fresh)
     else:
         fluid = fresh()
     cls = FluidNvlinkSimulator if hybrid is None else hybrid
@@ -255,6 +260,14 @@ def fluid_nvlink(
     if getattr(config, "fluid_chains", "off") == "on" and hybrid is None:  # (issue 38: fluid chains, exact)
         engine.fluid_chains = True
     return engine  # type: ignore[no-any-return]
+
+
+def fluid_shard_engine(topo: Topology, settings: dict[str, Any]) -> FlowSimulator:
+    """A fluid shard's flow engine in a process of its own (`phantora.netsim.fluid_proc_server`), with the settings
+    of the engine `fluid_nvlink` made for the driver (`fluid_procs=on`)."""
+    from phantora.netsim.flow import FlowSimulator
+
+    return FlowSimulator(topo, **settings)
 
 
 def flow_engine_like(sim: FlowSimulator) -> FlowSimulator:

@@ -14,7 +14,8 @@ ends are done for it.
 
 The shards run in this process. Each call's work is timed per shard (`shard_cpu_s`), and per exchange (one call, or
 one ns while stepping together) the busiest shard's CPU is summed (`critical_cpu_s`): what the shards would cost on
-cores of their own if each exchange were a round trip, the measure of a process split (not built).
+cores of their own if each exchange were a round trip. `phantora.netsim.fluid_procs` runs each shard in a process of
+its own (`fluid_procs=on`).
 """
 
 from __future__ import annotations
@@ -208,12 +209,16 @@ class ShardedFluid:
         self.exchanges += 1
 
     def _pack(self, group: list[Flow], s: int, routed: bool = False) -> bytes:
-        """(wire) A batch as a process split would send it to shard `s`: each flow's fields with only the deps that
-        shard must wait on (unfinished there, or held here for it; `routed`: every one not done, the hybrid's fluid
-        chains, whose ends elsewhere it tells the shard), a shared deps list filtered once."""
+        """(wire) A batch as a process split sends it to shard `s` (`_rows`), through msgpack."""
+        return msgpack.packb(self._rows(group, s, routed))
+
+    def _rows(self, group: list[Flow], s: int, routed: bool = False) -> list[tuple[object, ...]]:
+        """A batch as a process split sends it to shard `s`: each flow's fields with only the deps that shard must
+        wait on (unfinished there, or held here for it; `routed`: every one not done, the hybrid's fluid chains,
+        whose ends elsewhere it tells the shard), a shared deps list filtered once."""
         where, held, sent, done = self._where, self._held, self._sent, self._done
         kept: dict[int, list[int]] = {}
-        rows = []
+        rows: list[tuple[object, ...]] = []
         for f in group:
             sent[f.id] = f
             deps = f.deps
@@ -228,7 +233,7 @@ class ShardedFluid:
                     kept[id(deps)] = own
             rows.append((f.id, f.src, f.dst, f.size, own, f.delay_ns, f.tag, f.priority, f.key, f.loss_budget,
                          f.rate_bps, f.conn, f.queue, f.via_nic))  # fmt: skip
-        return msgpack.packb(rows)
+        return rows
 
     def _unpack_done(self, data: bytes) -> list[Completion]:
         """(wire) A shard's completions as (id, start, end), made whole from the flows sent."""

@@ -61,7 +61,7 @@ WIRE_PRESETS: dict[str, dict[str, int]] = {
 ENGINE_FIELDS = (
     "nvlink", "reuse", "priority", "dlcp", "dlcp_bound", "nic_latency", "workers", "ray", "transport", "qp",
     "partition_loopback", "partition", "partition_worker", "partition_timeout_s", "fluid_shards",
-    "fluid_chains",
+    "fluid_chains", "fluid_procs",
 )  # fmt: skip
 CLASS_SCHEDULERS = ("rr", "strict", "wrr")
 KEYED_SCHEDULER = "ns3::PhantoraKeyedScheduler"  # the keyed mode (issue 38): same-ns events by a per-node key
@@ -155,6 +155,9 @@ class PacketConfig:
     # Engine (issue 38, with nvlink=fluid): "on" hands a fluid flow whose deps are fluid flows of its own shard to its
     # flow engine when placed, which releases it at their ends (phantora.netsim.hybrid `_chain_deps`: exact)
     fluid_chains: str = "off"
+    # Engine (issue 38, with fluid_shards): "on" runs each fluid shard in a process of its own, off the driver's CPU
+    # (phantora.netsim.fluid_procs: the same completions)
+    fluid_procs: str = "off"
     # Engine: serve a packet-side episode that repeats one recorded from a quiet fabric from its completion profile
     # (phantora.netsim.reuse; opt-in, exact only where ns-3 draws no random numbers, docs/packet-model.md)
     reuse: str = "off"
@@ -274,6 +277,10 @@ class PacketConfig:
             raise bad("fluid_chains", f"expected off or on, got {self.fluid_chains!r}")
         if self.fluid_chains == "on" and self.nvlink != "fluid":
             raise bad("fluid_chains", f"chains the fluid NVLink side: set nvlink=fluid too (got nvlink={self.nvlink})")
+        if self.fluid_procs not in ("off", "on"):
+            raise bad("fluid_procs", f"expected off or on, got {self.fluid_procs!r}")
+        if self.fluid_procs == "on" and not self.fluid_shards:
+            raise bad("fluid_procs", "runs the fluid shards in processes: set fluid_shards=N too")
         if self.reuse not in REUSE_MODES:
             raise bad("reuse", f"expected {' or '.join(REUSE_MODES)}, got {self.reuse!r}")
         if self.qp not in QP_MODES:

@@ -1,0 +1,137 @@
+"""A fluid shard's process (`fluid_procs=on`, issue 38, item 3): one flow engine for a run of hosts, driven over a
+Unix socket by `phantora.netsim.fluid_procs.ProcShardedFluid` in the driver.
+
+Frames are a 4-byte little-endian length and a msgpack array `[op, ...]`; the first is `[INIT, topology (pickled),
+engine settings]`. Every request but SET and CLOSE is answered in order with `[next event ns or None, ...]` behind
+a header of its length and the CPU this process spent on the request (decoding, the engine, encoding the answer).
+Flows come as `ShardedFluid._rows` rows (deps already filtered to what this shard must wait on); completions go back
+as `(id, start, end)`. Run as `python -m phantora.netsim.fluid_proc_server FD PARENT_PID`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+import msgpack
+
+INIT, SET, SUBMIT, ARRIVE, ADVANCE, REPORT, CLOSE = range(7)
+SETTABLE = ("prechecked", "carries", "cap_slack")  # the hybrid's settings on its fluid engine a shard takes
+_LEN = struct.Struct("<I")  # a request's header: its length
+_REPLY = struct.Struct("<Id")  # an answer's header: its length and the CPU s its request took (its encoding too)
+IDLE_CHECK_S = 5.0  # between requests: how often the server checks that its driver is still alive
+
+
+def send_frame(sock: socket.socket, obj: Any) -> int:
+    """`obj` as one frame; its bytes."""
+    data = msgpack.packb(obj)
+    sock.sendall(_LEN.pack(len(data)) + data)
+    return len(data) + _LEN.size
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """`n` bytes from `sock` (its timeout applies to each read); EOFError if the peer closed."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise EOFError("the peer closed the socket")
+        got += k
+    return bytes(buf)
+
+
+def recv_frame(sock: socket.socket) -> Any:
+    """A request."""
+    (n,) = _LEN.unpack(recv_exact(sock, _LEN.size))
+    return msgpack.unpackb(recv_exact(sock, n), strict_map_key=False)
+
+
+def recv_reply(sock: socket.socket) -> tuple[float, Any, int]:
+    """An answer: the CPU s its request took in the shard, its body and its bytes."""
+    n, cpu = _REPLY.unpack(recv_exact(sock, _REPLY.size))
+    return cpu, msgpack.unpackb(recv_exact(sock, n), strict_map_key=False), n + _REPLY.size
+
+
+def _flows(rows: list[list[Any]]) -> list[Any]:
+    from phantora.netsim.base import Flow
+
+    return [
+        Flow(i, a, b, n, tuple(deps), delay, tag, prio, key, loss, rate, conn, queue, nic)
+        for i, a, b, n, deps, delay, tag, prio, key, loss, rate, conn, queue, nic in rows
+    ]
+
+
+def _report(engine: Any, what: str, arg: Any) -> Any:
+    """A report the driver merges over the shards (`ShardedFluid`'s reporting methods)."""
+    if what == "sync":  # (every event at or before `arg` has run: its clock only)
+        if engine.now() < arg:
+            left = engine.advance(arg)
+            if left:
+                raise RuntimeError(f"a shard had {len(left)} completions at or before {arg} ns left at a sync")
+        return None
+    if what == "channel_usage":
+        return [[getattr(u, n) for n in u.__slots__] for u in engine.channel_usage(arg)]
+    return getattr(engine, what)()
+
+
+def serve(sock: socket.socket, parent: int) -> None:
+    """Answer the driver's requests until CLOSE or its end (EOF, or the driver gone)."""
+    from phantora.netsim.factory import fluid_shard_engine
+    from phantora.netsim.gc_pause import use_run_policy
+
+    op, blob, settings = recv_frame(sock)
+    if op != INIT:
+        raise RuntimeError(f"a fluid shard's first frame must be INIT, got op {op}")
+    engine = fluid_shard_engine(pickle.loads(blob), settings)
+    use_run_policy()  # (as the driver runs: the engine and topology out of the collector's passes)
+    clock = time.process_time
+    while True:
+        while not select.select([sock], [], [], IDLE_CHECK_S)[0]:
+            if os.getppid() != parent:
+                return
+        try:
+            msg = recv_frame(sock)
+        except EOFError:
+            return
+        t0 = clock()
+        op = msg[0]
+        if op == SET:
+            setattr(engine, msg[1], msg[2])
+            continue
+        if op == CLOSE:
+            return
+        if op == SUBMIT:
+            engine.submit(_flows(msg[2]), msg[1])
+            extra: list[Any] = []
+        elif op == ARRIVE:
+            engine.arrive(msg[2], msg[1])
+            extra = []
+        elif op == ADVANCE:
+            extra = [[(c.flow_id, c.start_ns, c.end_ns) for c in engine.advance(msg[1])]]
+        elif op == REPORT:
+            extra = [_report(engine, msg[1], msg[2])]
+        else:
+            raise RuntimeError(f"a fluid shard got an unknown op {op}")
+        body = msgpack.packb([engine.next_event_time(), *extra])
+        sock.sendall(_REPLY.pack(len(body), clock() - t0) + body)
+
+
+def main() -> None:
+    fd, parent = int(sys.argv[1]), int(sys.argv[2])
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(True)
+    try:
+        serve(sock, parent)
+    finally:
+        sock.close()
+
+
+if __name__ == "__main__":
+    main()
