@@ -16,7 +16,8 @@ import pytest
 
 from phantora.collectives import Collective, decompose
 from phantora.collectives.nccl.host_launch import HOST_CHANNEL_US, HOST_LAUNCH_US
-from phantora.collectives.nccl.p2p_plans import pair_plans, plan_ops, plan_queues, resumes
+from phantora.collectives.nccl.p2p_plans import BatchRules, batch_rules, pair_plans, plan_ops, plan_queues, resumes
+from phantora.collectives.nccl.settings import settings_of
 from phantora.errors import InputError
 from phantora.netsim.flow import FlowSimulator
 from tests.test_nccl_symmetric import H100, RANKS, KiB, opts
@@ -36,7 +37,8 @@ def test_one_channel_operations_of_one_round_take_a_batch_each():
 
 
 def test_rounds_share_a_channels_batch_up_to_eight_works():
-    """Works of different rounds share one batch on a channel, up to 8 (NCCL_MAX_DEV_WORK_P2P_PER_BATCH). 4 rounds
+    """2.22 - 2.28.3's rules (`BatchRules()`; later releases: the tests below). Works of different rounds share one
+    batch on a channel, up to 8 (NCCL_MAX_DEV_WORK_P2P_PER_BATCH). 4 rounds
     on channel 0, pass after pass: a pass's works fill one batch and the next pass's first round opens another, so
     the plan ends after 222 passes and one operation (222 x 4 + 1). 9 rounds: any 8 in a row differ, so batches
     of 8 run across the passes: 222 x 8 + 1 operations."""
@@ -44,6 +46,56 @@ def test_rounds_share_a_channels_batch_up_to_eight_works():
     assert plan_ops(four, MOST)[0] == 222 * 4 + 1
     nine = [(r, (0,)) for _ in range(300) for r in range(9)]
     assert plan_ops(nine, MOST)[0] == 222 * 8 + 1
+
+
+GROUPS = BatchRules(groups=True)  # 2.28.7 - 2.28.9, or 2.29.2+ with NCCL_P2P_EPOCH_ENABLE=0
+EPOCHS = BatchRules(groups=True, epochs=True)  # 2.29.2+
+
+
+def test_from_2_28_7_a_batch_holds_rounds_of_one_group_of_eight():
+    """v2.28.7-1 also opens a batch where the channel's batch holds a round of another group of 8 (round // 8). Nine
+    rounds on channel 0: rounds 0-7 fill a batch and round 8 opens one; the next pass's round 0 may not join round
+    8's batch (2.28.3 let it), so 2 batches a pass, opened by round 0 (before it 2p batches in pass p) and round 8
+    (2p + 1). Pass 111's round 0 goes in at 222, its round 1 finds 223: 111 x 9 + 1 operations. Rounds 6-9: 6 and 7
+    share a batch, 8 and 9 another (2.28.3: one a pass, 222 x 4 + 1); pass 111's round 6 goes in at 222, round 7
+    finds 223: 111 x 4 + 1."""
+    nine = [(r, (0,)) for _ in range(300) for r in range(9)]
+    assert plan_ops(nine, MOST, GROUPS)[0] == plan_ops(nine, MOST, EPOCHS)[0] == 111 * 9 + 1
+    across = [(r, (0,)) for _ in range(300) for r in range(6, 10)]
+    assert plan_ops(across, MOST)[0] == 222 * 4 + 1
+    assert plan_ops(across, MOST, GROUPS)[0] == 111 * 4 + 1
+
+
+# Rounds 0 and 1 on channels 0 and 1, swapped every other pass (an operation's channels may differ pass to pass).
+SWAPPED = [op for p in range(300) for op in (((0, (0,)), (1, (1,))) if p % 2 == 0 else ((0, (1,)), (1, (0,))))]
+
+
+def test_from_2_29_2_a_batch_holds_works_of_one_pass():
+    """v2.29.2-1 opens a batch where the channel's batch is of another pass (`p2pEpoch`). `SWAPPED`: without it an
+    odd pass's works join the even pass's batches (each channel's batch lacks that round), so only even passes open
+    batches, 2 each (2p before pass 2p); the cut falls in pass 222: its round 0 at 222, its round 1 finds 223, so
+    222 x 2 + 1 operations. With it every operation opens a batch: 223 (as one round's operations)."""
+    assert plan_ops(SWAPPED, MOST)[0] == plan_ops(SWAPPED, MOST, GROUPS)[0] == 222 * 2 + 1
+    assert plan_ops(SWAPPED, MOST, EPOCHS)[0] == 223
+    queues = [[op[1] for op in SWAPPED if op[0] == r] for r in (0, 1)]  # the same sweeps through `plan_queues`
+    for rules, held in ((GROUPS, 222 * 2 + 1), (EPOCHS, 223)):
+        for resume in (True, False):
+            flat = [i for row in plan_queues(queues, MOST, resume, rules) for i in row]
+            assert flat.count(0) == held
+
+
+def test_the_releases_batch_rules_and_nccl_p2p_epoch_enable():
+    """enqueue.cc `addWorkBatchToPlan`: the group-of-8 test from v2.28.7-1 (not in v2.28.3-1), the epoch test from
+    v2.29.2-1 under `ncclParamP2pEpochEnable()` (NCCL_PARAM default 1; 0 turns it off, other integers leave it on);
+    a minor alone or patch 0 is its newest patch (2.28.9, 2.29.7)."""
+    assert batch_rules((2, 27)) == batch_rules((2, 28, 3)) == batch_rules((2, 28, 3), False) == BatchRules()
+    assert batch_rules((2, 28, 7)) == batch_rules((2, 28)) == batch_rules((2, 28, 9)) == GROUPS
+    assert all(batch_rules(v) == EPOCHS for v in ((2, 29, 2), (2, 29), (2, 29, 0), (2, 29, 7), (2, 30, 7)))
+    assert batch_rules((2, 29, 7), False) == GROUPS
+    assert settings_of(()).p2p_epoch and settings_of((("NCCL_P2P_EPOCH_ENABLE", "2"),)).p2p_epoch
+    assert not settings_of((("NCCL_P2P_EPOCH_ENABLE", "0"),)).p2p_epoch
+    with pytest.raises(InputError, match="NCCL_P2P_EPOCH_ENABLE"):
+        settings_of((("NCCL_P2P_EPOCH_ENABLE", "on"),))
 
 
 # Three rounds of one rank on channels 0, 1, 2: rounds 0 and 2 with 300 operations each, round 1 with 2.

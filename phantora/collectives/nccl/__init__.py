@@ -164,7 +164,14 @@ def _p2p_plans(coll: Collective, on: Platform, st: NcclSettings, got: Choice) ->
     layout = transfer_layout(on, st, per_peer > 0)
     nodes = tuple(i // max(1, on.ppn) for i in range(on.nranks))
     return p2p_plans.calls_per_plan(
-        coll.kind, nodes, coll.group_calls, max(1, got.channels), layout.channels(per_peer), layout.total, layout.most
+        coll.kind,
+        nodes,
+        coll.group_calls,
+        max(1, got.channels),
+        layout.channels(per_peer),
+        layout.total,
+        layout.most,
+        p2p_plans.batch_rules(running_release(st), st.p2p_epoch),
     )
 
 
@@ -307,7 +314,9 @@ def _live_plans(
         ]
         chans = {p: tuple(parts[k][p].channels for k in range(len(o))) for p, o in ops.items()}
         most = transfer_layout(comm, st).most
-        return p2p_plans.pair_plans(hosts, chans, most, p2p_plans.resumes(running_release(st)))
+        release = running_release(st)
+        rules = p2p_plans.batch_rules(release, st.p2p_epoch)
+        return p2p_plans.pair_plans(hosts, chans, most, p2p_plans.resumes(release), rules)
 
     return shared(coll.launch, topo, ("live plans", coll.comm, st, protocol), make)
 

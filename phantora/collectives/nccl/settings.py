@@ -63,6 +63,7 @@ ENV_VARS = (
     "NCCL_SYM_CE_THRESHOLD",
     "NCCL_NUM_RMA_CTX",
     "NCCL_CROSS_NIC",
+    "NCCL_P2P_EPOCH_ENABLE",
 )
 CE_THRESHOLD = 8 * 1024 * 1024  # enqueue.cc NCCL_PARAM(SymCeThreshold), in elements
 IB_MAX_QPS = 128  # net_ib: NCCL_IB_MAX_QPS
@@ -116,6 +117,7 @@ class NcclSettings:
     sym_ce_threshold: int = CE_THRESHOLD  # NCCL_SYM_CE_THRESHOLD: elements a rank above which a Blackwell
     # all-gather on symmetric windows runs on the copy engines (2.29.2+, enqueue.cc; ce_coll.py)
     num_rma_ctx: int = 1  # NCCL_NUM_RMA_CTX: RMA contexts (0: no RMA proxy, no hierarchical CE; ce_coll.py)
+    p2p_epoch: bool = True  # NCCL_P2P_EPOCH_ENABLE=0: a p2p batch may hold two passes (2.29.2+; p2p_plans.py)
     cross_nic: int = 2  # NCCL_CROSS_NIC: 0 leaves no RMA proxy (init.cc globalRmaProxySupport) and no full GIN
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
 
@@ -341,6 +343,7 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         gin_enable=_int(env, "NCCL_GIN_ENABLE", 1) != 0,
         gin_type=_int(env, "NCCL_GIN_TYPE", -1, low=-1),
         sym_gin_kernels=_int(env, "NCCL_SYM_GIN_KERNELS_ENABLE", 1) != 0,
+        p2p_epoch=_int(env, "NCCL_P2P_EPOCH_ENABLE", 1, -(2**63)) != 0,
         sym_rs_gin_chunk=_int(env, "NCCL_SYM_RS_GIN_CHUNK_SIZE", -1, low=-1),
         sym_ce_threshold=_int(env, "NCCL_SYM_CE_THRESHOLD", CE_THRESHOLD),
         num_rma_ctx=_rma_ctx(env),
