@@ -1,62 +1,38 @@
 """A fluid shard's process (`fluid_procs=on`, issue 38, item 3): one flow engine for a run of hosts, driven over a
 Unix socket by `phantora.netsim.fluid_procs.ProcShardedFluid` in the driver.
 
-Frames are a 4-byte little-endian length and a msgpack array `[op, ...]`; the first is `[INIT, topology (pickled),
-engine settings]`. Every request but SET and CLOSE is answered in order with `[next event ns or None, ...]` behind
-a header of its length and the CPU this process spent on the request (decoding, the engine, encoding the answer).
-Flows come as `ShardedFluid._rows` rows (deps already filtered to what this shard must wait on); completions go back
-as `(id, start, end)`. Run as `python -m phantora.netsim.fluid_proc_server FD PARENT_PID`.
+Frames are a 4-byte little-endian length and a msgpack array `[op, ...]` (fluid_proc_wire.py); the first is
+`[INIT, topology (`topology_to_dict`), engine settings]`. Every request but SET and CLOSE is answered in order with
+`[next event ns or None, ...]` behind a header of its length and the CPU this process spent on the request
+(decoding, the engine, encoding the answer). Flows come as `ShardedFluid._rows` rows (deps already filtered to what
+this shard must wait on); completions go back as `(id, start, end)`.
+Run as `python -m phantora.netsim.fluid_proc_server FD PARENT_PID`.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import select
 import socket
-import struct
 import sys
 import time
 from typing import Any
 
 import msgpack
 
-INIT, SET, SUBMIT, ARRIVE, ADVANCE, REPORT, CLOSE = range(7)
-SETTABLE = ("prechecked", "carries", "cap_slack")  # the hybrid's settings on its fluid engine a shard takes
-_LEN = struct.Struct("<I")  # a request's header: its length
-_REPLY = struct.Struct("<Id")  # an answer's header: its length and the CPU s its request took (its encoding too)
-IDLE_CHECK_S = 5.0  # between requests: how often the server checks that its driver is still alive
-
-
-def send_frame(sock: socket.socket, obj: Any) -> int:
-    """`obj` as one frame; its bytes."""
-    data = msgpack.packb(obj)
-    sock.sendall(_LEN.pack(len(data)) + data)
-    return len(data) + _LEN.size
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    """`n` bytes from `sock` (its timeout applies to each read); EOFError if the peer closed."""
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
-    while got < n:
-        k = sock.recv_into(view[got:])
-        if k == 0:
-            raise EOFError("the peer closed the socket")
-        got += k
-    return bytes(buf)
-
-
-def recv_frame(sock: socket.socket) -> Any:
-    """A request."""
-    (n,) = _LEN.unpack(recv_exact(sock, _LEN.size))
-    return msgpack.unpackb(recv_exact(sock, n), strict_map_key=False)
-
-
-def recv_reply(sock: socket.socket) -> tuple[float, Any, int]:
-    """An answer: the CPU s its request took in the shard, its body and its bytes."""
-    n, cpu = _REPLY.unpack(recv_exact(sock, _REPLY.size))
-    return cpu, msgpack.unpackb(recv_exact(sock, n), strict_map_key=False), n + _REPLY.size
+from phantora.netsim.fluid_proc_wire import (
+    ADVANCE,
+    ARRIVE,
+    CLOSE,
+    IDLE_CHECK_S,
+    INIT,
+    REPLY,
+    REPORT,
+    SET,
+    SUBMIT,
+    recv_frame,
+)
+from phantora.topology.wire import topology_from_dict
 
 
 def _flows(rows: list[list[Any]]) -> list[Any]:
@@ -89,7 +65,7 @@ def serve(sock: socket.socket, parent: int) -> None:
     op, blob, settings = recv_frame(sock)
     if op != INIT:
         raise RuntimeError(f"a fluid shard's first frame must be INIT, got op {op}")
-    engine = fluid_shard_engine(pickle.loads(blob), settings)
+    engine = fluid_shard_engine(topology_from_dict(blob), settings)
     use_run_policy()  # (as the driver runs: the engine and topology out of the collector's passes)
     clock = time.process_time
     while True:
@@ -120,7 +96,7 @@ def serve(sock: socket.socket, parent: int) -> None:
         else:
             raise RuntimeError(f"a fluid shard got an unknown op {op}")
         body = msgpack.packb([engine.next_event_time(), *extra])
-        sock.sendall(_REPLY.pack(len(body), clock() - t0) + body)
+        sock.sendall(REPLY.pack(len(body), clock() - t0) + body)
 
 
 def main() -> None:

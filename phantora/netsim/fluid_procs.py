@@ -10,14 +10,13 @@ answer carries the CPU the shard spent on its request; per exchange (a batch or 
 the busiest shard's is summed (`critical_cpu_s`), as `ShardedFluid` sums its in-process timing. The same completions
 as `ShardedFluid` and one engine: each shard is the same flow engine given the same flows (`tests/test_fluid_procs.py`).
 
-The processes are `python -m phantora.netsim.fluid_proc_server` over a Unix socket pair each (the topology pickled
-once, sent to each); an answer not read within `timeout_s` is an error naming the shard.
+The processes are `python -m phantora.netsim.fluid_proc_server` over a Unix socket pair each (the topology as
+`topology_to_dict` once, sent to each); an answer not read within `timeout_s` is an error naming the shard.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import socket
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, Flow, completion
-from phantora.netsim.fluid_proc_server import (
+from phantora.netsim.fluid_proc_wire import (
     ADVANCE,
     ARRIVE,
     CLOSE,
@@ -42,6 +41,7 @@ from phantora.netsim.fluid_proc_server import (
 )
 from phantora.netsim.fluid_shards import ShardedFluid
 from phantora.netsim.observe import ChannelUsage
+from phantora.topology.wire import topology_to_dict
 
 if TYPE_CHECKING:
     from phantora.netsim.flow import FlowSimulator
@@ -54,10 +54,10 @@ class ShardProc:
     """The driver's end of one shard's process: requests sent in order, answers read in order."""
 
     def __init__(
-        self, index: int, blob: bytes, settings: dict[str, Any], local: FlowSimulator, owner: ProcShardedFluid
+        self, index: int, blob: dict[str, Any], settings: dict[str, Any], local: FlowSimulator, owner: ProcShardedFluid
     ) -> None:
-        """`blob`: the topology, pickled; `settings`: the flow engine's keywords; `local`: an engine in the driver
-        for routes and the engines' constants; `owner`: takes each answer's CPU (`_note`)."""
+        """`blob`: the topology (`topology_to_dict`); `settings`: the flow engine's keywords; `local`: an engine in
+        the driver for routes and the engines' constants; `owner`: takes each answer's CPU (`_note`)."""
         self.index = index
         self._owner = owner
         self._local = local
@@ -188,7 +188,7 @@ class ProcShardedFluid(ShardedFluid):
             "verify": local.verify,
             "lb": local.lb,
         }
-        blob = pickle.dumps(topology, protocol=pickle.HIGHEST_PROTOCOL)  # (after `make`: its ECMP policy set)
+        blob = topology_to_dict(topology)  # (after `make`: its ECMP policy set, which the dict carries)
         procs = iter([ShardProc(i, blob, settings, local, self) for i in range(shards)])
         super().__init__(topology, shards, lambda: next(procs))  # type: ignore[arg-type, return-value]
         self.wire = True  # (every batch and completion crosses a socket)
