@@ -7,6 +7,7 @@ results into results.json and merges their traces into trace.json.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import shutil
@@ -80,12 +81,19 @@ class RunReport:
     cosim: Any  # bridge.run.CosimResult
 
 
-def resolve_topology(spec: str | Path | Topology) -> Topology:
-    if isinstance(spec, Topology):
-        return spec
-    from phantora.topology.loader import load_topology
+def resolve_topology(spec: str | Path | Topology, gpu: str | None = None, prog: str = "phantora") -> Topology:
+    """The run's topology: `spec` loaded (a Topology is taken as is), with `gpu` (the run's --gpu) as its GPU model,
+    so that NCCL's tuning follows the GPU that runs (phantora.run_gpu; a given Topology is copied, not changed)."""
+    from phantora.run_gpu import apply_gpu
 
-    return load_topology(spec)
+    if isinstance(spec, Topology):
+        topo = copy.copy(spec) if gpu is not None else spec
+    else:
+        from phantora.topology.loader import load_topology
+
+        topo = load_topology(spec)
+    apply_gpu(topo, gpu, prog)
+    return topo
 
 
 # What a rank imports before the user's script runs (torch._dynamo: DDP and FSDP2 load it), and
@@ -291,8 +299,8 @@ def launch(cfg: RunConfig) -> RunReport:
         raise InputError("training script not found", file=str(cfg.script))
     check_trace_level(cfg.trace)
     algo = run_algo(cfg)  # checked before anything is written
-    topo = resolve_topology(cfg.topology)
-    gpu_name = cfg.gpu or topo.gpu_model or "h100"
+    topo = resolve_topology(cfg.topology, cfg.gpu, "phantora run")
+    gpu_name = topo.gpu_model or "h100"
     gpu = get_gpu(gpu_name)
     engine = cfg.engine
     packet = engine.packet_used

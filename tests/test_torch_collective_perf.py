@@ -9,6 +9,7 @@ it does not know the channels), so torch = nccl-tests + (h - launch) / n. The li
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -29,9 +30,11 @@ TESTS = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf", "send
 ITERS, WARMUP = 4, 1
 
 
-def _torch_times(topo, nproc: int, dedup: int, out: Path) -> dict[tuple[str, int], float]:
+def _torch_times(topo, nproc: int, dedup: int, out: Path, gpu: str | None = None) -> dict[tuple[str, int], float]:
     args = ["--ops", *TESTS, "-b", "1M", "-e", "64M", "-f", "64", "-n", str(ITERS), "-w", str(WARMUP)]
-    cfg = RunConfig(str(EXAMPLE), args, topo, nproc=nproc, tensors="phantom", dedup=dedup, out_dir=out, timeout_s=600)
+    cfg = RunConfig(
+        str(EXAMPLE), args, topo, gpu=gpu, nproc=nproc, tensors="phantom", dedup=dedup, out_dir=out, timeout_s=600
+    )
     rep = launch(cfg)
     rows = re.findall(r"^\s*(\w+)\s+(\d+)\s+\d+\s+([0-9.]+)\s", rep.logs["rank 0"], re.M)
     return {(op, int(size)): float(us) for op, size, us in rows}
@@ -47,9 +50,13 @@ def _nccl_tests(topo, op: str, size: int) -> nt.SizeResult:
         sim.close()
 
 
-def _check(topo, nranks: int, dedup: int, tmp: Path) -> None:
-    times = _torch_times(topo, nranks, dedup, tmp)
+def _check(topo, nranks: int, dedup: int, tmp: Path, gpu: str | None = None) -> None:
+    """The program's call times on `topo` (run with --gpu `gpu`) against nccl-tests' on `topo` with that GPU."""
+    times = _torch_times(topo, nranks, dedup, tmp, gpu)
     assert len(times) == 6
+    if gpu is not None:
+        topo = copy.copy(topo)
+        topo.gpu_model = gpu
     for (op, size), us in times.items():
         res = _nccl_tests(topo, op, size)
         launch_ns = 4260 + 32 * res.choice["channels"]  # one work batch a channel (send/recv: one peer)
@@ -63,6 +70,18 @@ def _check(topo, nranks: int, dedup: int, tmp: Path) -> None:
 def test_one_host_takes_nccl_tests_gpu_time(tmp_path: Path) -> None:
     """8 H100s on an NVSwitch, 2 live ranks: all-reduce, all-gather and a send/recv ring at 1 and 64 MiB."""
     _check(dgx_host(8, gpu="h100"), 8, 2, tmp_path)
+
+
+@pytest.mark.slow
+def test_gpu_option_sets_nccls_generation(tmp_path: Path) -> None:
+    """`phantora run --gpu a100` on a topology of H100s runs NCCL as on A100s, as `phantora nccl-tests --gpu a100
+    --topology` does: the GPU sets NCCL's tuning, the links stay the topology's (phantora/run_gpu.py). A100 has no
+    NVLink SHARP (NCCL enables NVLS from compute capability 9.0), so no call runs NVLS; before, the program's
+    64 MiB all-reduce ran NVLS as on H100 (376.98 GB/s bus bandwidth against nccl-tests' Ring 196.48)."""
+    _check(dgx_host(8, gpu="h100"), 8, 2, tmp_path, gpu="a100")
+    nccl = json.loads((tmp_path / "results.json").read_text())["nccl"]["choices"]
+    assert nccl["all_reduce"] and not any(c.startswith("NVLS") for c in nccl["all_reduce"])
+    assert json.loads((tmp_path / "results.json").read_text())["gpu"].startswith("A100")
 
 
 @pytest.mark.slow

@@ -35,6 +35,7 @@ from phantora.report import nccl_tests_flags as nf
 from phantora.report import nccl_tests_json as nj
 from phantora.report.nccl_tests_iters import iter_stats
 from phantora.report.nccl_tests_memory import memory_line, user_allocated
+from phantora.run_gpu import apply_gpu
 
 DEFAULT_TOPOLOGY = "one DGX-like H100 server of 8 GPUs (the dgx_host generator)"
 
@@ -152,29 +153,8 @@ def _topology(spec: str | None, gpu: str | None = None) -> Any:
     if spec is None:
         return dgx_host(8, gpu=gpu or "h100")
     topo = load_topology(spec)
-    if gpu is not None:
-        topo.gpu_model = gpu.strip().lower()
-        note = _nvlink_note(topo)
-        if note:
-            print(f"phantora nccl-tests: note: {note}", file=sys.stderr)
+    apply_gpu(topo, gpu, "phantora nccl-tests")
     return topo
-
-
-def _nvlink_note(topo: Any) -> str | None:
-    """Where --gpu gave a loaded topology a GPU whose NVLink differs from the file's NVSwitch links: say that the
-    links stay the file's (the GPU model sets NCCL's tuning and the compute model, not the topology)."""
-    from phantora.collectives.nccl.platform import nvlink_bps
-    from phantora.topology._util import format_rate, nvlink_default
-
-    own = nvlink_default(topo.gpu_model)
-    rates = {nvlink_bps(topo, topo.node_of_rank(r)) for r in range(topo.num_ranks)} - {0}
-    if own is None or not rates or rates == {own}:
-        return None
-    kept = "/".join(format_rate(r) for r in sorted(rates))
-    return (
-        f"--gpu {topo.gpu_model} keeps {topo.name}'s NVLink links of {kept} a direction ({topo.gpu_model}'s own: "
-        f"{format_rate(own)}); for the GPU's own host, leave out --topology or write a topology with its rate"
-    )
 
 
 def engine_spec(args: argparse.Namespace) -> EngineSpec:

@@ -196,8 +196,8 @@ def launch_jobs(
     options of every job, live and recorded (None: the defaults; a graph's, those it was recorded with).
     `live_ok=False` refuses script jobs (`phantora replay --jobs`)."""
     check_trace_level(base.trace)
-    topo = resolve_topology(base.topology)
-    base = dataclasses.replace(base, gpu=base.gpu or topo.gpu_model or "h100")
+    topo = resolve_topology(base.topology, base.gpu, "phantora run")
+    base = dataclasses.replace(base, gpu=topo.gpu_model or "h100")
     gpu = get_gpu(base.gpu or "h100")
     engine = base.engine
     packet = engine.packet_used
