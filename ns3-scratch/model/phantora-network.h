@@ -4,6 +4,10 @@
 // windows of simulated time, and drain results. Times are integer ns. Only standard types cross
 // this interface, so it loads into cppyy without the model headers. One live instance per
 // process (ns-3 has one global simulator); Close() (or the destructor) resets the simulator.
+//
+// The interface's version is kPhantoraInterfaceVersion in phantora-interface-version.h (and
+// INTERFACE_VERSION in phantora/netsim/ns3_abi.py): bump both with every change here a caller must
+// follow (an argument, a word of AddFlows' rows, a record's layout).
 #ifndef PHANTORA_NETWORK_H
 #define PHANTORA_NETWORK_H
 

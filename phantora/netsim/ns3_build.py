@@ -30,7 +30,8 @@ CC_DIR_ENV = "PHANTORA_CC_DIR"
 SCRATCH = resources.ns3_source_dir()
 CHECKOUT = resources.checkout_root()
 BUILD_SCRIPT = CHECKOUT / "scripts" / "build_ns3.sh" if CHECKOUT else None
-_TARGETS = ("libphantora-ns3.so", "phantora-ns3-runner")  # what an installed package builds (no C++ tests)
+LIBRARY_NAME = "libphantora-ns3.so"  # the library's file name, which the runner loads from its own folder
+_TARGETS = (LIBRARY_NAME, "phantora-ns3-runner")  # what an installed package builds (no C++ tests)
 _BUILT = ".built"  # written into a cache build directory once make succeeded
 
 
@@ -78,7 +79,7 @@ def build_dir() -> Path:
 def library_path() -> Path:
     """The fabric library: $PHANTORA_NS3_LIB, else libphantora-ns3.so in `build_dir()`."""
     env = os.environ.get("PHANTORA_NS3_LIB")
-    return Path(env) if env else build_dir() / "libphantora-ns3.so"
+    return Path(env) if env else build_dir() / LIBRARY_NAME
 
 
 def runner_path() -> Path:

@@ -31,11 +31,24 @@ _FLOW_CALLS = ("AddFlow", "SetLossBudget", "SetMaxRate", "SetConnection")
 
 def runner_usable(config: PacketConfig) -> bool:
     """True if netsim can run `config` in the runner: the default, unless $PHANTORA_NETSIM_ENGINE=inprocess, a
-    library of one's own is named ($PHANTORA_NS3_LIB, whose runner may be older) or the config wraps the engine
-    in Python (nic_latency, workers)."""
-    if os.environ.get(ENGINE_ENV, "runner") == "inprocess" or os.environ.get("PHANTORA_NS3_LIB"):
+    library of one's own ($PHANTORA_NS3_LIB) has no runner of its build to run it (`own_library_runs`) or the
+    config wraps the engine in Python (nic_latency, workers)."""
+    if os.environ.get(ENGINE_ENV, "runner") == "inprocess" or not own_library_runs():
         return False
     return not (config.nic_latency or config.workers)
+
+
+def own_library_runs() -> bool:
+    """Whether the runner would run the library $PHANTORA_NS3_LIB names (True without it): the runner beside it
+    loads `libphantora-ns3.so` from its own folder (the Makefile links it with rpath $ORIGIN), so only a library of
+    that name with `phantora-ns3-runner` beside it. A runner older than the library's interface is refused in one
+    line before the run (`ns3_abi.check_runner`; it predates --records too), as the library itself would be
+    in-process; another name, or no runner, runs in-process."""
+    own = os.environ.get(ns3_abi.LIB_ENV)
+    if not own:
+        return True
+    lib = Path(own)
+    return lib.name == ns3_build.LIBRARY_NAME and ns3_build.runner_path().exists()
 
 
 class _ScriptOnly:
