@@ -8,8 +8,9 @@ same-socket ones SHM (48 is not above 48), `ncclTopoTrimSystem` leaves each rank
 NCCL_NET_DISABLE_INTRA=1 turns the rule off (one host: the SHM ring of nvlink_pci.py).
 
 Each NCCL node's ring enters its first GPU from that GPU's NIC (down its PCIe switch), crosses the socket's other 3
-GPUs over SHM (each hop up to the CPU and down, 6/5 on Intel's PCIe links) and leaves the last through its NIC:
-switch 0's uplink carries hops 0->1 and 1->2, 2 x 6/5 = 2.4 GB/s per GB/s of ring, so the ring carries 48 / 2.4 = 20.
+GPUs over SHM, each GPU's previous first (0 3 2 1: nccl/shm_order.py; each hop up to the CPU and down, 6/5 on Intel's
+PCIe links) and leaves the last, 1, through the NIC it entered by, under their shared switch: switch 1's uplink
+carries hops 3->2 and 2->1, 2 x 6/5 = 2.4 GB/s per GB/s of ring, so the ring carries 48 / 2.4 = 20.
 """
 
 from __future__ import annotations
@@ -72,10 +73,10 @@ def test_nodes_across_hosts_and_without_shm() -> None:
 
 def test_all_reduce_net_hops_cross_the_spine_and_carry_the_rings_bytes() -> None:
     """1 GiB on one host: Ring / Simple, 2 channels, the second a copy of the one the search found (connectRings), so
-    both run the ring 0..7: its NET hops 3 -> 4 and 7 -> 0 each send 2 (n - 1) / n of the buffer through the NIC
-    their channel entered the socket by (crossNic 0: GPU 0's and GPU 4's, nccl/ring_nics.py), so the flows leave
-    GPU 0 and 4's rail leaves, cross a spine and arrive on the peer's rail leaf; no byte leaves by GPU 3's or 7's
-    NIC. The bus bandwidth is the node ring's 20 GB/s (under the NICs' 50)."""
+    both run the ring 0 3 2 1 4 7 6 5 (nccl/shm_order.py): its NET hops 1 -> 4 and 5 -> 0 each send 2 (n - 1) / n of the
+    buffer through the NIC their channel entered the socket by (crossNic 0: GPU 0's and GPU 4's, nccl/ring_nics.py), so
+    the flows leave GPU 0 and 4's rail leaves, cross a spine and arrive on the peer's rail leaf; no byte leaves by GPU
+    3's or 7's NIC. The bus bandwidth is the node ring's 20 GB/s (under the NICs' 50)."""
     topo = rail_optimized(2, N, 2)
     dag = decompose(Collective("all_reduce", tuple(range(N)), GIB, "fp32"), topo, _opts(**P2P_OFF))
     choice = dag.choice or {}

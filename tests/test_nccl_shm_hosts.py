@@ -1,14 +1,14 @@
 """P2P off on NVLink hosts with NICs where NCCL keeps every pair inside a host on SHM, across hosts (net_split.py).
 
 NVIDIA/nccl v2.30.7-1: with `NCCL_NET_DISABLE_INTRA=1`, or NICs no faster than the CPU link (paths.cc
-`ncclTopoCheckNet`: `min(x16, NIC) > min(x16, inter-CPU)` fails, e.g. 100G NICs, 12.5 GB/s, against Sapphire
-Rapids' 22), no pair of one host runs NET: each host is one NCCL node, SHM between its GPUs (through the receiver's
-CPU), NET between hosts. search.cc: each ring channel enters the host's first GPU from its NIC, goes on by GPU index
-(an NVSwitch is in the system: `ncclTopoSearchNextGpuSort`), and leaves the last GPU for the NIC it entered from
-(crossNic 0). On the DGX-like layout (GPUs two per PCIe switch, Gen5 x16 = 48 GB/s, 6/5 on Intel's PCIe links of a
-PHB path) switch 0's uplink carries hops 0->1 and 1->2 up, 2 x 6/5: 48 / 2.4 = 20 GB/s; the CPU link carries one
-hop each way (22). On A100 (AMD, no 6/5): 24 / 2 = 12, under AMD's 16. A channel is at most the NIC's rate
-(`ncclTopoSearchRecNet`: `net->net.bw < bw`), and `ncclTopoCompute` lowers the speed only while the next is above
+`ncclTopoCheckNet`: `min(x16, NIC) > min(x16, inter-CPU)` fails, e.g. 100G NICs, 12.5 GB/s, against Sapphire Rapids'
+22), no pair of one host runs NET: each host is one NCCL node, SHM between its GPUs (through the receiver's CPU), NET
+between hosts. search.cc: each ring channel enters the host's first GPU from its NIC, goes on to each GPU's previous (an
+NVSwitch is in the system: `ncclTopoSearchNextGpuSort`, nccl/shm_order.py: 0, 7, ..., 1), and leaves the last GPU for
+the NIC it entered from (crossNic 0). On the DGX-like layout (GPUs two per PCIe switch, Gen5 x16 = 48 GB/s, 6/5 on
+Intel's PCIe links of a PHB path) switch 1's uplink carries hops 3->2 and 2->1 up, 2 x 6/5: 48 / 2.4 = 20 GB/s; the CPU
+link carries one hop each way (22). On A100 (AMD, no 6/5): 24 / 2 = 12, under AMD's 16. A channel is at most the NIC's
+rate (`ncclTopoSearchRecNet`: `net->net.bw < bw`), and `ncclTopoCompute` lowers the speed only while the next is above
 .49 of the best found.
 """
 
@@ -66,11 +66,11 @@ def test_each_host_is_one_node_at_its_shm_ring(kw: dict, env: dict[str, str], ri
 
 
 def test_all_reduce_crosses_hosts_once_each_way_at_the_node_ring() -> None:
-    """1 GiB over 16 H100s with NCCL_NET_DISABLE_INTRA=1: 14 SHM hops (NVLink routes, NCCL's rate) and 2 NET hops.
-    Both channels run the one ring found, 0..7 then 8..15 (crossNic 0: no alternating rings, connect.cc), whose
-    hops 7 -> 8 and 15 -> 0 leave by the NIC their host was entered by (GPU 0's, GPU 8's: nccl/ring_nics.py), each
-    sending 2 (n - 1) / n of the buffer through rail 0's NICs (none through the other 7 rails), no hop keyed through
-    the NICs inside a host; the bus bandwidth is the node ring's 20 GB/s."""
+    """1 GiB over 16 H100s with NCCL_NET_DISABLE_INTRA=1: 14 SHM hops (NVLink routes, NCCL's rate) and 2 NET hops. Both
+    channels run the one ring found, 0 7 ... 1 then 8 15 ... 9 (crossNic 0: no alternating rings, connect.cc), whose
+    hops 1 -> 8 and 9 -> 0 leave by the NIC their host was entered by (GPU 0's, GPU 8's: nccl/ring_nics.py), each
+    sending 2 (n - 1) / n of the buffer through rail 0's NICs (none through the other 7 rails), no hop keyed through the
+    NICs inside a host; the bus bandwidth is the node ring's 20 GB/s."""
     topo = rail_optimized(2, N, 2)
     n = 2 * N
     dag = decompose(Collective("all_reduce", tuple(range(n)), GIB, "fp32"), topo, _opts(INTRA_OFF))

@@ -105,6 +105,10 @@ class DagBuilder:
     # an NCCL node of SHM GPUs through its channel's entry NIC: nccl/ring_nics.py); `left_by`: flow id -> that node
     exits: dict[tuple[int, int, int], int] = field(default_factory=dict)
     left_by: dict[int, int] = field(default_factory=dict)
+    # (channel, src, dst) -> the position whose NIC the hop arrives at, where it is not dst's own (the same NIC of
+    # the next NCCL node); `arrived_at`: flow id -> that node
+    arrivals: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    arrived_at: dict[int, int] = field(default_factory=dict)
 
     def add(
         self,
@@ -130,6 +134,10 @@ class DagBuilder:
         if via is not None:
             s = self.nodes[src]
             self.left_by.update({f.id: self.nodes[via] for f in self.flows[start:] if f.src == s})
+        into = self.arrivals.get((channel, src, dst)) if self.arrivals else None
+        if into is not None:
+            d = self.nodes[dst]
+            self.arrived_at.update({f.id: self.nodes[into] for f in self.flows[start:] if f.dst == d})
         return fid
 
     def _add(

@@ -14,10 +14,11 @@ from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, commu
 from phantora.collectives.group_plans import OnePlanNotModelledError, Piece, chain_plans, group_plans
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.launch_group import shared
-from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
+from phantora.collectives.layout import host_blocks, rail_aligned, ring_order, rotate, tree_parents
 from phantora.collectives.nccl import channel_split, coll_group, part_loops, ring_nics, tree_channels
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.channels import found_channels, found_speed
 from phantora.collectives.nccl.chunking import chunk_bytes, p2p_chunk_bytes, tree_line_sweeps
 from phantora.collectives.nccl.net_split import through_nics
 from phantora.collectives.nccl.p2p import p2p_channels
@@ -110,8 +111,10 @@ def decompose(
         return b.finish()
     _build(b, coll, topo, opts, nodes, choice.kernel if choice is not None else "", calls)
     dag = b.finish()
-    if b.left_by:  # NCCL's ring leaves an NCCL node of SHM GPUs through its channel's entry NIC (nccl/ring_nics.py)
+    if b.left_by:  # NCCL's ring leaves an NCCL node of SHM GPUs through its channel's NIC (nccl/ring_nics.py)
         dag.flows = [dataclasses.replace(f, src=b.left_by[f.id]) if f.id in b.left_by else f for f in dag.flows]
+    if b.arrived_at:  # and arrives at the same NIC of the next node
+        dag.flows = [dataclasses.replace(f, dst=b.arrived_at[f.id]) if f.id in b.arrived_at else f for f in dag.flows]
     if topo is not base:
         dag.flows = through_nics(dag.flows, topo, base)
     if choice is not None:
@@ -486,13 +489,40 @@ def _shm_nodes(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:
     return opts.model == "nccl" and ring_nics.shm_nodes(platform_of(topo, coll.ranks, nccl_settings(opts)))
 
 
-def _leave_by_entry_nics(
-    b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, rings: list[list[int]], blocks: list[list[int]]
-) -> None:
-    """On NCCL nodes of SHM GPUs, each ring hop between nodes leaves by its channel's entry NIC (`b.exits`)."""
+def channel_rings(
+    coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int], blocks: list[list[int]], count: int
+) -> list[list[int]]:
+    """The ring of each of `count` channels. NCCL nodes of SHM GPUs (P2P off: nccl/ring_nics.py): NCCL's ring
+    through each node, 0, n-1, ..., 1 by GPU index, on every channel; else `layout.ring_order` on the channel's
+    chain, alternating on rail-aligned fabrics."""
     if _shm_nodes(coll, topo, opts):
-        node = {pos: k for k, block in enumerate(blocks) for pos in block}
-        b.exits = ring_nics.exits(rings, [node[pos] for pos in range(len(node))])
+        order = ring_nics.ring(ring_nics.by_index(blocks, nodes))
+        return [list(order) for _ in range(count)]
+    chain = channel_chain(coll, topo, opts)
+    alternate = rail_aligned(topo, nodes, blocks)
+    return [ring_order(blocks, chain(c), alternate) for c in range(count)]
+
+
+def _leave_by_entry_nics(
+    b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int], blocks: list[list[int]],
+    count: int,
+) -> None:  # fmt: skip
+    """On NCCL nodes of SHM GPUs, each of `count` channels' ring hops between nodes leaves by its channel's NIC
+    and arrives at the same NIC of the next node (`b.exits`, `b.arrivals`: nccl/ring_nics.py)."""
+    if not _shm_nodes(coll, topo, opts):
+        return
+    p = platform_of(topo, coll.ranks, nccl_settings(opts))
+    speed = found_speed(p)
+    per_nic = int(p.nic_bw // speed) if speed > 0 else 1
+    nics = ring_nics.entry_nics(found_channels(p), max(1, p.nics_per_node), max(1, per_nic))
+    chain = channel_chain(coll, topo, opts)
+    ordered = ring_nics.by_index(blocks, nodes)
+    for c in range(count):
+        for (src, dst), (out, into) in ring_nics.hops(ordered, nics[chain(c) % len(nics)]).items():
+            if out != src:
+                b.exits[c, src, dst] = out
+            if into != dst:
+                b.arrivals[c, src, dst] = into
 
 
 def _chain_links(order: list[int], up: bool) -> list[int | None]:
@@ -530,7 +560,6 @@ def _build(
     "sym")."""
     n = coll.size
     blocks = host_blocks(topo, nodes)
-    alternate = rail_aligned(topo, nodes, blocks)
     chunked = opts.granularity == "chunked"
     common: dict[str, Any] = {
         "chunked": chunked,
@@ -557,10 +586,8 @@ def _build(
         pat_flows(b, kind, n, coll.nbytes, chunk=opts.chunk_bytes if chunked else 0, window=_steps_in_flight(opts))
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
         shares = channel_shares(coll, topo, opts)
-        chain = channel_chain(coll, topo, opts)
-        alternate = alternate and not _shm_nodes(coll, topo, opts)
-        orders = [ring_order(blocks, chain(c), alternate) for c in range(len(shares))]
-        _leave_by_entry_nics(b, coll, topo, opts, orders, blocks)
+        orders = channel_rings(coll, topo, opts, nodes, blocks, len(shares))
+        _leave_by_entry_nics(b, coll, topo, opts, nodes, blocks, len(shares))
         in_turn = opts.model == "nccl"
         window = _steps_in_flight(opts, _ring_chunk_steps(opts))
         cut = ring_cut(coll, topo, opts) if chunked else None
@@ -584,15 +611,13 @@ def _build(
     elif kind in ("broadcast", "reduce"):
         root = coll.root or 0
         up, down = kind == "reduce", kind == "broadcast"
-        chain = channel_chain(coll, topo, opts)
         shares = channel_shares(coll, topo, opts)
+        rings = channel_rings(coll, topo, opts, nodes, blocks, len(shares)) if algo == "chain" else []
         if algo == "chain":
-            alternate = alternate and not _shm_nodes(coll, topo, opts)
-            rings = [ring_order(blocks, chain(c), alternate) for c in range(len(shares))]
-            _leave_by_entry_nics(b, coll, topo, opts, rings, blocks)
+            _leave_by_entry_nics(b, coll, topo, opts, nodes, blocks, len(shares))
         for c, size in enumerate(shares):
             if algo == "chain":
-                links = _chain_links(chain_order(blocks, chain(c), root, alternate), up)
+                links = _chain_links(rotate(rings[c], rings[c].index(root)), up)
             else:
                 links = [None if v == root else root for v in range(n)]
             window = _steps_in_flight(opts)  # a chain's steps in flight on each hop (broadcast.h, reduce.h)

@@ -23,8 +23,10 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from phantora.collectives.channel_shares import channel_shares, ring_cut
 from phantora.collectives.dag import split
-from phantora.collectives.decompose import channel_chain
-from phantora.collectives.layout import host_blocks, rail_aligned, ring_order
+from phantora.collectives.decompose import channel_rings
+from phantora.collectives.layout import host_blocks
+from phantora.collectives.nccl import settings as nccl_settings
+from phantora.collectives.nccl.platform import nccl_view
 from phantora.collectives.options import default_options
 from phantora.collectives.ring import ring_chunks, ring_passes, ring_schedule
 from phantora.collectives.spec import AlgoOptions, Collective
@@ -118,14 +120,14 @@ def _ring_flows(coll: Collective, topo: Topology, opts: AlgoOptions, first_id: i
     channel ring order, sender ring position, its pieces in the order sent, the channel's slice sizes)."""
     opts = default_options(coll, topo, opts)
     nodes = [topo.node_of_rank(r) for r in coll.ranks]
-    blocks = host_blocks(topo, nodes)
-    alternate = rail_aligned(topo, nodes, blocks)
+    view = nccl_view(topo, coll.comm or coll.ranks, nccl_settings(opts)) if opts.model == "nccl" else topo
+    blocks = host_blocks(view, nodes)  # NCCL's nodes, as decompose builds on them
     n = coll.size
     schedule = ring_schedule(coll.kind, n)
     fid = first_id
-    chain = channel_chain(coll, topo, opts)
-    for c, share in enumerate(channel_shares(coll, topo, opts)):
-        order = ring_order(blocks, chain(c), alternate)
+    shares = channel_shares(coll, topo, opts)
+    rings = channel_rings(coll, view, opts, nodes, blocks, len(shares))
+    for c, (share, order) in enumerate(zip(shares, rings, strict=True)):
         slices = split(share, n)
         if opts.granularity != "chunked":  # one flow per ring edge, the slices it sends in step order
             for i in range(n):

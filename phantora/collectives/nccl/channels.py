@@ -47,6 +47,11 @@ def found_channels(p: Platform) -> int:
     return _found(p)[0]
 
 
+def found_speed(p: Platform) -> float:
+    """The GB/s of each channel the ring search found (before `ncclTopoDupChannels` halves doubled ones)."""
+    return _found(p)[1]
+
+
 @lru_cache(maxsize=256)
 def _found(p: Platform) -> tuple[int, float]:
     """(channels, GB/s each) of the search's first pass: the per-channel speed that carries the most in total."""

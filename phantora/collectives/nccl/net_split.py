@@ -39,6 +39,7 @@ from phantora.collectives.nccl.pci_paths import (
 )
 from phantora.collectives.nccl.pci_paths import link_bw as pci_link_bw
 from phantora.collectives.nccl.settings import NcclSettings
+from phantora.collectives.nccl.shm_order import node_order
 from phantora.netsim.base import Flow
 from phantora.topology.model import Node, Topology
 
@@ -123,23 +124,25 @@ def node_ring_bw(gpus: int, cpu: str, link_bw: float) -> float:
 
 def host_ring_capacity(h: PciHost) -> float:
     """The most GB/s the ring channels of one NCCL node carry in all over its PCIe and CPU links, as NCCL's search
-    finds them (search.cc v2.30.7-1): `ncclTopoSearchRecNet` enters from a NIC at its local GPU (the first), with
-    an NVSwitch in the system `ncclTopoSearchNextGpuSort` goes on by GPU index, and the first ring found
-    (`crossNic` 0, tried before 2) leaves the last GPU for the NIC it entered from: up to its CPU, across to the
-    first GPU's socket and down that GPU's switch (`ncclTopoSearchCheckNet`). Each SHM hop goes up to the
-    receiver's CPU and down (`hop_links`); `followPath` charges 6/5 on the PCIe links of a PATH_PHB path through
-    an Intel CPU (an SHM hop, or the way out to the NIC), and the inter-CPU figure where the sockets differ."""
-    n = len(h.sockets)
+    finds them (search.cc v2.30.7-1): `ncclTopoSearchRecNet` enters from the first NIC at its first local GPU, 0,
+    and with an NVSwitch in the system `ncclTopoSearchNextGpuSort` tries each GPU's previous first: 0, n-1, ..., 1
+    (`shm_order.node_order`); the first ring found (`crossNic` 0, tried before 2) leaves its last GPU for the NIC
+    it entered from (`ncclTopoSearchCheckNet`): under that GPU's own switch when it shares GPU 0's (PATH_PIX),
+    else up to its CPU, across to GPU 0's socket and down GPU 0's switch. Each SHM hop goes up to the receiver's
+    CPU and down (`hop_links`); `followPath` charges 6/5 on the PCIe links of a PATH_PHB path through an Intel
+    CPU (an SHM hop, or the way out to the NIC), and the inter-CPU figure where the sockets differ."""
+    order = node_order(len(h.sockets))
+    head, tail = order[0], order[-1]
     intel = h.cpu == "intel"
-    first, last = ("sw", switch(h, 0)), ("sw", switch(h, n - 1))
-    loads: dict[Link, float] = {(first, ("gpu", 0)): 1.0}  # from the NIC (under the same switch) to the first GPU
+    first, last = ("sw", switch(h, head)), ("sw", switch(h, tail))
+    loads: dict[Link, float] = {(first, ("gpu", head)): 1.0}  # from the NIC (under the same switch) to GPU 0
     if first == last:  # the last GPU leaves for the NIC under its own switch (PATH_PIX)
-        out: list[Link] = [(("gpu", n - 1), last)]
+        out: list[Link] = [(("gpu", tail), last)]
     else:
-        ci, c0 = ("cpu", h.sockets[n - 1]), ("cpu", h.sockets[0])
-        out = [(("gpu", n - 1), last), (last, ci), *([(ci, c0)] if ci != c0 else []), (c0, first)]
-    pci_out = INTEL_P2P_OVERHEAD if intel and h.sockets[n - 1] == h.sockets[0] and first != last else 1.0
-    for links, kind in (hop_links(h, i, i + 1) for i in range(n - 1)):
+        ci, c0 = ("cpu", h.sockets[tail]), ("cpu", h.sockets[head])
+        out = [(("gpu", tail), last), (last, ci), *([(ci, c0)] if ci != c0 else []), (c0, first)]
+    pci_out = INTEL_P2P_OVERHEAD if intel and h.sockets[tail] == h.sockets[head] and first != last else 1.0
+    for links, kind in (hop_links(h, i, j) for i, j in zip(order, order[1:], strict=False)):
         factor = INTEL_P2P_OVERHEAD if kind == PHB and intel else 1.0
         for link in links:
             loads[link] = loads.get(link, 0.0) + (1.0 if link[0][0] == link[1][0] == "cpu" else factor)
