@@ -96,6 +96,8 @@ def decompose(
     elif choice is not None and choice.works > 1 and not coll.group_sizes:  # a group's calls: their bytes together
         sizes = (coll.nbytes,) * choice.works
         coll = dataclasses.replace(coll, nbytes=sum(sizes), group_calls=1, group_sizes=sizes)
+    elif coll.group_calls > 1 and coll.kind != "barrier":  # no NCCL choice (model=ideal): all the calls' bytes
+        coll = _calls_together(coll)
     nodes = [topo.node_of_rank(r) for r in coll.ranks]
     b = DagBuilder(nodes, coll.ranks, first_flow_id, f"{tag}/" if tag else "", comm=_communicator(coll, opts))
     if sent is not None:
@@ -487,6 +489,16 @@ def _shm_nodes(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:
     """Whether NCCL's nodes of `coll` are NVLink hosts, or their sockets, on SHM with NICs between them (P2P off:
     nccl/net_split.py), whose rings neither alternate nor leave by the sender's own NIC (nccl/ring_nics.py)."""
     return opts.model == "nccl" and ring_nics.shm_nodes(platform_of(topo, coll.ranks, nccl_settings(opts)))
+
+
+def _calls_together(coll: Collective) -> Collective:
+    """A group of `group_calls` equal calls without NCCL's choice (model=ideal) as one collective of all their bytes
+    (before 2026-12-03 it moved one call's): a collective's calls as its `group_sizes`, a send/recv's or
+    all-to-all's as one transfer of their sum."""
+    total = coll.nbytes * coll.group_calls
+    if coll.kind in P2P_KINDS:
+        return dataclasses.replace(coll, nbytes=total, group_calls=1)
+    return dataclasses.replace(coll, nbytes=total, group_calls=1, group_sizes=(coll.nbytes,) * coll.group_calls)
 
 
 def channel_rings(
