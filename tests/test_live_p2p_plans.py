@@ -87,7 +87,7 @@ def _rail64() -> tuple[tuple[int, ...], dict, int]:
     comm = tuple(range(64))
     st = settings(_opts("2.27.3"))
     on = platform_of(topo, comm, st)
-    hosts = comm_hosts(topo, comm)
+    hosts = comm_hosts(topo, comm, st)
     parts = plan_parts(on, st, hosts, {(s, d): 1 << 20 for s in comm for d in comm})
     return hosts, {q: part.channels for q, part in parts.items()}, transfer_layout(on, st).most
 

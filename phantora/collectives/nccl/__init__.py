@@ -254,10 +254,14 @@ def comm_platform(coll: Collective, topo: Topology, st: NcclSettings) -> Platfor
     return shared(coll.launch, topo, ("platform", coll.comm, st), lambda: platform_of(topo, coll.comm, st))
 
 
-def comm_hosts(topo: Topology, comm: tuple[int, ...]) -> tuple[int, ...]:
-    """Each rank of `comm`'s host, numbered by `host_blocks` in the communicator's order."""
+def comm_hosts(topo: Topology, comm: tuple[int, ...], st: NcclSettings) -> tuple[int, ...]:
+    """Each rank of `comm`'s NCCL node, numbered by `host_blocks` in the communicator's order: the nodes NCCL's p2p
+    round schedule walks (init.cc, v2.19.4-1 .. v2.30.7-1: `comm->nNodes` and `rankToNode` count a node per ring's
+    first rank, not per hostHash, so a host whose GPU pairs run NET, P2P off across its sockets, is one node a
+    socket: `nccl_view`, net_split.py)."""
+    view = nccl_view(topo, comm, st)
     hosts = [0] * len(comm)
-    for h, block in enumerate(host_blocks(topo, [topo.node_of_rank(r) for r in comm])):
+    for h, block in enumerate(host_blocks(view, [view.node_of_rank(r) for r in comm])):
         for pos in block:
             hosts[pos] = h
     return tuple(hosts)
@@ -305,7 +309,7 @@ def _live_plans(
         from phantora.collectives.nccl.p2p_group import plan_parts  # numpy: kept off the netsim CLI's start-up
 
         at = {r: i for i, r in enumerate(coll.comm)}
-        hosts = comm_hosts(topo, coll.comm)
+        hosts = comm_hosts(topo, coll.comm, st)
         pairs = {(a, b): (at[a], at[b]) for a, b in g.pairs}
         ops = {pairs[p]: g.ops(p) for p in g.pairs}
         parts = [
@@ -333,7 +337,7 @@ def _pass_rating(
         pairs = g.pairs
         if coll.comm != tuple(range(len(coll.comm))):  # ranks to positions in the communicator
             pairs = tuple((at[a], at[b]) for a, b in pairs)
-        hosts = comm_hosts(topo, coll.comm)
+        hosts = comm_hosts(topo, coll.comm, st)
         return rate_group(
             comm,
             st,
