@@ -11,7 +11,6 @@ import pytest
 from phantora.collectives import Collective, decompose
 from phantora.collectives.group_plans import group_plans
 from phantora.collectives.nccl import coll_group
-from phantora.errors import InputError
 from tests.test_nccl_symmetric import H100, RANKS, opts
 
 RING_LL = {"PHANTORA_NCCL_VERSION": "2.27.3", "NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
@@ -78,24 +77,35 @@ def test_a_plan_cut_inside_the_second_aggregate_keeps_both_aggregates_choices():
     assert all(o.protocol == "LL" and o.algorithm == "ring" for plan in cut for _, o in plan)
 
 
-def test_a_pat_group_past_1024_calls_is_refused_in_one_line():
-    """PAT (one GPU on each of two hosts) is not cut into plans here: past 1024 calls it is refused, not run as one
-    launch; up to that it runs as one."""
+def test_a_pat_group_is_cut_into_plans_as_the_ring_is():
+    """PAT (one GPU on each of two hosts, 2.27) is scheduled as the ring's and tree's tasks (collBins' first kind):
+    1017 calls are one plan, 1018 two (1017 and 1), run one after another: the group ends at the 1017-call group's
+    end plus a lone call's (refused before, past 1024)."""
+    from phantora.netsim.flow import FlowSimulator
     from phantora.topology import load_topology
 
     topo = load_topology("testbed16")
     pat = opts(NCCL_ALGO="PAT", PHANTORA_NCCL_VERSION="2.27.3")
-    with pytest.raises(InputError, match="PAT"):
-        decompose(Collective("all_gather", (0, 8), 1024, "bf16", group_calls=1025), topo, pat)
-    dag = decompose(Collective("all_gather", (0, 8), 1024, "bf16", group_calls=1000), topo, pat)
-    assert dag.choice is not None and dag.choice["algorithm"] == "PAT" and "plans" not in dag.choice
+
+    def run(m: int) -> tuple[float, dict]:
+        dag = decompose(Collective("all_gather", (0, 8), 1024, "bf16", group_calls=m), topo, pat)
+        sim = FlowSimulator(topo)
+        sim.submit(dag.flows, at=0)
+        return max(c.end_ns for c in sim.drain()) / 1000, dag.choice or {}
+
+    one, _ = run(1)
+    full, got = run(1017)
+    assert got["algorithm"] == "PAT" and "plans" not in got
+    two, got = run(1018)
+    assert got["algorithm"] == "PAT" and got["plans"] == 2
+    assert two == pytest.approx(full + one, abs=0.002)
 
 
-def test_more_than_1024_calls_are_refused_before_2_22_only():
-    """2.19 - 2.21 keep the refusal past 1024 calls (their budget is not restated); 2.22+ cut the group."""
+def test_more_than_1024_calls_run_before_2_22_in_one_launch_and_from_2_22_as_plans():
+    """2.19 - 2.21 run 1025 calls as one launch while the work FIFO holds them (fifo_budget.py); 2.22+ cut them."""
     group = Collective("all_reduce", RANKS, 8, "fp32", group_calls=1025)
-    with pytest.raises(InputError, match="before NCCL 2.22"):
-        decompose(group, H100, opts(PHANTORA_NCCL_VERSION="2.21.5"))
+    got = decompose(group, H100, opts(PHANTORA_NCCL_VERSION="2.21.5")).choice
+    assert got is not None and "plans" not in got
     dag = decompose(group, H100, opts(PHANTORA_NCCL_VERSION="2.22.3"))
     assert dag.choice is not None and dag.choice["plans"] == 2
 

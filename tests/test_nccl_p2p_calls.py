@@ -12,7 +12,6 @@ import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl import choose, runs_as_one
-from phantora.errors import InputError
 from phantora.netsim.flow import FlowSimulator
 from tests.test_nccl_multinode import hosts
 from tests.test_nccl_symmetric import H100, RANKS, KiB, MiB, opts
@@ -87,12 +86,14 @@ def test_outside_nccls_model_the_calls_run_one_after_another():
     assert not runs_as_one(coll, H100, AlgoOptions(algorithm="pairwise"))
 
 
-def test_too_many_calls_in_one_group_are_refused_in_one_line_before_2_22():
-    """2.19 - 2.21's p2p plan budget is not restated: past 1024 calls refused (from 2.22: test_nccl_p2p_plans.py)."""
-    with pytest.raises(InputError, match="not modelled"):
-        decompose(
-            Collective("all_to_all", RANKS, KiB, "fp32", group_calls=1025), H100, opts(PHANTORA_NCCL_VERSION="2.21.5")
-        )
+def test_more_than_1024_calls_in_one_group_run_as_one_launch_before_2_22():
+    """2.19 - 2.21 hold a group in one plan while half the work FIFO holds its works (fifo_budget.py): 1025
+    all-to-alls of 1 KiB on 8 H100s, 8 works a call, one launch: LL's 6.6 us once and a 0.6 us step a call."""
+    got = decompose(
+        Collective("all_to_all", RANKS, KiB, "fp32", group_calls=1025), H100, opts(PHANTORA_NCCL_VERSION="2.21.5")
+    ).choice
+    assert got is not None and "plans" not in got
+    assert got["model_lat_us"] == pytest.approx(6.6 + 1025 * 0.6)
 
 
 def _table(argv: list[str], out) -> list[dict]:

@@ -24,6 +24,9 @@ from phantora.topology.model import Topology
 
 NVLS_ALGORITHMS = ("nvls", "nvls_tree")  # NCCL's NVLS scheduling kind: dealt apart, from channel 0
 DEALT_ALGORITHMS = ("ring", "tree", "chain", "nvls", "nvls_tree")  # legacy kernels whose tasks the plan deals
+# a group of one kind is cut into plans on these: PAT's tasks are scheduled as the ring's and tree's (collBins'
+# first kind, enqueue.cc v2.23.4-1 .. v2.30.7-1), their channels not restated to its decomposition
+CUT_ALGORITHMS = (*DEALT_ALGORITHMS, "pat")
 
 Piece = tuple[Collective, AlgoOptions]  # one aggregate's calls in one plan, on the aggregate's resolved options
 
@@ -68,13 +71,7 @@ def group_plans(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[lis
     resolved: list[AlgoOptions] = []
     for members in aggs:
         o, choice = resolve(piece(members, sizes if len(aggs) > 1 else ()), topo, opts)
-        if choice is not None and o.algorithm == "pat" and m > coll_group.MAX_CALLS:
-            raise InputError(
-                f"{m} {coll.kind} calls in one NCCL group on PAT: more than {coll_group.MAX_CALLS} are not "
-                "modelled (its plans are cut only for the ring, tree and NVLS algorithms)",
-                field="-m" if coll.group_calls > 1 else "group_sizes",
-            )
-        if choice is None or o.algorithm not in DEALT_ALGORITHMS:
+        if choice is None or o.algorithm not in (DEALT_ALGORITHMS if mixed else CUT_ALGORITHMS):
             if mixed:
                 raise OnePlanNotModelledError(
                     f"a group of collectives of several kinds, reductions or roots whose {calls[members[0]][0]} "
@@ -111,7 +108,7 @@ def group_plans(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[lis
             mine = [(t, lo, parts) for t, lo, parts in plan if owner[t][0] == a and roots[owner[t][1]] == root]
             part = piece([owner[t][1] for t, _, _ in mine], plan_sizes if len(plan_sizes) > 1 else ())
             o = resolved[a]
-            if dealt and o.algorithm not in NVLS_ALGORITHMS:
+            if dealt and o.algorithm in DEALT_ALGORITHMS and o.algorithm not in NVLS_ALGORITHMS:
                 per = coll_group.channel_bytes([(lo, parts) for _, lo, parts in mine])
                 first = next((c for c, b in enumerate(per) if b > 0), 0)
                 part = dataclasses.replace(

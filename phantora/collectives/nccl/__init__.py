@@ -15,7 +15,7 @@ from typing import Any
 from phantora.collectives.flow_tags import record_kind
 from phantora.collectives.launch_group import LaunchGroup, shared
 from phantora.collectives.layout import host_blocks, ring_order
-from phantora.collectives.nccl import coll_group, p2p_plans, pci_paths
+from phantora.collectives.nccl import coll_group, fifo_budget, p2p_plans, pci_paths
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.ce_coll import ce_choice
 from phantora.collectives.nccl.channels import comm_channels, nvls_heads, ring_graph
@@ -157,12 +157,23 @@ def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSetting
 
 def _p2p_plans(coll: Collective, on: Platform, st: NcclSettings, got: Choice) -> list[int]:
     """The calls each plan of `coll`'s group of `group_calls` equal p2p calls holds (NCCL 2.22+'s plan budget,
-    p2p_plans.py) on communicator `on`; [] for one call or before 2.22 (one launch)."""
-    if coll.group_calls < 2 or st.nccl_version < p2p_plans.PLANS_FROM or on.nranks < 2:
+    p2p_plans.py; 2.19 - 2.21's work FIFO, fifo_budget.py) on communicator `on`; [] for one call or one plan."""
+    if coll.group_calls < 2 or on.nranks < 2:
         return []
     per_peer = coll.nbytes if coll.kind == "send_recv" else coll.nbytes // on.nranks
     layout = transfer_layout(on, st, per_peer > 0)
     nodes = tuple(i // max(1, on.ppn) for i in range(on.nranks))
+    if st.nccl_version < p2p_plans.PLANS_FROM:
+        cut = fifo_budget.nccl_tests_p2p_plans(
+            coll.kind,
+            nodes,
+            coll.group_calls,
+            max(1, got.channels),
+            layout.channels(per_peer),
+            layout.total,
+            layout.most,
+        )
+        return cut if len(cut) > 1 else []
     return p2p_plans.calls_per_plan(
         coll.kind,
         nodes,
@@ -184,16 +195,22 @@ def call_sizes(coll: Collective) -> tuple[int, ...]:
 
 def _group_pipe_ops(coll: Collective, sizes: tuple[int, ...], p: Platform, st: NcclSettings) -> int:
     """numPipeOps of the calls of `sizes` bytes, one aggregate of a group of only them, or of the group of
-    `coll.plan_sizes` where NCCL keeps its aggregates apart (coll_group.py); before 2.22 a group of more than
-    `coll_group.MAX_CALLS` calls is refused (from 2.22 `group_plans` cuts it into NCCL's plans)."""
+    `coll.plan_sizes` where NCCL keeps its aggregates apart (coll_group.py). Before 2.22 the group is one launch
+    while it fits NCCL's work FIFO budget (fifo_budget.py; from 2.22 `group_plans` cuts it into NCCL's plans)."""
     group = coll.plan_sizes or sizes
-    if len(group) > coll_group.MAX_CALLS and st.nccl_version < coll_group.SORTED_FROM:
-        raise InputError(
-            f"{len(group)} collectives in one NCCL group: more than {coll_group.MAX_CALLS} are not modelled before "
-            "NCCL 2.22 (from 2.22 its plans are)",
-            field="-m" if coll.group_calls > 1 else "group_sizes",
-        )
     channels = comm_channels(p, ring_graph(p), st)
+    if st.nccl_version < coll_group.SORTED_FROM:
+        # the calls of `sizes` are one kernel; where the plan holds other aggregates, none of theirs is counted as
+        # fusing with another (each element a work: the most works the group can take)
+        kernels = [0] * len(group) if not coll.plan_sizes else list(range(len(group)))
+        cut = fifo_budget.coll_group_plans(st.nccl_version, group, kernels, p.nranks, channels)
+        if len(cut) > 1:
+            raise InputError(
+                f"{len(group)} collectives in one NCCL group: NCCL {st.nccl_version[0]}.{st.nccl_version[1]} cuts "
+                f"them into {len(cut)} plans past its work FIFO budget ({fifo_budget.BUDGET} works a plan, "
+                f"{cut[0]} calls in the first); several plans are not modelled before 2.22",
+                field="-m" if coll.group_calls > 1 else "group_sizes",
+            )
     return coll_group.pipe_ops(st.nccl_version, sizes, len(group), p.nranks, channels, sum(group))
 
 

@@ -27,7 +27,8 @@ NCCL_MAX_DEV_WORK_BATCH_COLLS = 1024 / sizeof(ncclDevWorkColl) from 2.22 (16 for
 
 From 2.22 a group may take several plans, launched one after another (`plans`): each plan guesses it holds the tasks
 whose batches, at 4 works each, fit the kernel's 4 KiB arguments (1017 tasks), then ends before a task that could
-take its batches past 254. 2.19 - 2.21 are modelled as one launch up to MAX_CALLS calls.
+take its batches past 254. 2.19 - 2.21 run a group as one launch while it fits half the work FIFO
+(fifo_budget.py: always up to 1024 calls).
 """
 
 from __future__ import annotations
@@ -49,9 +50,6 @@ SORTED_FROM = (2, 22)  # v2.22.3-1: ncclPrepareTasks sorts, bins and aggregates 
 PIPE_ONE_FROM = (2, 20)  # v2.20.3-1: an aggregate is rated with numPipeOps 1
 AGG_CHANNEL_SIZE = 2 << 20  # NCCL_AGG_CHANNEL_SIZE, v2.19
 MIN_CHANNEL_SIZE = 8 * 64  # NCCL_MIN_CHANNEL_SIZE: NCCL_LL_THREAD_THRESHOLD x 64, v2.19
-# the calls of one group modelled before 2.22 (one launch; 2.19 - 2.21 reach their plan budget past them). From 2.22
-# the group is cut into plans as NCCL cuts it (`plans`), one launch each, one after another.
-MAX_CALLS = 1024
 ARGS_BYTES = 4 << 10  # ncclMaxKernelArgsSize, v2.22.3-1 .. v2.30.7-1 (NCCL_WORK_ARGS_BYTES only lowers it)
 ARGS_HEADER = 32  # sizeof(ncclDevKernelArgs): the work batches follow it in the kernel's arguments
 BATCH_BYTES = 16  # sizeof(ncclDevWorkBatch)
@@ -126,12 +124,18 @@ def pipe_ops(
         return div_up(max(1, ntasks), max(1, channels))
     if len(sizes) < 2 or version >= PIPE_ONE_FROM:
         return 1
-    per = AGG_CHANNEL_SIZE * min(16, nranks)
-    total = sum(sizes) if group_bytes is None else group_bytes  # v2.19: tasks->collBytesTotal, the group's
-    while total < per * channels and per > MIN_CHANNEL_SIZE:
-        per //= 2
+    per = agg_channel_size(nranks, channels, sum(sizes) if group_bytes is None else group_bytes)
     asked = sum(max(1, min(div_up(s, per), channels)) for s in sizes[1:])  # the head's own are not counted
     return div_up(asked, max(1, min(channels, asked)))
+
+
+def agg_channel_size(nranks: int, channels: int, total: int) -> int:
+    """v2.19's bytes a channel of an aggregate's call: NCCL_AGG_CHANNEL_SIZE x min(16, nranks), halved while the
+    group's `total` bytes (tasks->collBytesTotal) would not fill the `channels`, down to NCCL_MIN_CHANNEL_SIZE."""
+    per = AGG_CHANNEL_SIZE * min(16, nranks)
+    while total < per * channels and per > MIN_CHANNEL_SIZE:
+        per //= 2
+    return per
 
 
 def lat_count(version: tuple[int, int], algorithm: str, pipe: int) -> int:
