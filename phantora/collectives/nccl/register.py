@@ -40,15 +40,18 @@ LSA_MULTIMEM_MIN_RANKS_FROM = (2, 29, 7)  # multicast kernels need more than 2 G
 CTA_POLICY_FROM = (2, 27, 0)
 SYM_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 GROUP_FROM = (2, 28, 0)  # symmetric_sched.cc: a group's calls of one (op, reduction, type) as one kernel
-GROUP_MAX_WORKS = 48  # 2.29+: works (64 B each) that surely fit the 4 KiB of kernel arguments (cut not restated)
 ARGS_BYTES = 4 << 10  # ncclMaxKernelArgsSize, 2.28.x
 RANGES_BYTES = 64 * 4  # MAXCHANNELS x sizeof(ncclSymkChannelWorkRange), 16-aligned
 WORK_BYTES = 64  # sizeof(ncclSymkDevWork)
 # sizeof(ncclSymkDevWorkArgs), 16-aligned: its ncclSymkDevComm (ncclDevComm and an ncclLLA2AHandle) and an int. 2.28.3:
 # a devComm of 88 B (6 ints, 2 pointers, an inlined 32 B window, a multimem pointer, a barrier handle of 8 B) + 8
 # + 4 -> 112; 2.28.7 - 2.28.9 add the window's GIN offset and 4 GIN windows (72 B), a GIN barrier handle and the GIN
-# context fields (devComm 200 B) -> 224 (comm__types.h, core__types.h, sym_kernels.h at each tag).
-SYMK_ARGS_BYTES = {(2, 28, 3): 112, (2, 28, 7): 224}
+# context fields (devComm 200 B) -> 224 (comm__types.h, core__types.h, sym_kernels.h at each tag). 2.29.2 - 2.29.3
+# keep 224; 2.29.7 adds the GIN outbox, rail inbox and sync handles to ncclSymkDevComm and a second int -> 288;
+# 2.30.3 - 2.30.7 a resource handle and a byte count for the GIN reduce-scatter -> 304. Each size (and 64 B a work,
+# 4 B a channel's range, MAXCHANNELS 64, ncclMaxKernelArgsSize 4 KiB) as sizeof prints it for a program built on the
+# tag's own src/include (nvcc, x86-64, NCCL_GIN_GDAKI_ENABLE 0: that switch adds no field), 2026-12-03.
+SYMK_ARGS_BYTES = {(2, 28, 3): 112, (2, 28, 7): 224, (2, 29, 7): 288, (2, 30, 3): 304}
 
 
 def release_of(st: NcclSettings) -> tuple[int, int, int]:
@@ -74,12 +77,12 @@ def nvlink_domain(p: Platform) -> bool:
 
 def kernel_works(rel: tuple[int, int, int]) -> int | None:
     """The calls one symmetric kernel of a group takes in NCCL `rel` (symmetric_sched.cc `ncclMakeSymmetricTaskList`,
-    v2.28.3-1 .. v2.28.9-1: a kernel ends with the call after which one more work would overflow the kernel's
-    arguments, `calcArgsSize(MAXCHANNELS, nWorks + 1) > workArgsBytes`): 58 in 2.28.3, 56 in 2.28.7 - 2.28.9. None
-    where not restated (2.29+, whose scheduler and structures changed again)."""
-    if not GROUP_FROM <= rel < (2, 29, 0):
+    v2.28.3-1 .. v2.30.7-1: a kernel ends with the call after which one more work would overflow the kernel's
+    arguments, `calcArgsSize(MAXCHANNELS, nWorks + 1) > workArgsBytes`): 58 in 2.28.3, 56 in 2.28.7 - 2.29.3, 55
+    from 2.29.7. None before 2.28 (no symmetric group)."""
+    if rel < GROUP_FROM:
         return None
-    args = SYMK_ARGS_BYTES[(2, 28, 7) if rel >= (2, 28, 7) else (2, 28, 3)]
+    args = SYMK_ARGS_BYTES[max(k for k in SYMK_ARGS_BYTES if k <= rel)]
     return (ARGS_BYTES - args - RANGES_BYTES) // WORK_BYTES
 
 
@@ -131,12 +134,6 @@ def sym_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None
     if alone and per_kernel is not None and works > per_kernel:  # NCCL's first kernel (collectives/sym_plans.py)
         first = kernel_calls(sizes, per_kernel)[0]
         return sym_choice(dataclasses.replace(coll, nbytes=sum(first), group_sizes=first, group_calls=1), p, st)
-    if alone and per_kernel is None and works > GROUP_MAX_WORKS:
-        raise InputError(
-            f"a group of {works} symmetric calls: NCCL {rel[0]}.{rel[1]} cuts it into kernels where its works "
-            f"overflow the 4 KiB kernel arguments, which is not restated past 2.28; at most {GROUP_MAX_WORKS}",
-            field=field,
-        )
     if got is None:
         if alone and works > 1 and rel < (2, 29, 0):  # symmetric alone (ncclSymkAvailable), no kernel in a group
             raise InputError(
