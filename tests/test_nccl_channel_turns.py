@@ -95,3 +95,28 @@ def test_aggregates_on_channels_of_their_own_keep_one_latency():
     end, _ = _end_ns(_group((s, s)))
     expected = max(_lat_ns(a), _lat_ns(b)) + _bw_ns(a, s) + _bw_ns(b, s)
     assert end == pytest.approx(expected, abs=PROPAGATION_NS)
+
+
+def test_two_aggregates_of_one_kernel_on_a_shared_channel_run_in_turn():
+    """64 KiB + 1 MiB fp32 all-reduces under 2.27: 16 x the traffic apart, so two aggregates (a run stops under 4 x its
+    first), each Ring LL: one kernel. The plan deals them one after another, the 1 MiB one starting on the 64 KiB
+    one's last channel, and a CTA runs a batch's works one after another (device/common.h `RunWorkBatch::run`), so
+    the group takes the first's latency, the second's less the 6.6 us launch, and both bandwidth times (before: one
+    latency, 28.83 us in all)."""
+    small, big = 64 * KiB, MiB
+    a, b = _alone(small, "fp32"), _alone(big, "fp32")
+    assert (a["algorithm"], a["protocol"], b["algorithm"], b["protocol"]) == ("Ring", "LL", "Ring", "LL")
+    end, got = _end_ns(Collective("all_reduce", RANKS, small + big, "fp32", group_sizes=(small, big)))
+    assert len(got["aggregates"]) == 2
+    expected = _lat_ns(a) + (_lat_ns(b) - 1000.0 * RING_LL_BASE_US) + _bw_ns(a, small) + _bw_ns(b, big)
+    assert end == pytest.approx(expected, abs=PROPAGATION_NS)
+
+
+@pytest.mark.ns3
+def test_two_aggregates_of_one_kernel_run_in_turn_through_ns3_too():
+    """The same group through ns-3 ends within 1 % of the flow network at the packets' goodput."""
+    from tests.engine_pair import flow_and_ns3_end_ns
+
+    coll = Collective("all_reduce", RANKS, 64 * KiB + MiB, "fp32", group_sizes=(64 * KiB, MiB))
+    ends = flow_and_ns3_end_ns(H100, decompose(coll, H100, opts(**V227)).flows)
+    assert ends["ns3"] == pytest.approx(ends["flow"], rel=0.01)

@@ -71,10 +71,10 @@ def test_a_plan_cut_inside_the_second_aggregate_keeps_both_aggregates_choices():
     )
     cut = group_plans(group, H100, opts(**RING_LL))
     assert cut is not None
-    got = [[(p.dtype, len(p.group_sizes) or 1) for p, _ in plan] for plan in cut]
+    got = [[(p.dtype, len(p.group_sizes) or 1) for p, _, _ in plan] for plan in cut]
     assert got == [[("fp32", 1000), ("bf16", 17)], [("bf16", 983)]]
     assert cut[0][1][0].dealt_from == cut[0][0][0].dealt_from + len(cut[0][0][0].dealt_parts) - 1
-    assert all(o.protocol == "LL" and o.algorithm == "ring" for plan in cut for _, o in plan)
+    assert all(o.protocol == "LL" and o.algorithm == "ring" for plan in cut for _, o, _ in plan)
 
 
 def test_a_pat_group_is_cut_into_plans_as_the_ring_is():

@@ -40,7 +40,7 @@ def test_an_all_reduce_and_a_broadcast_are_dealt_as_one_plan():
     dealt from channel 0."""
     cut = group_plans(_mixed(), H100, opts(**V227))
     assert cut is not None and len(cut) == 1
-    (ar, ar_o), (bc, bc_o) = cut[0]
+    (ar, ar_o, _), (bc, bc_o, _) = cut[0]
     assert (ar.kind, bc.kind, bc.root) == ("all_reduce", "broadcast", 0)
     assert (ar_o.protocol, bc_o.protocol) == ("LL", "LL")
     assert (ar.dealt_from, ar.dealt_parts) == (0, (64 * KiB,) * 16)
@@ -79,7 +79,7 @@ def test_broadcasts_of_two_roots_are_one_aggregate_rated_on_their_total():
     group = Collective("broadcast", RANKS, 4 * half, "fp32", root=0, group_sizes=(half,) * 4, group_roots=(0, 1, 0, 1))
     cut = group_plans(group, H100, o)
     assert cut is not None and len(cut) == 1
-    assert sorted((p.root, p.group_sizes, po.protocol) for p, po in cut[0]) == [
+    assert sorted((p.root, p.group_sizes, po.protocol) for p, po, _ in cut[0]) == [
         (0, (half,) * 2, "Simple"),
         (1, (half,) * 2, "Simple"),
     ]
@@ -96,7 +96,7 @@ def test_broadcasts_of_two_roots_are_one_aggregate_rated_on_their_total():
 def test_before_2_22_the_plans_pieces_are_dealt_alone():
     """2.21 deals no plan (each task strides its own channels): the pieces run with one launch, undealt."""
     cut = group_plans(_mixed(), H100, opts(PHANTORA_NCCL_VERSION="2.21.5"))
-    assert cut is not None and len(cut) == 1 and all(not p.dealt_parts for p, _ in cut[0])
+    assert cut is not None and len(cut) == 1 and all(not p.dealt_parts for p, _, _ in cut[0])
     assert decompose(_mixed(), H100, opts(PHANTORA_NCCL_VERSION="2.21.5")).choice["group_calls"] == 2
 
 

@@ -5,8 +5,11 @@ A plan's kernel runs one CTA a channel, and a CTA runs its channel's work batche
 aggregates onto one channel (the one between them, or all of them for an NVLS aggregate dealt from channel 0 after
 the others), the later one's work there starts once the earlier one's has ended. Its kernel is launched already, so
 it pays its own latency less the launch's base latency (`BASE_LAT`), as a pair's next p2p operation does
-(`nccl/in_turn.py`). Calls of one aggregate are rated together by NCCL's tuner (numPipeOps counts their works a
-channel) and are not chained here.
+(`nccl/in_turn.py`). Works of one kernel are no exception: a CTA runs the works of a batch one after another, each
+its whole algorithm (device/common.h `RunWorkBatch::run`, `for (w = 0; w < nWorks; w++) RunWorkColl().run(...)`,
+v2.22.3-1 .. v2.30.7-1), so two aggregates of one kernel sharing a channel are chained as well. Calls of one
+aggregate (a plan's pieces of it, of several roots, too) are rated together by NCCL's tuner (numPipeOps counts
+their works a channel) and are not chained here.
 
 Each aggregate's flows stay capped to spread its bytes over the group's summed bandwidth time (decompose's
 `_aggregates_dag`); its first flows wait the extra delay `turn_delays` gives it, so a chain of aggregates sharing
@@ -61,22 +64,14 @@ def first_delay_ns(dag: FlowDag) -> int:
     return max((f.delay_ns for f in dag.flows if not f.deps), default=0)
 
 
-def _owner(part: Collective, choice: dict[str, object] | None) -> tuple[object, ...]:
-    """A key equal for works of one kernel: (function, reduction, type, algorithm, protocol). A plan's pieces of one
-    aggregate (its calls of several roots) share it and are not chained: NCCL's tuner counts their works a channel
-    (numPipeOps). Two aggregates of one kernel share it too (not chained: a non-ring kernel's works of one batch
-    share one latency in NCCL's count; a ring's would each pay theirs, not restated)."""
-    got = choice or {}
-    return (part.kind, part.redop, part.dtype, got.get("algorithm"), got.get("protocol"))
-
-
-def turn_delays(aggregates: Sequence[tuple[Collective, FlowDag]]) -> list[int]:
+def turn_delays(aggregates: Sequence[tuple[Collective, FlowDag]], ids: Sequence[int] | None = None) -> list[int]:
     """The extra delay (ns) of each aggregate's first flows (`aggregates`: each one's collective and DAG, decomposed
-    alone). In plan order (those not NVLS, then NVLS: collBins' order), an aggregate that shares a channel with an
-    earlier one of another kernel starts its latency, less its base, where the latest of those ends its own (its
+    alone; `ids`: each one's aggregate where several are pieces of one, default each its own). In plan order (those
+    not NVLS, then NVLS: collBins' order), an aggregate that shares a channel with an earlier one (of any kernel,
+    not a piece of its own aggregate) starts its latency, less its base, where the latest of those ends its own (its
     extra delay plus its latency); 0 for the others and where a plan's deal is not known."""
     spans = [channels_of(part, dag.choice) for part, dag in aggregates]
-    owners = [_owner(part, dag.choice) for part, dag in aggregates]
+    owners = list(ids) if ids is not None else list(range(len(aggregates)))
     delays = [first_delay_ns(dag) for _, dag in aggregates]
     nvls = [_algorithm(dag.choice or {}) in NVLS_ALGORITHMS for _, dag in aggregates]
     order = sorted(range(len(aggregates)), key=lambda k: nvls[k])

@@ -201,9 +201,11 @@ def _plans_dag(
         if len(pieces) == 1:
             dag = decompose(pieces[0][0], topo, pieces[0][1], next_id, sub, sent)
         else:
-            parts = [p for p, _ in pieces]
+            parts = [p for p, _, _ in pieces]
             dealt = [(p.dealt_from, p.dealt_parts) for p in parts]
-            dag = _aggregates_dag(parts, topo, pieces[0][1], next_id, sub, sent, [o for _, o in pieces], dealt)
+            each = [o for _, o, _ in pieces]
+            ids = [a for _, _, a in pieces]
+            dag = _aggregates_dag(parts, topo, pieces[0][1], next_id, sub, sent, each, dealt, ids)
         dags.append(dag)
         next_id = dag.next_id
     calls = len(coll.group_sizes) or coll.group_calls
@@ -240,6 +242,7 @@ def _aggregates_dag(
     sent: MessageCounters | None,
     part_opts: list[AlgoOptions] | None = None,
     dealt_already: list[tuple[int, tuple[int, ...]]] | None = None,
+    agg_ids: list[int] | None = None,
 ) -> FlowDag:
     """One group's aggregates in one launch: each decomposed with its own choice, all started together. NCCL deals
     their traffic over the plan's channels, so the group's bandwidth time is the sum of theirs (bytes / algbw each):
@@ -252,7 +255,8 @@ def _aggregates_dag(
     `part_opts`: each part's own options (a plan's pieces, on their aggregates' choices; default `opts` for all);
     `dealt_already`: each part's (first channel, parts) as its plan dealt them (default: `plan_parts`).
     Aggregates that share a channel run their works there in turn (`channel_turns`): a later one's first flows wait
-    for the earlier one's latency, then its own less the launch's base."""
+    for the earlier one's latency, then its own less the launch's base; `agg_ids`: each part's aggregate (a plan's
+    pieces of one aggregate are not chained; default: each part its own)."""
     each = part_opts or [opts] * len(parts)
     dealt = dealt_already or plan_parts(
         parts, [resolve(part, topo, o)[0] for part, o in zip(parts, each, strict=True)], topo
@@ -268,7 +272,7 @@ def _aggregates_dag(
         dag = decompose(part, topo, o, next_id, f"{tag}/agg{i}" if tag else f"agg{i}", sent)
         dags.append(dag)
         next_id = dag.next_id
-    extra = turn_delays([(part, dag) for part, dag in zip(parts, dags, strict=True)])
+    extra = turn_delays([(part, dag) for part, dag in zip(parts, dags, strict=True)], agg_ids)
     times = [_bandwidth_ns(part, dag) for part, dag in zip(parts, dags, strict=True)]
     total = sum(times)
     flows: list[Flow] = []

@@ -28,7 +28,9 @@ DEALT_ALGORITHMS = ("ring", "tree", "chain", "nvls", "nvls_tree")  # legacy kern
 # first kind, enqueue.cc v2.23.4-1 .. v2.30.7-1), their channels not restated to its decomposition
 CUT_ALGORITHMS = (*DEALT_ALGORITHMS, "pat")
 
-Piece = tuple[Collective, AlgoOptions]  # one aggregate's calls in one plan, on the aggregate's resolved options
+# one aggregate's calls of one root in one plan, on the aggregate's resolved options, and the aggregate's index (a
+# plan's pieces of one aggregate are rated together by NCCL's tuner: channel_turns.py does not chain them)
+Piece = tuple[Collective, AlgoOptions, int]
 
 
 class OnePlanNotModelledError(InputError):
@@ -115,7 +117,7 @@ def group_plans(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[lis
                     part, dealt_parts=tuple(b for b in per[first:] if b > 0) or (0,), dealt_from=first
                 )
             fixed = dataclasses.replace(opts, algorithm=o.algorithm, protocol=o.protocol, channels=o.channels)
-            pieces.append((part, fixed))
+            pieces.append((part, fixed, a))
         out.append(pieces)
     return out
 
