@@ -436,6 +436,17 @@ class RankClient:
         ready, zero_copy = bool(got.get("ready", False)), bool(got.get("zero_copy", False))
         return (None if ns is None else int(ns)), steps, bool(got.get("one_op", False)), ready, zero_copy
 
+    def group_plans(
+        self, *, comm: Sequence[int], ops: Sequence[Sequence[Any]], algo: dict[str, Any] | None = None
+    ) -> int:
+        """The kernels this rank's NCCL group of p2p `ops` ([peer, bytes, send] each, in issue order) on communicator
+        `comm` (global ranks) launches at its ncclGroupEnd (collectives/nccl/live_launches.py). Takes no time."""
+        self._check(self._clock, "plans")
+        more: dict[str, Any] = {"algo": dict(algo)} if algo else {}
+        wire = [[int(op[0]), int(op[1]), bool(op[2])] for op in ops]
+        self._sock.send(encode("plans", self._clock, comm=[int(r) for r in comm], ops=wire, **more))
+        return int(self._await("planned")["plans"])
+
     def lost(self, handle: int) -> list[tuple[int, int]]:
         """DLCP: the (offset, bytes) ranges of a done loss-tolerant collective's result that the network dropped
         (to be zeroed); [] for any other. Asked once, after `wait`."""

@@ -60,6 +60,7 @@ from bridge.values import ValueBoard
 from phantora.collectives.handoff import handoff_ns, send_slots
 from phantora.collectives.job_traffic import JobTraffic
 from phantora.collectives.mirrors import Mirrors
+from phantora.collectives.nccl.live_launches import rank_launches
 from phantora.collectives.plan import CallSpec, CollectivePlanner
 from phantora.collectives.spec import REDOPS, REDUCING, AlgoOptions
 from phantora.errors import PhantoraError
@@ -279,6 +280,7 @@ class CoordinatorCore:
             "value": self._on_value,
             "values": self._on_values,
             "handoff": self._on_handoff,
+            "plans": self._on_plans,
             "clock": self._on_clock,
             "wait": self._on_wait,
             "test": self._on_test,
@@ -654,6 +656,31 @@ class CoordinatorCore:
                 raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: a handoff's tag and seq must be integers")
             more["ready"] = self.matcher.recv_issued(rs.rank, msg["peer"], tag, seq, self._pg(rs, msg, "a handoff"))
         self.send(rs.rank, encode("handed", self.engine.now(), ns=ns, **more))
+
+    def _on_plans(self, rs: RankState, msg: Message) -> None:
+        """How many kernels a rank's NCCL group of p2p ops launches (collectives/nccl/live_launches.py), answered at
+        once: it needs nothing of the peers. `ops`: [peer, bytes, send] each, in issue order, on `comm`."""
+        comm, ops = msg["comm"], msg["ops"]
+        ok = all(
+            isinstance(op, list)
+            and len(op) == 3
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in op[:2])
+            and isinstance(op[2], bool)
+            and 0 <= op[0] < self.matcher.world
+            and op[1] >= 0
+            for op in ops
+        )
+        if not ok or len(set(comm)) != len(comm) or not all(0 <= r < self.matcher.world for r in comm):
+            raise RunFailed(
+                E_PROTOCOL,
+                f"rank {rs.rank}: a group's plans need distinct ranks of the run as comm and [peer, bytes, send] "
+                f"ops, got comm {comm!r}, ops {ops[:4]!r}",
+            )
+        over = dict(self._algo(rs, msg.get("algo")))
+        got = rank_launches(
+            self.planner.topology, self.planner.algo, over, rs.rank, tuple(comm), [(o[0], o[1], o[2]) for o in ops]
+        )
+        self.send(rs.rank, encode("planned", self.engine.now(), plans=got))
 
     def _missing(self, rank: int, rv: Rendezvous) -> None:
         first = next(iter(rv.calls.values()))

@@ -98,6 +98,9 @@ class JobTable:
             comm = f.get("comm")  # a grouped transfer's (or an eager-init lone send's) communicator
             if isinstance(comm, list) and all(isinstance(r, int) and not isinstance(r, bool) for r in comm):
                 f["comm"] = [glob(r, "a communicator member") for r in comm]
+        elif msg.type == "plans":  # a group end: its communicator and its p2p ops' peers
+            f["comm"] = [glob(r, "a communicator member") for r in f["comm"]]
+            f["ops"] = [[glob(op[0], "a peer"), *op[1:]] if isinstance(op, list) and op else op for op in f["ops"]]
         elif msg.type in ("value", "values"):
             f["group"] = [glob(r, "a group member") for r in f["group"]]
 

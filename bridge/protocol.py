@@ -177,6 +177,8 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "valued": {"data": _list},
     "handoff": {"peer": _int, "nbytes": _int},
     "handed": {"ns": _opt_int},
+    "plans": {"comm": _ints, "ops": _list},  # a rank's group end: its p2p ops [peer, bytes, send] on comm
+    "planned": {"plans": _int},
     "clock": {"block": _bool},
     "wait": {"handles": _ints, "until": _int},
     "test": {"h": _int},

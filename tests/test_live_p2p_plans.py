@@ -126,12 +126,30 @@ dist.destroy_process_group()
 """
 
 
+def test_a_rank_launches_a_kernel_for_each_plan_of_its_own_operations() -> None:
+    """Rank 0 of the 8-H100 ring (2.27) sending n x 8 B to rank 1 and receiving n from rank 7: one operation a pass,
+    223 a plan, so ceil(n / 223) kernels its host launches at ncclGroupEnd (nccl/live_launches.py); one plan before
+    2.22, under the ideal model, and for one operation a peer (as the coordinator cuts)."""
+    from phantora.collectives.nccl.live_launches import rank_launches
+
+    def launches(n: int, version: str = "2.27.3", **kw: str) -> int:
+        ops = [(1, 8, True)] * n + [(7, 8, False)] * n
+        return rank_launches(TOPO, _opts(version), kw, 0, COMM, ops)
+
+    assert [launches(n) for n in (1, PER_PLAN, PER_PLAN + 1, 1000)] == [1, 1, 2, -(-1000 // PER_PLAN)]
+    assert launches(1000, "2.21.5") == 1
+    assert launches(1000, model="ideal") == 1
+    assert rank_launches(TOPO, _opts("2.27.3"), {}, 0, COMM, [(p, 8, True) for p in range(1, 8)]) == 1
+
+
 @pytest.mark.slow
 def test_a_live_batch_past_the_budget_and_its_replay_pay_a_launch_a_plan(tmp_path) -> None:
     """A live batch_isend_irecv of 300 x 8 B to the next rank on 4 H100s (the default NCCL, 2.30; a peer's most
     channels 32 there too): operations 0 - 222 in the first plan, 223 - 299 in the second, so operation k ends
     (k // 223 + 1) launches, k + 1 steps and k + 1 operations' bytes after the batch's start, live and in the
-    recording's flow replay. Slow: a live 4-rank run."""
+    recording's flow replay. Each rank's host launches both plans' kernels at the batch's ncclGroupEnd: its
+    launches are the two barriers' and the batch's (h each, host_launch.py's fallback batches) and 4.26 us for the
+    second plan (one launch a group before). Slow: a live 4-rank run."""
     from phantora.collectives.nccl.p2p import transfer_layout
     from phantora.collectives.nccl.platform import platform_of
 
@@ -167,3 +185,9 @@ def test_a_live_batch_past_the_budget_and_its_replay_pay_a_launch_a_plan(tmp_pat
             src, dst = (int(x) for x in pair.split(">"))
             ends[(name, src, dst)] = max(ends.get((name, src, dst), 0), done.end_ns)
     assert sorted((*k, e) for k, e in ends.items()) == live
+    from phantora.collectives.nccl.host_launch import DEFAULT_BATCHES, HOST_LAUNCH_US, host_launch_us
+
+    h = round(host_launch_us(DEFAULT_BATCHES) * 1000)
+    for rank in json.loads((tmp_path / "o" / "results.json").read_text())["ranks"]:
+        got = rank["nccl_host_launch"]
+        assert (got["launches"], got["host_ns"]) == (4, 3 * h + round(HOST_LAUNCH_US * 1000)), rank["rank"]

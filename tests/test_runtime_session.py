@@ -534,3 +534,48 @@ def test_a_wrapper_tensor_has_no_storage_key(rig):
     t0 = s.now()
     s.join_tensors([w])
     assert s.by_storage and s.now() == t0
+
+
+class PlansClient(P2PClient):
+    """The p2p double that answers a group end's plans (bridge `group_plans`) with a fixed count."""
+
+    def __init__(self, plans: int) -> None:
+        super().__init__()
+        self.plans = plans
+        self.asked: list[tuple[list[int], list[list[Any]]]] = []
+
+    def group_plans(self, *, comm: Sequence[int], ops: Sequence[Sequence[Any]], algo: Any = None) -> int:
+        self.asked.append((list(comm), [list(op) for op in ops]))
+        return self.plans
+
+
+def test_a_groups_host_pays_a_launch_for_each_further_plan(request, h_ns):
+    """A coalescing block of two sends to rank 1 and a receive from it (NCCL 2.22+ plans them at ncclGroupEnd;
+    the client says 3 plans here): the host pays the group's launch h at its first call and 4.26 us, host_launch.py's
+    per-call part, for each further plan's kernel; opted out, nothing and no question. A block of one operation a
+    peer and side (one plan, as the coordinator cuts) asks nothing."""
+    from phantora.collectives.nccl.host_launch import HOST_LAUNCH_US
+
+    client = PlansClient(3)
+    s = RankSession(0, 2, client, Roofline(get_gpu("h100"), LAUNCH_NS), trace_level="none", phantom=True)
+    pg = PhantoraProcessGroup(dist.HashStore(), 0, 2, datetime.timedelta(seconds=30), [0, 1], s)
+    session_module.install(s)
+    request.addfinalizer(lambda: session_module.install(None))
+    with ChargeMode(s):
+        host0 = s.host_ns
+        pg._start_coalescing()
+        pg.send([torch.ones(N)], 1)
+        pg.send([torch.ones(N)], 1)
+        pg.recv([torch.ones(N)], 1)
+        pg._end_coalescing()
+        if not h_ns:
+            assert client.asked == [] and s.host_ns == host0 and s.nccl_launches == 0
+            return
+        assert client.asked == [([0, 1], [[1, 4 * N, True], [1, 4 * N, True], [1, 4 * N, False]])]
+        assert s.host_ns - host0 == h_ns + 2 * round(HOST_LAUNCH_US * 1000)
+        assert s.nccl_launches == 3
+        pg._start_coalescing()
+        pg.send([torch.ones(N)], 1)
+        pg.recv([torch.ones(N)], 1)
+        pg._end_coalescing()
+    assert len(client.asked) == 1 and s.nccl_launches == 4

@@ -1011,6 +1011,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def _end_coalescing(self, device: Any = None) -> PhantoraWork:
         self._send_held()
         pending, self._coalescing = self._coalescing or [], None
+        self._s.nccl_group_end(self._launch, self._ranks, self._nccl_env)  # its p2p plans' host launches
         self._launch = None
         self._p2p_group(None)
         return PhantoraWork(self._s, pending, [], host=self.gloo_sync, group=self)
@@ -1329,6 +1330,7 @@ def _grouped_batch(orig: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return orig(p2p_op_list)
         finally:
+            group._s.nccl_group_end(group._launch, group._ranks, group._nccl_env)  # its plans' host launches
             group._launch = launch
             group._p2p_group(None)
 

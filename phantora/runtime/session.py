@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from phantora.collectives.flow_tags import call_name, collective_tag, group_tag
+from phantora.collectives.nccl.host_launch import HOST_LAUNCH_US
 from phantora.collectives.slot_window import Slots, SlotWindow
 from phantora.errors import PhantoraError
 from phantora.procmem import proportional_set_mb
@@ -291,6 +292,7 @@ class RankSession:
         self._launch_ns = int(getattr(model, "launch_ns", 0))
         self._nccl_launch_ns = nccl_launch.launch_ns()  # the host's launch of an NCCL call (0 if opted out)
         self._nccl_charged: int | None = None  # the group launch last charged it (its later calls are not)
+        self._group_ops: dict[int, list[tuple[int, int, bool]]] = {}  # a group launch's p2p (peer, bytes, send)
         self.host_ns = start_ns  # the host's clock as its NCCL launches see it (`_nccl_launch`)
         self.nccl_launches = 0  # the host launches charged so far ...
         self.nccl_launch_total_ns = 0  # ... their host time ...
@@ -630,6 +632,8 @@ class RankSession:
             self.any_recvs.check_named(peer, tag, pg)
         if not host:
             self._nccl_launch(launch)
+            if launch is not None and self._nccl_launch_ns:
+                self._group_ops.setdefault(launch, []).append((peer, nbytes, is_send))
         t = self.clock.issue()
         key = (peer, tag, is_send, pg)
         seq = self._p2p_seq.get(key, 0)
@@ -696,10 +700,32 @@ class RankSession:
             if launch == self._nccl_charged:
                 return
             self._nccl_charged = launch
+        self._host_launches(ns, 1)
+
+    def nccl_group_end(self, launch: int | None, comm: Sequence[int], env: NcclEnv | None = None) -> None:
+        """Group launch `launch` (a batch of sends and receives, a coalescing block) on the communicator of global
+        ranks `comm` reached its ncclGroupEnd: NCCL launches each plan it cut this rank's p2p operations into
+        (collectives/nccl/live_launches.py, asked of the client where a peer has several), so the host pays one more
+        launch (host_launch.py's per-call part) for each plan after the first. Nothing when opted out."""
+        ops = self._group_ops.pop(launch, []) if launch is not None else []
+        ask = getattr(self.client, "group_plans", None)
+        if not ops or ask is None or not self._nccl_launch_ns:
+            return
+        peers = [(peer, is_send) for peer, _, is_send in ops]
+        if len(set(peers)) == len(peers):  # one operation a peer and side: one plan (as the coordinator cuts)
+            return
+        algo = {"nccl_env": [list(kv) for kv in env]} if env is not None else None
+        plans = int(ask(comm=list(comm), ops=[[peer, n, bool(send)] for peer, n, send in ops], algo=algo))
+        if plans > 1:
+            self._host_launches(round(HOST_LAUNCH_US * 1000), plans - 1)
+
+    def _host_launches(self, ns: int, count: int) -> None:
+        """`count` NCCL launches of `ns` each on the host clock; the GPU cannot run later work before them: the
+        compute lane moves up to the host if behind (an idle gap, traced as the host's launch)."""
         clock = self.clock
-        self.host_ns = end = self.host_ns + ns
-        self.nccl_launches += 1
-        self.nccl_launch_total_ns += ns
+        self.host_ns = end = self.host_ns + ns * count
+        self.nccl_launches += count
+        self.nccl_launch_total_ns += ns * count
         start = clock.compute_ns
         if end > start:  # the GPU waits for the host: an idle gap on the compute lane
             clock.compute_ns = end

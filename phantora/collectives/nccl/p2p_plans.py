@@ -226,22 +226,9 @@ def pair_plans(
     planned by `plan_queues`; an operation runs in the later of its sender's plan and its receiver's (each end's
     kernel moves it)."""
     ranks = sorted({r for pair in channels for r in pair})
-    sends = {r: send_rounds(nodes, r) for r in range(len(nodes))}
-    recv_of: dict[int, dict[int, int]] = {r: {} for r in ranks}  # rank -> round -> the peer it receives from
-    for q, peers in sends.items():
-        for rnd, peer in enumerate(peers):
-            if peer in recv_of:
-                recv_of[peer][rnd] = q
     plan: dict[tuple[Pair, int, int], int] = {}  # (pair, k, 0 at the sender / 1 at the receiver) -> plan
     for me in ranks:
-        ends = [((me, to), (recv_of[me][rnd], me)) for rnd, to in enumerate(sends[me])]
-        queues = []
-        for send, recv in ends:
-            ops = [channels.get(send, ()), channels.get(recv, ())]
-            queues.append(
-                [tuple(sorted({c for o in ops if len(o) > k for c in o[k]})) for k in range(max(map(len, ops)))]
-            )
-        got = plan_queues(queues, most, resume, rules)
+        ends, got = _rank_cut(nodes, me, channels, most, resume, rules)
         for (send, recv), at in zip(ends, got, strict=True):
             for side, pair in enumerate((send, recv)):
                 for k in range(len(channels.get(pair, ()))):
@@ -249,3 +236,41 @@ def pair_plans(
     return {
         pair: tuple(max(plan[(pair, k, 0)], plan[(pair, k, 1)]) for k in range(len(o))) for pair, o in channels.items()
     }
+
+
+def _rank_cut(
+    nodes: tuple[Hashable, ...],
+    me: int,
+    channels: Mapping[Pair, Sequence[tuple[int, ...]]],
+    most: int,
+    resume: bool,
+    rules: BatchRules,
+) -> tuple[list[tuple[Pair, Pair]], list[list[int]]]:
+    """Position `me`'s rounds, each its (send pair, receive pair), and the plan of each of its rounds' operations
+    (`plan_queues`): a round's k-th operation is its send's and its receive's k-th, on both their channels."""
+    sends = send_rounds(nodes, me)
+    recv_of = {}  # round -> the peer `me` receives from in it
+    for q in range(len(nodes)):
+        for rnd, peer in enumerate(send_rounds(nodes, q)):
+            if peer == me:
+                recv_of[rnd] = q
+    ends = [((me, to), (recv_of[rnd], me)) for rnd, to in enumerate(sends)]
+    queues = []
+    for send, recv in ends:
+        ops = [channels.get(send, ()), channels.get(recv, ())]
+        queues.append([tuple(sorted({c for o in ops if len(o) > k for c in o[k]})) for k in range(max(map(len, ops)))])
+    return ends, plan_queues(queues, most, resume, rules)
+
+
+def rank_plans(
+    nodes: tuple[Hashable, ...],
+    me: int,
+    channels: Mapping[Pair, Sequence[tuple[int, ...]]],
+    most: int,
+    resume: bool = True,
+    rules: BatchRules = BatchRules(),
+) -> int:
+    """The plans (kernel launches) position `me` cuts its own operations of a live group into (`channels`: as
+    `pair_plans`', its pairs only needed): its host launches each at ncclGroupEnd."""
+    _, got = _rank_cut(nodes, me, channels, most, resume, rules)
+    return 1 + max((i for at in got for i in at), default=0)
