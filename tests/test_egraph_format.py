@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -177,3 +178,37 @@ def test_binding_outside_the_world_is_rejected(saved: Path) -> None:
     idx.write_text(json.dumps(data))
     with pytest.raises(InputError, match=r"field 'groups\[0\]'"):
         load(saved)
+
+
+def _first_bad_node(graph, rank: int) -> int | None:
+    """The first node of `rank`'s program whose group does not hold the rank, read node by node."""
+    for i, n in enumerate(graph.program_of(rank).nodes):
+        if isinstance(n, Coll) and rank not in graph.group_of(rank, n.slot):
+            return i
+    return None
+
+
+@pytest.mark.parametrize("slot", [0, 1])
+def test_a_bad_binding_names_the_first_node_that_uses_it(slot: int) -> None:
+    """The check reads each program once, not once a rank: a rank bound to a group without it still names the
+    first node of its program on that slot (node by node, the first bad one)."""
+    bs = []
+    for r in range(8):
+        b = ProgramBuilder(r)
+        b.compute("a", 100)
+        for _ in range(3):  # slot 0: the pair, slot 1: the stride-2 group, in turn
+            b.wait([b.collective("all_reduce", [r - r % 2, r - r % 2 + 1], 4096)])
+            b.wait([b.collective("all_gather", range(r % 2, 8, 2), 8192)])
+        b.step()
+        bs.append(b)
+    g = build_graph(bs)
+    g.check()
+    assert len(g.programs) == 1
+    other = g.ranks[4].groups[slot]  # rank 4's pair (4, 5) or its stride-2 group (0, 2, 4, 6)
+    assert 3 not in g.groups[other]
+    bound = tuple(other if s == slot else x for s, x in enumerate(g.ranks[3].groups))
+    g.ranks[3] = dataclasses.replace(g.ranks[3], groups=bound)
+    want = _first_bad_node(g, 3)
+    assert want == 1 + 2 * slot  # the compute, then each collective with its wait
+    with pytest.raises(InputError, match=rf"rank 3 is not in the group .* of its node {want}$"):
+        g.check()

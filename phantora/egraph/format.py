@@ -575,14 +575,17 @@ class ExecGraph:
         for gi, g in enumerate(self.groups):
             if not g or len(set(g)) != len(g) or not all(0 <= r < self.world for r in g):
                 raise InputError(f"bad group {list(g)} (world {self.world})", file=source, field=f"groups[{gi}]")
+        uses: dict[int, tuple[int, list[tuple[int, Coll | P2P]]]] = {}  # per program, read once (not per rank)
         for r, e in enumerate(self.ranks):
             where = f"ranks[{r}]"
             if not 0 <= e.program < len(self.programs):
                 raise InputError(f"program {e.program} does not exist", file=source, field=where)
-            prog = self.programs[e.program]
-            if len(e.groups) < prog.num_slots or not all(0 <= g < len(self.groups) for g in e.groups):
-                raise InputError(f"needs {prog.num_slots} valid group bindings", file=source, field=where)
-            for i, n in enumerate(prog.nodes):
+            if e.program not in uses:
+                uses[e.program] = _binding_uses(self.programs[e.program])
+            num_slots, firsts = uses[e.program]
+            if len(e.groups) < num_slots or not all(0 <= g < len(self.groups) for g in e.groups):
+                raise InputError(f"needs {num_slots} valid group bindings", file=source, field=where)
+            for i, n in firsts:
                 if isinstance(n, Coll):
                     g = self.groups[e.groups[n.slot]]
                     if r not in g:
@@ -628,6 +631,28 @@ class ExecGraph:
                     file=source,
                     field=f"{where}[{r}]",
                 )
+
+
+def _binding_uses(prog: Program) -> tuple[int, list[tuple[int, Coll | P2P]]]:
+    """A program's slot count and, for `ExecGraph.check`, its first node (index, node) of each distinct binding use:
+    (slot, root) of a collective, (slot, direction, communicator slot) of a transfer. A rank's check of a node
+    depends on nothing else, so checking the first of each, in node order, finds the first bad node of the whole."""
+    firsts: list[tuple[int, Coll | P2P]] = []
+    seen: set[tuple[Any, ...]] = set()
+    slots = -1
+    for i, n in enumerate(prog.nodes):
+        if isinstance(n, Coll):
+            key: tuple[Any, ...] = (0, n.slot, n.root)
+            slots = max(slots, n.slot)
+        elif isinstance(n, P2P):
+            key = (1, n.slot, n.is_send, n.comm)
+            slots = max(slots, n.slot, n.comm)
+        else:
+            continue
+        if key not in seen:
+            seen.add(key)
+            firsts.append((i, n))
+    return slots + 1, firsts
 
 
 def _ns(x: Any) -> bool:
