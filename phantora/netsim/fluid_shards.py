@@ -217,6 +217,7 @@ class ShardedFluid:
         wait on (unfinished there, or held here for it; `routed`: every one not done, the hybrid's fluid chains,
         whose ends elsewhere it tells the shard), a shared deps list filtered once."""
         where, held, sent, done = self._where, self._held, self._sent, self._done
+        fresh = routed and not len(done)  # (nothing done yet, a replay's first submit of its whole DAG: keep them all)
         kept: dict[int, list[int]] = {}
         rows: list[tuple[object, ...]] = []
         for f in group:
@@ -225,7 +226,9 @@ class ShardedFluid:
             own = kept.get(id(deps))
             if own is None:
                 own = (
-                    [d for d in deps if d not in done]
+                    list(deps)
+                    if fresh
+                    else [d for d in deps if d not in done]
                     if routed
                     else [d for d in deps if where.get(d) == s or (d in held and held[d][2] == s)]
                 )

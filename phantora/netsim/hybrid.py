@@ -200,8 +200,9 @@ class FluidNvlinkSimulator:
         """`submit`'s work: each flow eligible from `at`, or from its own ns in `at_of` (flow id -> ns); a flow in
         `gated` also waits here for its gate (a pseudo dep, `gate_key`, that a decomposition's driver opens)."""
         self._reacted.clear()  # (waiters are added below)
-        if not self.prechecked:
-            check_flow_batch(flows, self.topology, self._known)
+        if not self.prechecked:  # (nothing placed yet, a replay's whole DAG: no id is known, none looked up)
+            fresh = not (self._side or self._held or len(self._ended))
+            check_flow_batch(flows, self.topology, _known_none if fresh else self._known)
             for f in flows:  # routable (no path walked: the engines walk their own)
                 if f.size and f.src != f.dst and (f.src, f.dst) not in self._routable:
                     self.topology.check_route(f.src, f.dst)
@@ -944,6 +945,11 @@ class FluidNvlinkSimulator:
             ready.setdefault((at, side), []).append(self._same_side(f, side, kept))
             if k in chained:
                 self._unchain(k, at, ready, kept)
+
+
+def _known_none(fid: int) -> bool:
+    """`FluidNvlinkSimulator._known` while no flow is placed, held or ended."""
+    return False
 
 
 def _ends_or_none(ended: IdSet) -> IdSet | tuple[()]:
