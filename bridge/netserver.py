@@ -216,6 +216,7 @@ class NetServer:
             if not isinstance(eng, (NicLatencySimulator, HybridWorker)):
                 raise PhantoraError("this server hosts no decomposition worker (post needs nic_latency > 0)")
             cpu0, wall0 = time.process_time(), time.perf_counter()
+            _trust_posts(eng)
             with gc_paused():  # (a round makes no cycles; its first, a DAG's worth of flows, set off full passes)
                 gates = [(int(g[0]), int(g[1])) for g in msg["gates"]]
                 flows = flows_from_columns(msg["flows"])
@@ -274,6 +275,18 @@ class NetServer:
                 log(f"no word from the coordinator for {peer_timeout_s:.0f} s; exiting")
                 return 4
         return 0
+
+
+def _trust_posts(eng: NicLatencySimulator | HybridWorker) -> None:
+    """A decomposition worker's flows come from its driver, which checked the whole DAG (`check_packet_batch`: ids,
+    endpoints, fields, deps, no cycle) and each flow's route inside its worker's piece, and refuses a bad flow itself
+    (`tests/test_worker_side_cost.py`): so neither the NIC-latency layer nor ns-3 checks a posted batch again (a pass
+    over the worker's part of the DAG in its first round, on the critical path, and ns-3's at each insertion), as a
+    hybrid worker already does (`HybridWorker`). Flows `submit`ted to this server are still checked on entry."""
+    if isinstance(eng, NicLatencySimulator) and not eng.prechecked:
+        eng.prechecked = True
+        if hasattr(eng.inner, "prechecked"):  # (ns-3 itself; profile reuse over it keeps its own checks)
+            eng.inner.prechecked = True
 
 
 def open_engine(spec: EngineSpec, topo: Topology, warn: Tell = to_stderr) -> NetworkSimulator:

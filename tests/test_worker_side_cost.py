@@ -1,8 +1,9 @@
 """A decomposition worker's per-flow costs, cut without changing a value (issue 38, item 2, route (a)'s workers).
 
 `Flow.with_deps` and `base.completion` set slots one by one; ns-3's completion bounds of 8 or more flows are read
-from the C++ vector in place (`packet._rows`), its completions as packed words; a hybrid worker's layers skip the
-checks its driver already made on the whole DAG, so the driver must still refuse a bad flow itself.
+from the C++ vector in place (`packet._rows`), its completions as packed words; a decomposition worker's layers skip
+the checks its driver already made on the whole DAG (a hybrid worker's, and since the posts are trusted a plain one's:
+`bridge.netserver._trust_posts`), so either driver must still refuse a bad flow itself.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 from phantora.errors import InputError
 from phantora.netsim import packet
 from phantora.netsim.base import Completion, Flow, completion
+from phantora.netsim.decompose import DecomposedSimulator
 from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
 from phantora.netsim.packet import Ns3Simulator
 from phantora.netsim.packet_config import PacketConfig
@@ -64,16 +66,17 @@ def test_many_completions_and_bounds_read_in_place_are_each_flows_own(ns3_lib: A
         assert abs(c.end_ns - end) <= 5 and c.end_ns >= bounds[fid], (c, end)
 
 
+@pytest.mark.parametrize("driver", [HybridDecomposedSimulator, DecomposedSimulator])
 @pytest.mark.parametrize(
     ("bad", "field"),
     [({"priority": 0}, "priority"), ({"src": 10**6}, "src/dst"), ({"deps": (12345,)}, "deps")],
 )
-def test_the_hybrid_driver_refuses_what_its_workers_no_longer_check(bad: dict[str, Any], field: str) -> None:
-    """Route (a)'s workers rely on the driver's check of the whole DAG: a bad flow is refused at the driver's submit
-    with a one-line error naming its field, before any worker sees it."""
+def test_the_drivers_refuse_what_their_workers_no_longer_check(bad: dict[str, Any], field: str, driver: Any) -> None:
+    """The workers (route (a)'s and the plain driver's) rely on the driver's check of the whole DAG: a bad flow is
+    refused at the driver's submit with a one-line error naming its field, before any worker sees it."""
     topo = tiny()
     pool: Any = _Pool
-    sim = HybridDecomposedSimulator(topo, PacketConfig(**SETTINGS, workers=2), pool)
+    sim = driver(topo, PacketConfig(**SETTINGS, workers=2), pool)
     try:
         args = {"id": 1, "src": gpu(topo, 0, 0), "dst": gpu(topo, 1, 0), "size": 4096, **bad}
         with pytest.raises(InputError) as err:
@@ -81,3 +84,26 @@ def test_the_hybrid_driver_refuses_what_its_workers_no_longer_check(bad: dict[st
         assert err.value.field == field and "\n" not in str(err.value)
     finally:
         sim.close()
+
+
+@pytest.mark.ns3
+def test_a_plain_workers_layers_trust_posts_and_still_end_a_flow_at_its_closed_form(ns3_lib: Any) -> None:
+    """After a post the plain worker's NIC-latency layer and its ns-3 skip their batch checks (`_trust_posts`), and a
+    lone flow posted there still ends at the closed form: posted at 0, first packet at the NIC latency L, its packets
+    back to back, the last one's second hop, two link delays (as the test above, + L)."""
+    from bridge.netserver import _trust_posts
+    from phantora.netsim.nic_latency import NicLatencySimulator
+
+    size, payload, lat = 1_000_000, 1000, 1_000
+    pkt = wire_ns(payload + 48, 100 * G)
+    end = lat + size // payload * pkt + pkt + 2 * US
+    eng = NicLatencySimulator(Ns3Simulator(star(2), PacketConfig()), lat)
+    try:
+        assert not eng.prechecked and not eng.inner.prechecked
+        _trust_posts(eng)
+        assert eng.prechecked and eng.inner.prechecked
+        eng.post([Flow(7, 0, 1, size)], [0])
+        (c,) = eng.advance_to_completion(1 << 62)
+    finally:
+        eng.inner.close()
+    assert (c.flow_id, c.start_ns) == (7, 0) and abs(c.end_ns - end) <= 5, (c, end)
