@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "phantora.jobs.spec",
             "phantora.rank_options",
             "phantora.spawn_count",
+            "phantora.run_gpu",
         ),
     ),
     ("results", ("phantora.results", "phantora.jobs.results", "phantora.jobs.scenario")),
