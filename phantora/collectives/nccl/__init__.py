@@ -163,27 +163,12 @@ def _p2p_plans(coll: Collective, on: Platform, st: NcclSettings, got: Choice) ->
     per_peer = coll.nbytes if coll.kind == "send_recv" else coll.nbytes // on.nranks
     layout = transfer_layout(on, st, per_peer > 0)
     nodes = tuple(i // max(1, on.ppn) for i in range(on.nranks))
+    shape = (coll.kind, nodes, coll.group_calls, max(1, got.channels), layout.channels(per_peer))
+    peers = (layout.total, layout.most)
     if st.nccl_version < p2p_plans.PLANS_FROM:
-        cut = fifo_budget.nccl_tests_p2p_plans(
-            coll.kind,
-            nodes,
-            coll.group_calls,
-            max(1, got.channels),
-            layout.channels(per_peer),
-            layout.total,
-            layout.most,
-        )
+        cut = fifo_budget.nccl_tests_p2p_plans(*shape, *peers)
         return cut if len(cut) > 1 else []
-    return p2p_plans.calls_per_plan(
-        coll.kind,
-        nodes,
-        coll.group_calls,
-        max(1, got.channels),
-        layout.channels(per_peer),
-        layout.total,
-        layout.most,
-        p2p_plans.batch_rules(running_release(st), st.p2p_epoch),
-    )
+    return p2p_plans.calls_per_plan(*shape, *peers, p2p_plans.batch_rules(running_release(st), st.p2p_epoch))
 
 
 def call_sizes(coll: Collective) -> tuple[int, ...]:
