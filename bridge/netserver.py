@@ -283,10 +283,8 @@ def _trust_posts(eng: NicLatencySimulator | HybridWorker) -> None:
     (`tests/test_worker_side_cost.py`): so neither the NIC-latency layer nor ns-3 checks a posted batch again (a pass
     over the worker's part of the DAG in its first round, on the critical path, and ns-3's at each insertion), as a
     hybrid worker already does (`HybridWorker`). Flows `submit`ted to this server are still checked on entry."""
-    if isinstance(eng, NicLatencySimulator) and not eng.prechecked:
-        eng.prechecked = True
-        if hasattr(eng.inner, "prechecked"):  # (ns-3 itself; profile reuse over it keeps its own checks)
-            eng.inner.prechecked = True
+    if isinstance(eng, NicLatencySimulator):
+        eng.trust_posts()
 
 
 def open_engine(spec: EngineSpec, topo: Topology, warn: Tell = to_stderr) -> NetworkSimulator:

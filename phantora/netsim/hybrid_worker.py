@@ -46,9 +46,7 @@ class HybridWorker(FluidNvlinkSimulator):
         # here. So no layer below checks a batch again: each check was a pass over the worker's part of the DAG in
         # its first round (on the critical path), and ns-3's another at each insertion.
         self.prechecked = True
-        packet.prechecked = True
-        if hasattr(packet.inner, "prechecked"):  # (ns-3 itself; profile reuse over it keeps its own checks)
-            packet.inner.prechecked = True
+        packet.trust_posts()
         # Each round ends with the completion bounds, which one engine never asks for: cppyy compiles the call's
         # wrapper at its first use (about 50 ms, 0.1 G instructions), so that is done here, at set-up (the workers
         # start while the driver plans), not in the first round, on the critical path. Nothing has started: no bound.

@@ -160,7 +160,16 @@ class NicLatencySimulator(RunsByCompletion):
         self._rel = Releases()
         self._kicks: list[tuple[int, int, Flow]] = []  # (start ns T, flow id, flow without deps)
         self._inserted = 0
-        self.prechecked = False  # set by a caller whose flows were checked whole before `post` (a hybrid worker)
+        self.prechecked = False  # set by a caller whose flows were checked whole before `post` (`trust_posts`)
+
+    def trust_posts(self) -> None:
+        """Check no posted batch again, here or in ns-3 below: the caller (a decomposition worker) takes flows only
+        from its driver, which checked the whole DAG and each flow's route. Profile reuse below keeps its checks."""
+        from phantora.netsim.packet import Ns3Simulator
+
+        self.prechecked = True
+        if isinstance(self.inner, Ns3Simulator):
+            self.inner.prechecked = True
 
     # ----- flows in ----------------------------------------------------------------------------
     def submit(self, flows: Sequence[Flow], at: int) -> None:
