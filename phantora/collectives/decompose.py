@@ -29,6 +29,7 @@ from phantora.collectives.nccl.proxy import RING_CHUNK_STEPS
 from phantora.collectives.nccl.pxn import comm_relay, pxn_relay
 from phantora.collectives.nccl.shape import shape
 from phantora.collectives.nccl.shared_steps import shared_depths
+from phantora.collectives.nccl.tuning import running_release
 from phantora.collectives.nvls import nvls_flows, nvls_loops, nvls_tree_flows
 from phantora.collectives.options import resolve
 from phantora.collectives.p2p import ChannelMap, ChunkOf, Depth, Relay, all_to_all, send_recv
@@ -358,7 +359,8 @@ def _communicator(coll: Collective, opts: AlgoOptions) -> int:
 
 def _p2p_channel_map(coll: Collective, topo: Topology, opts: AlgoOptions) -> ChannelMap | None:
     """NCCL's p2p channel ids for a transfer's parts, from its sender's round schedule on the communicator (the
-    call's group, or a grouped send/recv's communicator); None outside the NCCL model (channels 0..n-1)."""
+    call's group, or a grouped send/recv's communicator) in the running NCCL's form; None outside the NCCL model
+    (channels 0..n-1)."""
     if opts.model != "nccl":
         return None
     comm = coll.comm or coll.ranks
@@ -370,9 +372,10 @@ def _p2p_channel_map(coll: Collective, topo: Topology, opts: AlgoOptions) -> Cha
 
     hosts, total = shared(coll.launch, topo, ("p2p channels", comm, st), layout)  # once for a launch's pairs
     pos = [comm.index(r) for r in coll.ranks]
+    release = running_release(st)
 
     def channels(src: int, dst: int, parts: int) -> list[int]:
-        return transfer_channel_ids(hosts, pos[src], pos[dst], parts, total)
+        return transfer_channel_ids(hosts, pos[src], pos[dst], parts, total, release)
 
     return channels
 

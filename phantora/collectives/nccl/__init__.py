@@ -168,7 +168,8 @@ def _p2p_plans(coll: Collective, on: Platform, st: NcclSettings, got: Choice) ->
     if st.nccl_version < p2p_plans.PLANS_FROM:
         cut = fifo_budget.nccl_tests_p2p_plans(*shape, *peers)
         return cut if len(cut) > 1 else []
-    return p2p_plans.calls_per_plan(*shape, *peers, p2p_plans.batch_rules(running_release(st), st.p2p_epoch))
+    release = running_release(st)
+    return p2p_plans.calls_per_plan(*shape, *peers, p2p_plans.batch_rules(release, st.p2p_epoch), release)
 
 
 def call_sizes(coll: Collective) -> tuple[int, ...]:
@@ -322,7 +323,7 @@ def _live_plans(
         most = transfer_layout(comm, st).most
         release = running_release(st)
         rules = p2p_plans.batch_rules(release, st.p2p_epoch)
-        return p2p_plans.pair_plans(hosts, chans, most, p2p_plans.resumes(release), rules)
+        return p2p_plans.pair_plans(hosts, chans, most, p2p_plans.resumes(release), rules, release)
 
     return shared(coll.launch, topo, ("live plans", coll.comm, st, protocol), make)
 

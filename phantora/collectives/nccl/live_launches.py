@@ -57,4 +57,5 @@ def rank_launches(
     }
     release = running_release(st)
     rules = p2p_plans.batch_rules(release, st.p2p_epoch)
-    return p2p_plans.rank_plans(hosts, me, chans, transfer_layout(on, st).most, p2p_plans.resumes(release), rules)
+    most = transfer_layout(on, st).most
+    return p2p_plans.rank_plans(hosts, me, chans, most, p2p_plans.resumes(release), rules, release)

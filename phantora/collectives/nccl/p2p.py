@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING
 
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import comm_p2p_chunk, refuse_empty_chunk, step_bytes
-from phantora.collectives.nccl.p2p_schedule import pow2_up, send_rounds, transfer_channel_ids
+from phantora.collectives.nccl.p2p_schedule import LATEST, Version, pow2_up, send_rounds, transfer_channel_ids
 from phantora.collectives.nccl.pci_p2p import PCI_PEER_CHANNELS, group_ends, pair_rates
 from phantora.collectives.nccl.pci_paths import PciHost, all_pairs
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.ring_kernel import REFERENCE_CLOCK_GHZ
 from phantora.collectives.nccl.settings import NcclSettings
-from phantora.collectives.nccl.tuning import Choice, comm_channels, net_overhead_us, ring_graph
+from phantora.collectives.nccl.tuning import Choice, comm_channels, net_overhead_us, ring_graph, running_release
 from phantora.collectives.spec import Collective
 
 if TYPE_CHECKING:
@@ -162,15 +162,15 @@ def auto_plan(layout: TransferLayout, on: Platform, st: NcclSettings, intra: boo
 
 
 @lru_cache(maxsize=1024)
-def channels_at_work(p: Platform, parts: int, p2p_total: int, remote: bool) -> int:
+def channels_at_work(p: Platform, parts: int, p2p_total: int, remote: bool, v: Version = LATEST) -> int:
     """The distinct p2p channels one rank's transfers of `parts` parts each run on, to its peers on other nodes
-    (`remote`) or on its own, by NCCL's round schedule (`p2p_schedule.transfer_channel_ids`), for nodes of
+    (`remote`) or on its own, by NCCL `v`'s round schedule (`p2p_schedule.transfer_channel_ids`), for nodes of
     `p.ppn` ranks in order."""
     nodes = tuple(i // p.ppn for i in range(p.nranks))
     used: set[int] = set()
-    for dst in send_rounds(nodes, 0):
+    for dst in send_rounds(nodes, 0, v):
         if dst != 0 and (nodes[dst] != nodes[0]) == remote:
-            used.update(transfer_channel_ids(nodes, 0, dst, parts, p2p_total))
+            used.update(transfer_channel_ids(nodes, 0, dst, parts, p2p_total, v))
     return len(used)
 
 
@@ -223,7 +223,7 @@ def p2p_choice(
         nch = layout.channels(per_peer)
 
     def at_work(remote: bool) -> int:  # a send/recv has one peer: its own channels are all at work
-        return channels_at_work(on, nch, total, remote) if coll.kind == "all_to_all" else nch
+        return channels_at_work(on, nch, total, remote, running_release(st)) if coll.kind == "all_to_all" else nch
 
     if protocol == "LL" and per_peer > 0:
         refuse_empty_chunk(step_bytes("LL", st) // 2, "a send/recv's LL step", "LL", st)

@@ -44,7 +44,7 @@ from phantora.collectives.nccl.p2p_group_ends import table as ends_table
 from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
-from phantora.collectives.nccl.tuning import Choice, net_overhead_us
+from phantora.collectives.nccl.tuning import Choice, net_overhead_us, running_release
 
 Pair = tuple[int, int]  # (sender, receiver) positions in the communicator
 
@@ -71,7 +71,8 @@ def plan_parts(
     on: Platform, st: NcclSettings, hosts: tuple[Hashable, ...], sizes: Mapping[Pair, int], protocol: str = "auto"
 ) -> dict[Pair, Part]:
     """Each transfer's channels (by its sender's rounds on communicator `on`, whose position i is on host
-    `hosts[i]`), protocol (`protocol`, or NCCL's by size) and whether it crosses nodes."""
+    `hosts[i]`, in the schedule of the NCCL that runs), protocol (`protocol`, or NCCL's by size) and whether it
+    crosses nodes."""
     layout = transfer_layout(on, st, any(n > 0 for n in sizes.values()))
     out = {}
     for (s, d), n in sizes.items():
@@ -79,7 +80,8 @@ def plan_parts(
         proto, nch = auto_plan(layout, on, st, not remote, n) if protocol == "auto" else (protocol, layout.channels(n))
         if proto == "LL" and n > 0:
             refuse_empty_chunk(step_bytes("LL", st) // 2, "a send/recv's LL step", "LL", st)
-        out[(s, d)] = Part(tuple(transfer_channel_ids(hosts, s, d, nch, layout.total)), proto, remote)
+        chans = transfer_channel_ids(hosts, s, d, nch, layout.total, running_release(st))
+        out[(s, d)] = Part(tuple(chans), proto, remote)
     return out
 
 
