@@ -287,7 +287,7 @@ def test_grid_file_trace_key(tmp_path: Path) -> None:
 
 
 def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
-    """Interrupt a 6-run sweep after 3 runs (^C), run the same command again: only the runs not complete
+    """Interrupt a 4-run sweep after 2 runs (^C), run the same command again: only the runs not complete
     run, and the table equals an uninterrupted sweep's."""
     import signal
     import subprocess
@@ -296,7 +296,7 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
 
     wl = tmp_path / "ar.toml"
     wl.write_text(WORKLOAD)
-    argv = ["sweep", "-w", str(wl), "-t", "star8,twoleaf8,testbed16", "-p", "algorithm=ring,tree"]
+    argv = ["sweep", "-w", str(wl), "-t", "star8,twoleaf8", "-p", "algorithm=ring,tree"]
     argv += ["-p", "network=flow", "-j", "1", "--no-plots", "--no-progress"]
     cli = [sys.executable, "-m", "phantora.cli"]
     whole = subprocess.run([*cli, *argv, "--out", str(tmp_path / "whole")], capture_output=True, text=True, timeout=300)
@@ -309,22 +309,22 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
     cmd = [sys.executable, "-c", with_ctrl_c, *argv, "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
-    while len(list(out.glob("runs/*/sweep-run.json"))) < 3 and time.monotonic() < deadline:
+    while len(list(out.glob("runs/*/sweep-run.json"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)  # ^C: the run in progress finishes or is cut, the sweep stops
     proc.communicate(timeout=120)
     assert proc.returncode != 0 and not (out / "sweep.csv").exists()
     done = len(list(out.glob("runs/*/sweep-run.json")))
-    assert 3 <= done < 6
+    assert 2 <= done < 4
     again = subprocess.run([*cli, *argv, "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert f"{done} of 6 runs are complete, running the other {6 - done}" in again.stderr
+    assert f"{done} of 4 runs are complete, running the other {4 - done}" in again.stderr
 
     def table(d: Path) -> list[dict[str, str]]:
         with (d / "sweep.csv").open() as fh:
             return [{k: v for k, v in r.items() if k not in ("wall_s", "dir")} for r in csv.DictReader(fh)]
 
-    assert table(out) == table(tmp_path / "whole") and len(table(out)) == 6
+    assert table(out) == table(tmp_path / "whole") and len(table(out)) == 4
     assert len(json.loads((out / "sweep.json").read_text())["resumed"]) == done
     other = subprocess.run(
         [*cli, "sweep", "-w", str(wl), "-t", "star8", "-p", "network=flow", "--out", str(out)],
