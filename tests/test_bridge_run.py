@@ -222,13 +222,16 @@ def test_exact_mode_through_a_separate_flow_server_over_tcp(tmp_path: Path) -> N
 
 # ----- windows --------------------------------------------------------------------------------
 def test_window_sweep_error_bound_and_rounds() -> None:
+    """Each window W keeps every op within W x its dependency depth of the in-process replay, and its ops at most
+    W late; the barrier rounds fall as W grows. (W = 0, exact mode, is the replay itself:
+    test_exact_mode_equals_inprocess_replay, the same workload among them.)"""
     topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", latency="1us")
     path = ROOT / "workloads" / "fsdp_layers.toml"
     wl = load_workload(path, world=topo.num_ranks)
     exact = ref_times(wl, topo)
     deps = depth(wl)
     rounds = {}
-    for w in (0, 1_000, 10_000, 100_000, 1_000_000):
+    for w in (1_000, 10_000, 100_000, 1_000_000):
         res = CosimRun(topo, EngineSpec(window_ns=w), rank_cmd=[*REPLAY, str(path)], timeout_s=120).run()
         got = op_times(res)
         for name, (start, end, done) in exact.items():
@@ -236,10 +239,7 @@ def test_window_sweep_error_bound_and_rounds() -> None:
             assert abs(got[name][0] - start) <= bound, (w, name)
             assert abs(got[name][1] - end) <= bound, (w, name)
             assert all(abs(got[name][2][r] - t) <= bound for r, t in done.items()), (w, name)
-        if w == 0:
-            assert got == exact
-        else:
-            assert max(r["late_ns"] for r in res.collectives) < w
+        assert max(r["late_ns"] for r in res.collectives) < w
         rounds[w] = res.rounds
     assert rounds[1_000] >= rounds[10_000] >= rounds[100_000] >= rounds[1_000_000]
     assert rounds[1_000] > rounds[1_000_000]
