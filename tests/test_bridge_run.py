@@ -382,14 +382,24 @@ def test_a_rank_that_lost_a_peer_is_named_when_no_peer_died(rank_script: Path) -
     assert alive_pids([c.pid for c in run.children]) == []
 
 
-def test_a_flood_of_bad_messages_is_counted_and_the_log_stays_short(rank_script: Path) -> None:
+def bad_messages_run(script: Path, *args: str) -> Any:
+    """Rank 0 sends 5 bad messages to the coordinator and to the network server (and `args[0]` more garbage to the
+    coordinator), then both ranks run an all-reduce; messages over 100 kB are oversized."""
+    cmd = [sys.executable, str(script), "bad", *args]
+    return CosimRun(star(2), engine_in_coordinator=False, rank_cmd=cmd, timeout_s=120, max_message_bytes=100_000).run()
+
+
+@pytest.fixture(scope="module")
+def bad_messages(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The run of the 5 bad messages, once: the rejection test and the flood test's calm reference read it."""
+    script = tmp_path_factory.mktemp("bad") / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    return bad_messages_run(script)
+
+
+def test_a_flood_of_bad_messages_is_counted_and_the_log_stays_short(rank_script: Path, bad_messages: Any) -> None:
     """3000 garbage messages: the run's results are unchanged, each is counted, the log holds a few lines."""
-
-    def run(*args: str) -> Any:
-        cmd = [sys.executable, str(rank_script), "bad", *args]
-        return CosimRun(star(2), engine_in_coordinator=False, rank_cmd=cmd, timeout_s=120).run()
-
-    flood, calm = run("3000"), run()
+    flood, calm = bad_messages_run(rank_script, "3000"), bad_messages
     assert flood.rejected_messages == 5 + 3000 and calm.rejected_messages == 5
     assert flood.collectives[0]["end_ns"] == calm.collectives[0]["end_ns"]
     lines = [ln for ln in flood.logs["coordinator"].splitlines() if "rejected" in ln]
@@ -416,14 +426,8 @@ def test_a_rank_dying_while_ns3_starts_ends_the_run_without_waiting_for_it(rank_
     assert ended - float(stamp.read_text()) < 1.5  # it used to wait 3 s for the busy coordinator
 
 
-def test_bad_messages_rejected_and_run_continues(rank_script: Path) -> None:
-    res = CosimRun(
-        star(2),
-        engine_in_coordinator=False,
-        rank_cmd=[sys.executable, str(rank_script), "bad"],
-        timeout_s=120,
-        max_message_bytes=100_000,
-    ).run()
+def test_bad_messages_rejected_and_run_continues(bad_messages: Any) -> None:
+    res = bad_messages
     # garbage, wrong token, protocol v999, a clock report before hello, 300 kB over the 100 kB limit
     expected = ["malformed", "auth", "version", "auth", "oversized"]
     assert res.ranks[0]["coord"] == expected
