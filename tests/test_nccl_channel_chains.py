@@ -2,8 +2,8 @@
 search.cc `ncclTopoDupChannels` (v2.18.3-1 to v2.30.7-1: found channel g + f copied from g when the found channels
 carry 25 GB/s or more, not on sm > 80 under 50 GB/s with more than 4), then connect.cc's doubling (channel c + s
 copies c, rings and trees alike) and `copyChannels(start, end)` (channel k copies k - start). Expected values are
-worked out from those rules in each docstring; the flows' NICs from phantora's chain of found channel g (each
-host's GPUs rotated by g, alternate hosts reversed on rail fabrics: `layout.ring_order`)."""
+worked out from those rules in each docstring; the flows' NICs from NCCL's ring search: found channel g enters
+and leaves every host by NIC g mod 8, its GPU's (nccl/nvswitch_rings.py), so it crosses hosts on rail g mod 8."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def _rail_bytes(env: dict[str, str]) -> tuple[dict[int, set[int]], dict[int, int
     per_rail: dict[int, int] = defaultdict(int)
     for f in dag.flows:
         if topo.nodes[f.src].host != topo.nodes[f.dst].host:
-            assert f.src % 8 == f.dst % 8  # alternating rings stay on a rail
+            assert f.src % 8 == f.dst % 8  # NCCL's rings leave and enter hosts by one NIC index
             rails[int(f.tag.split("/")[1].removeprefix("ch"))].add(f.src % 8)
             per_rail[f.src % 8] += f.size
     assert dag.choice is not None
@@ -70,18 +70,18 @@ def _rail_bytes(env: dict[str, str]) -> tuple[dict[int, set[int]], dict[int, int
 
 def test_a_ring_cut_by_max_and_copied_by_min_runs_the_chains_it_copies() -> None:
     """NCCL_MAX_NCHANNELS=12 NCCL_MIN_NCHANNELS=24: channels 0-11 (chains 0-7, 0-3), then 12-23 copy 0-11. A ring on
-    chain r leaves even hosts by GPU r - 1 and odd ones by GPU r (alternating), so it crosses on rails r - 1 and r,
-    4 crossings each of 63/64 x 96 MiB / 24 = 4,128,768 bytes. Rail k: (chains k and k + 1 among the 24) x 4 x
-    4,128,768: rails 0-2 8 chains (132,120,576), 3 and 7 6 (99,090,432), 4-6 4 (66,060,288). Channel c's own
-    rotation (c mod 8, before) gave every rail 6. Default 16 channels: every rail 2 x 2 x 4 x 63/64 x 96 MiB / 16."""
+    chain r enters and leaves every host by NIC r (NCCL's search: nccl/nvswitch_rings.py), so it crosses on rail r
+    alone, 8 crossings each of 63/64 x 96 MiB / 24 = 4,128,768 bytes. Rail k: (chain k among the 24) x 8 x
+    4,128,768: rails 0-3 4 chains (132,120,576), 4-7 2 (66,060,288). Channel c's own rotation (c mod 8) would give
+    every rail 3. Default 16 channels: every rail 2 x 8 x 63/64 x 96 MiB / 16."""
     rails, per_rail, n = _rail_bytes({"NCCL_MAX_NCHANNELS": "12", "NCCL_MIN_NCHANNELS": "24"})
     chains = [*range(8), *range(4)] * 2
-    assert n == 24 and {c: rails[c] for c in range(24)} == {c: {(chains[c] - 1) % 8, chains[c]} for c in range(24)}
+    assert n == 24 and {c: rails[c] for c in range(24)} == {c: {chains[c]} for c in range(24)}
     crossing = 63 * 96 * MiB // 64 // 24
-    expect = {k: 4 * crossing * (chains.count(k) + chains.count((k + 1) % 8)) for k in range(8)}
+    expect = {k: 8 * crossing * chains.count(k) for k in range(8)}
     assert per_rail == expect and expect[0] == 132_120_576 and expect[4] == 66_060_288
     rails, per_rail, n = _rail_bytes({})
-    assert n == 16 and {c: rails[c] for c in range(16)} == {c: {(c - 1) % 8, c % 8} for c in range(16)}
+    assert n == 16 and {c: rails[c] for c in range(16)} == {c: {c % 8} for c in range(16)}
     assert per_rail == {k: 16 * 63 * 96 * MiB // 64 // 16 for k in range(8)}
 
 

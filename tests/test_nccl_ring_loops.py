@@ -25,9 +25,11 @@ def chunked(**env: str) -> AlgoOptions:
     return AlgoOptions(granularity="chunked", nccl_env=nccl_env(env))
 
 
-def sends(dag_flows: list, channel: int, src: int) -> list[int]:
-    """The bytes `src` sends on `channel`, in the order the flows were made (pass by pass, step by step)."""
-    return [f.size for f in dag_flows if f.src == src and f.tag.startswith(f"ring/ch{channel}/")]
+def sends(dag_flows: list, channel: int, src: int, dst: int) -> list[int]:
+    """The bytes `src` sends to `dst` on `channel`, in the order the flows were made (pass by pass, step by step).
+    A GPU's NIC also carries the hops another GPU of its host sends to the next host (nccl/nvswitch_rings.py), so
+    the receiver is named too."""
+    return [f.size for f in dag_flows if (f.src, f.dst) == (src, dst) and f.tag.startswith(f"ring/ch{channel}/")]
 
 
 def test_one_mib_and_17_bytes_on_8_ranks() -> None:
@@ -45,24 +47,24 @@ def test_one_mib_and_17_bytes_on_8_ranks() -> None:
     assert dag.choice is not None and (dag.choice["algorithm"], dag.choice["channels"]) == ("Ring", 24)
     assert sum(f.size for f in dag.flows) == 14 * (MiB + 17)  # each of the 14 steps moves every channel's part
     for c in range(21):
-        assert sends(dag.flows, c, 0) == [6144] * 14
+        assert sends(dag.flows, c, 0, 1) == [6144] * 14
     chunk = [2064] * 7 + [1953]
     order = [(0 - s - 1) % 8 for s in range(7)] + [(0 - s) % 8 for s in range(7)]
-    assert sends(dag.flows, 21, 0) == [chunk[j] for j in order]
+    assert sends(dag.flows, 21, 0, 1) == [chunk[j] for j in order]
     assert max(int(f.tag.split("/")[1][2:]) for f in dag.flows) == 21  # 22 parts, not 24 even shares
 
 
 def test_several_loops_and_a_short_last_one() -> None:
     """One channel (NCCL_MAX_NCHANNELS=1) and 4 ranks: 2 loops of 4 x 2 MiB and 40 B. Loops 0 and 1: four 2 MiB
     chunks; the last: alignUp(ceil(40 / 4), 16) = 16 B, chunks 16, 16, 8 and an empty one. Each rank sends, pass by
-    pass, 6 steps; rank 1 sends chunk (1 - s - 1) mod 4 at step s < 3, (1 - s + 3) mod 4 after."""
+    pass, 6 steps; rank 0 (ring 0 1 2 3) sends chunk (0 - s - 1) mod 4 at step s < 3, (0 - s) mod 4 after."""
     size = 2 * 4 * 2 * MiB + 40
     env = {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "1"}
     dag = decompose(Collective("all_reduce", (0, 1, 2, 3), size, "fp32"), HOSTS4, chunked(**env))
     assert dag.choice is not None and dag.choice["channels"] == 1
-    order = [(1 - s - 1) % 4 for s in range(3)] + [(1 - s) % 4 for s in range(3)]
+    order = [(0 - s - 1) % 4 for s in range(3)] + [(0 - s) % 4 for s in range(3)]
     last = [16, 16, 8, 0]
-    assert sends(dag.flows, 0, 1) == [2 * MiB] * 12 + [last[j] for j in order]
+    assert sends(dag.flows, 0, 0, 1) == [2 * MiB] * 12 + [last[j] for j in order]
     assert sum(f.size for f in dag.flows) == 4 * 6 * size // 4
 
 
@@ -73,7 +75,7 @@ def test_all_gather_blocks_end_in_a_short_piece() -> None:
     block = 2 * MiB + 1000
     env = {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "1"}
     dag = decompose(Collective("all_gather", (0, 1, 2, 3), 4 * block, "fp32"), HOSTS4, chunked(**env))
-    assert sends(dag.flows, 0, 2) == [2 * MiB] * 3 + [1000] * 3
+    assert sends(dag.flows, 0, 2, 3) == [2 * MiB] * 3 + [1000] * 3
 
 
 @pytest.mark.ns3
@@ -85,7 +87,7 @@ def test_flow_and_packet_engines_carry_the_same_steps(ns3_lib) -> None:
     dag = decompose(Collective("all_reduce", (0, 1, 2, 3), 4 * 64 * KiB + 40, "fp32"), HOSTS4, chunked(**env))
     last = [16, 16, 8, 0]
     order = [(0 - s - 1) % 4 for s in range(3)] + [(0 - s) % 4 for s in range(3)]
-    assert sends(dag.flows, 0, 0) == [64 * KiB] * 6 + [last[j] for j in order]
+    assert sends(dag.flows, 0, 0, 1) == [64 * KiB] * 6 + [last[j] for j in order]
     times = flow_and_ns3_end_ns(HOSTS4, dag.flows)
     assert times["ns3"] == pytest.approx(times["flow"], rel=0.05)
 

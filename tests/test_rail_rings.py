@@ -1,4 +1,5 @@
-"""Rings on rail-optimised fabrics stay on their rails (NCCL's alternating rings), and nothing changes elsewhere."""
+"""Rings on rail-optimised fabrics stay on their rails (phantora's own alternating rings), and nothing changes
+elsewhere. The NCCL model's rings on NVSwitch hosts are NCCL's search's (tests/test_nccl_nvswitch_rings.py)."""
 
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ def test_every_host_to_host_hop_of_a_ring_stays_on_one_rail(hosts: int) -> None:
 
 
 def test_an_odd_host_count_crosses_rails_once_per_channel() -> None:
-    """The hop from the last host back to the first joins local indices c-1 and c when the host count is odd."""
+    """The ideal model's rings: the hop from the last host back to the first joins local indices c-1 and c when the
+    host count is odd (NCCL's rings do not: tests/test_nccl_nvswitch_rings.py)."""
     topo = rail_optimized(3, 4, spines=4, nic_rate="100Gbps", uplink_rate="100Gbps")
-    flows = _ring_flows(topo, channels=4)
+    flows = _ring_flows(topo, channels=4, model="ideal")
     assert len(_cross_rail(topo, flows)) == 4
 
 
@@ -55,12 +57,13 @@ def test_each_rank_appears_once_and_hosts_stay_contiguous() -> None:
 
 
 def test_a_leaf_per_host_fabric_keeps_its_rings() -> None:
-    """One leaf per host (testbed16's shape): no rails, so the rings are the rotated host-contiguous ones."""
+    """One leaf per host (testbed16's shape): no rails, so the ideal model's rings are the rotated host-contiguous
+    ones."""
     topo = leaf_spine(2, 8, 4, gpus_per_host=8, nic_rate="400Gbps", uplink_rate="800Gbps")
     nodes = [topo.node_of_rank(r) for r in range(topo.num_ranks)]
     blocks = host_blocks(topo, nodes)
     assert not rail_aligned(topo, nodes, blocks)
-    firsts = [f for f in _ring_flows(topo, channels=2)][:16]
+    firsts = [f for f in _ring_flows(topo, channels=2, model="ideal")][:16]
     order = ring_order(blocks, 0)
     assert {(f.src, f.dst) for f in firsts} == {
         (nodes[a], nodes[b]) for a, b in zip(order, order[1:] + order[:1], strict=False)

@@ -14,8 +14,16 @@ from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, commu
 from phantora.collectives.group_plans import OnePlanNotModelledError, Piece, chain_plans, group_plans
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.launch_group import shared
-from phantora.collectives.layout import host_blocks, rail_aligned, ring_order, rotate, tree_parents
-from phantora.collectives.nccl import channel_split, coll_group, part_loops, ring_nics, tree_channels
+from phantora.collectives.layout import (
+    fabric_switch,
+    host_blocks,
+    multi_host,
+    rail_aligned,
+    ring_order,
+    rotate,
+    tree_parents,
+)
+from phantora.collectives.nccl import channel_split, coll_group, nvswitch_rings, part_loops, ring_nics, tree_channels
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import found_channels, found_speed
@@ -512,36 +520,78 @@ def channel_rings(
     coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int], blocks: list[list[int]], count: int
 ) -> list[list[int]]:
     """The ring of each of `count` channels. NCCL nodes of SHM GPUs (P2P off: nccl/ring_nics.py): NCCL's ring
-    through each node, 0, n-1, ..., 1 by GPU index, on every channel; else `layout.ring_order` on the channel's
-    chain, alternating on rail-aligned fabrics."""
+    through each node, 0, n-1, ..., 1 by GPU index, on every channel. NVSwitch hosts with P2P on and a NIC per GPU
+    (nccl/nvswitch_rings.py): found channel g runs NCCL's order through each host from NIC g mod m, the same on
+    every host. Else `layout.ring_order` on the channel's chain, alternating on rail-aligned fabrics."""
     if _shm_nodes(coll, topo, opts):
         order = ring_nics.ring(ring_nics.by_index(blocks, nodes))
         return [list(order) for _ in range(count)]
     chain = channel_chain(coll, topo, opts)
+    hosts = _nvswitch_hosts(coll, topo, opts, nodes, blocks)
+    if hosts is not None:
+        ordered, rings = hosts
+        return [ring_nics.ring(ordered, _order(rings[chain(c) % len(rings)])) for c in range(count)]
     alternate = rail_aligned(topo, nodes, blocks)
     return [ring_order(blocks, chain(c), alternate) for c in range(count)]
+
+
+def _nvswitch_hosts(
+    coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int], blocks: list[list[int]]
+) -> tuple[list[list[int]], list[nvswitch_rings.HostRing]] | None:
+    """NVSwitch hosts with P2P on and one NIC per GPU, the same GPU count on each (nccl/nvswitch_rings.py): each
+    host's positions by GPU index and each found channel's ring through a host (the first host's PCIe layout);
+    else None."""
+    if opts.model != "nccl" or not multi_host(blocks) or any(fabric_switch(topo, v) is None for v in nodes):
+        return None
+    st = nccl_settings(opts)
+    p = platform_of(topo, coll.ranks, st)
+    if not nvswitch_rings.applies(p):
+        return None
+    ordered = ring_nics.by_index(blocks, nodes)
+    host = topo.nodes[nodes[ordered[0][0]]].host
+    gpus = sorted(v.id for v in topo.nodes if v.kind == "gpu" and v.host == host)
+    switch = nvswitch_rings.switch_of([gpus.index(nodes[pos]) for pos in ordered[0]])
+    return ordered, nvswitch_rings.found_rings(switch, found_channels(p), st.nccl_version)
+
+
+def _order(ring: nvswitch_rings.HostRing) -> ring_nics.Order:
+    """A found channel's ring through a host as `ring_nics.ring` takes it."""
+    return lambda size: ring.order
 
 
 def _leave_by_entry_nics(
     b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int], blocks: list[list[int]],
     count: int,
 ) -> None:  # fmt: skip
-    """On NCCL nodes of SHM GPUs, each of `count` channels' ring hops between nodes leaves by its channel's NIC
-    and arrives at the same NIC of the next node (`b.exits`, `b.arrivals`: nccl/ring_nics.py)."""
+    """On NCCL nodes of SHM GPUs (nccl/ring_nics.py), and on NVSwitch hosts with P2P on and a NIC per GPU
+    (nccl/nvswitch_rings.py), each of `count` channels' ring hops between nodes leaves by its channel's NIC and
+    arrives at the same NIC of the next node (`b.exits`, `b.arrivals`)."""
+    chain = channel_chain(coll, topo, opts)
+    hosts = _nvswitch_hosts(coll, topo, opts, nodes, blocks)
+    if hosts is not None:  # P2P on: found channel g's NIC is GPU g mod m's (nccl/nvswitch_rings.py)
+        ordered, rings = hosts
+        for c in range(count):
+            ring = rings[chain(c) % len(rings)]
+            _mark_hops(b, c, ring_nics.hops(ordered, ring.nic, _order(ring)))
+        return
     if not _shm_nodes(coll, topo, opts):
         return
     p = platform_of(topo, coll.ranks, nccl_settings(opts))
     speed = found_speed(p)
     per_nic = int(p.nic_bw // speed) if speed > 0 else 1
     nics = ring_nics.entry_nics(found_channels(p), max(1, p.nics_per_node), max(1, per_nic))
-    chain = channel_chain(coll, topo, opts)
     ordered = ring_nics.by_index(blocks, nodes)
     for c in range(count):
-        for (src, dst), (out, into) in ring_nics.hops(ordered, nics[chain(c) % len(nics)]).items():
-            if out != src:
-                b.exits[c, src, dst] = out
-            if into != dst:
-                b.arrivals[c, src, dst] = into
+        _mark_hops(b, c, ring_nics.hops(ordered, nics[chain(c) % len(nics)]))
+
+
+def _mark_hops(b: DagBuilder, channel: int, hops: dict[tuple[int, int], tuple[int, int]]) -> None:
+    """Record where each of a channel's hops between nodes leaves and arrives, where not at its ends' own NICs."""
+    for (src, dst), (out, into) in hops.items():
+        if out != src:
+            b.exits[channel, src, dst] = out
+        if into != dst:
+            b.arrivals[channel, src, dst] = into
 
 
 def _chain_links(order: list[int], up: bool) -> list[int | None]:

@@ -64,7 +64,8 @@ def ring_order(blocks: list[list[int]], channel: int, alternate: bool = False) -
     `alternate` (rail-optimised fabrics, `rail_aligned`): every other host runs its local order backwards,
     so the ring enters a host at the local index it left the previous one from, and each host-to-host hop
     joins two NICs of one rail (NCCL's alternating rings, 2.20: rings without cross-rail traffic). With an odd
-    number of hosts the hop from the last host back to the first still crosses rails.
+    number of hosts the hop from the last host back to the first still crosses rails. (The NCCL model on NVSwitch
+    hosts with a NIC per GPU runs NCCL's search's rings instead: nccl/nvswitch_rings.py.)
     """
     m = multi_host(blocks)
     if not m:

@@ -27,7 +27,7 @@ not simulated) and arrives at the same NIC of the next node (its bytes then cros
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.shm_order import node_order
@@ -61,20 +61,24 @@ def by_index(blocks: Sequence[Sequence[int]], node_of: Sequence[int]) -> list[li
     return [sorted(b, key=lambda pos: node_of[pos]) for b in blocks]
 
 
-def ring(nodes: Sequence[Sequence[int]]) -> list[int]:
-    """The ring over NCCL nodes (each its positions by GPU index), each node in `node_order`, nodes in turn."""
-    return [b[k] for b in nodes for k in node_order(len(b))]
+Order = Callable[[int], Sequence[int]]  # a node's size -> the ring through it, by GPU index
 
 
-def hops(nodes: Sequence[Sequence[int]], nic: int) -> dict[tuple[int, int], tuple[int, int]]:
+def ring(nodes: Sequence[Sequence[int]], order: Order = node_order) -> list[int]:
+    """The ring over NCCL nodes (each its positions by GPU index), each node in `order` (SHM nodes: `node_order`;
+    NVSwitch hosts with P2P on: the channel's, nvswitch_rings.py), nodes in turn."""
+    return [b[k] for b in nodes for k in order(len(b))]
+
+
+def hops(nodes: Sequence[Sequence[int]], nic: int, order: Order = node_order) -> dict[tuple[int, int], tuple[int, int]]:
     """(sender, receiver) -> (the position whose NIC the hop leaves by, the one whose NIC it arrives at) for each
-    hop of `ring(nodes)` between two nodes, the channel on NIC `nic` (a GPU index; a node's last NIC past its
+    hop of `ring(nodes, order)` between two nodes, the channel on NIC `nic` (a GPU index; a node's last NIC past its
     GPUs)."""
     out: dict[tuple[int, int], tuple[int, int]] = {}
     for k, here in enumerate(nodes):
         there = nodes[(k + 1) % len(nodes)]
         if len(nodes) < 2:
             break
-        last = here[node_order(len(here))[-1]]
-        out[last, there[0]] = (here[min(nic, len(here) - 1)], there[min(nic, len(there) - 1)])
+        last, first = here[order(len(here))[-1]], there[order(len(there))[0]]
+        out[last, first] = (here[min(nic, len(here) - 1)], there[min(nic, len(there) - 1)])
     return out

@@ -14,8 +14,9 @@ so a tree all-reduce on at most s channels runs tree 0 alone. Rings are duplicat
 Before all that, the search's own duplication (search.cc `ncclTopoDupChannels`, v2.18.3-1 to v2.30.7-1) made
 search channel g + f a copy of channel g of the f it found (`channels.found_channels`), so each channel's chain
 inside a node, and the NIC it crosses the node by, is that of one of the f found channels (`chain_of`). Rail
-hosts of one NIC per GPU find f a multiple of the GPUs per node (f = NICs x channels per NIC), and phantora's
-chain of found channel g is the host's GPUs rotated by g (`layout.ring_order`, `layout.tree_parents`): so on the
+hosts of one NIC per GPU find f a multiple of the GPUs per node (f = NICs x channels per NIC), and found channel
+g's chain starts at GPU g mod m (trees: the host's GPUs rotated by g, `layout.tree_parents`; rings on NVSwitch hosts
+NCCL's search's order from that GPU, `nvswitch_rings.py`, else rotated by g, `layout.ring_order`): so on the
 default counts (2s, the H100 doubling, NCCL_MIN_CTAS from there) chain_of(c) = c mod GPUs, as before; it differs
 where NCCL_MAX_NCHANNELS cuts the channels at a count that is not a multiple of the GPUs per node and a minimum
 copies them again (NCCL_MAX_NCHANNELS=12 NCCL_MIN_NCHANNELS=24 on 8 GPUs: channel 12 runs chain 0, not 4).
