@@ -8,31 +8,33 @@ from pathlib import Path
 
 import pytest
 
-# The files that took longest in the lead's `scripts/test.sh --durations=80` run at c797088 (2026-12-02 01:46-02:00
-# UTC, load 3-4, 830 s: the sums of their listed tests, set-up included), longest first; test_sweep and
-# test_doc_figures, long in the 2026-12-01 run of 120, after them. scripts/test.sh gives each worker a file at a time in
-# collection order (--dist loadfile --no-loadscope-reorder), so the wall ends with the last files started: the long
-# ones start first, the many short ones fill the gaps. Every other file keeps its place after them.
+# The files that took longest in the CI machine's `.ci/run` at f52558d4 with `--durations=0 --durations-min=1.0`
+# (2026-12-03, load 7-12 on 2 cores, 1,379 s: the sums of their tests of 1 s or more, set-up included), longest
+# first, with this pass's cuts of test_bridge_run (about -50 s) and test_sweep (-15 s) taken off. scripts/test.sh
+# gives each worker a file at a time in collection order (--dist loadfile --no-loadscope-reorder), so the wall ends
+# with the last files started: the long ones start first, the many short ones fill the gaps. Every other file keeps
+# its place after them.
 LONGEST_FIRST = (
-    "test_runtime_phantom.py",
     "test_simcuda.py",
     "conformance/test_pytorch_examples.py",
     "test_runtime_e2e.py",
-    "test_examples_zoo.py",
-    "frameworks/test_deepspeed.py",
-    "frameworks/test_torchtitan.py",
     "frameworks/test_hf_trainer.py",
-    "frameworks/test_megatron_core.py",
-    "conformance/test_megatron_lm.py",
-    "conformance/test_torchtitan_train.py",
-    "test_forkserver.py",
     "test_bridge_run.py",
-    "test_handoff_streams.py",
-    "test_bridge_ns3.py",
-    "test_live_group_order.py",
-    "test_run_cosim.py",
-    "test_sweep.py",
+    "frameworks/test_deepspeed.py",
+    "test_runtime_phantom.py",
+    "frameworks/test_torchtitan.py",
+    "test_forkserver.py",
+    "test_examples_zoo.py",
     "test_doc_figures.py",
+    "test_bridge_ns3.py",
+    "frameworks/test_megatron_core.py",
+    "test_handoff_streams.py",
+    "test_sweep.py",
+    "conformance/test_megatron_lm.py",
+    "test_run_cosim.py",
+    "conformance/test_torchtitan_train.py",
+    "test_handoff_communicators.py",
+    "test_live_group_order.py",
 )
 
 
