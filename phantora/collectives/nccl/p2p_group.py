@@ -74,13 +74,14 @@ def plan_parts(
     `hosts[i]`, in the schedule of the NCCL that runs), protocol (`protocol`, or NCCL's by size) and whether it
     crosses nodes."""
     layout = transfer_layout(on, st, any(n > 0 for n in sizes.values()))
+    release = running_release(st)
     out = {}
     for (s, d), n in sizes.items():
         remote = hosts[s] != hosts[d]
         proto, nch = auto_plan(layout, on, st, not remote, n) if protocol == "auto" else (protocol, layout.channels(n))
         if proto == "LL" and n > 0:
             refuse_empty_chunk(step_bytes("LL", st) // 2, "a send/recv's LL step", "LL", st)
-        chans = transfer_channel_ids(hosts, s, d, nch, layout.total, running_release(st))
+        chans = transfer_channel_ids(hosts, s, d, nch, layout.total, release)
         out[(s, d)] = Part(tuple(chans), proto, remote)
     return out
 
