@@ -14,8 +14,10 @@ from __future__ import annotations
 import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.nccl import summarize_choices
 from phantora.collectives.nccl.p2p_schedule import send_rounds, transfer_channel_ids
-from phantora.collectives.nccl.settings import nccl_env
+from phantora.collectives.nccl.settings import nccl_env, settings_of
+from phantora.errors import InputError
 from tests.test_nccl_multinode import a100_hosts
 
 PAIRED, QUADRATIC, GROUPED = (2, 21, 5), (2, 27, 3), (2, 29, 7)
@@ -192,3 +194,87 @@ def test_the_runs_nccl_version_sets_a_grouped_sends_channel(version: str, channe
     coll = Collective("send_recv", (3, 11), 128 * 1024, "bf16", None, tuple(range(16)))
     dag = decompose(coll, a100_hosts(2), AlgoOptions(nccl_env=env))
     assert {f.key >> 48 for f in dag.flows} == {channel}
+
+
+# NCCL_P2P_SCHEDULE_GROUP_SIZE (init.cc `NCCL_PARAM(GroupSize, "P2P_SCHEDULE_GROUP_SIZE", 8)`, read by
+# `ncclP2pSchedule` from v2.28.7-1): groupSize = the variable across nodes (v2.28.9-1 on: maxLocalRanks on one
+# node), cut to gcd(groupSize, localRanks) for each node it does not divide or exceeds; then local = localRank %
+# groupSize, group deltas (x*x + x)/2 mod pow2Up(nRanks / groupSize), local deltas 0 .. groupSize-1 in turn, and
+# round k's base (k / groupSize) * divUp(groupSize, 8) + (k % groupSize) / 8, bit-reversed (channel.h).
+# Rank 11 of 2 nodes of 8 in groups of 4: groups {0-3}, {4-7}, {8-11}, {12-15}; its group 2, local 3; group deltas
+# mod 4: 0 1 3 2 -> groups 2, 3, 1, 0, each from local 3 upward.
+GROUP4_RANK11 = (11, 8, 9, 10, 15, 12, 13, 14, 7, 4, 5, 6, 3, 0, 1, 2)
+# groups of 1 (gcd(3, 8)): init.cc's own example order for 16, from rank 11
+SINGLES_RANK11 = tuple((11 + d) % 16 for d in SIXTEEN_QUADRATIC)
+
+
+@pytest.mark.parametrize(
+    ("group", "expected"),
+    [
+        (4, GROUP4_RANK11),
+        (12, GROUP4_RANK11),  # 8 % 12 != 0: gcd(12, 8) = 4
+        (3, SINGLES_RANK11),  # gcd(3, 8) = 1
+        (16, (11, 12, 13, 14, 15, 8, 9, 10, 3, 4, 5, 6, 7, 0, 1, 2)),  # 8 < 16: gcd = 8, the default's
+    ],
+)
+def test_a_schedule_group_size_regroups_the_rounds_across_nodes(group: int, expected: tuple[int, ...]) -> None:
+    assert send_rounds(_nodes(2, 8), 11, GROUPED, group) == expected
+    assert send_rounds(_nodes(2, 8), 11, (2, 28, 7), group) == expected
+
+
+def test_one_node_reads_the_group_size_only_in_2_28_7() -> None:
+    """One node of 8, rank 3, groups of 4: v2.28.7-1 cuts it into {0-3}, {4-7} (group deltas 0, 1); from
+    v2.28.9-1 one node is one group of maxLocalRanks, whatever the variable says."""
+    assert send_rounds(_nodes(1, 8), 3, (2, 28, 7), 4) == (3, 0, 1, 2, 7, 4, 5, 6)
+    assert send_rounds(_nodes(1, 8), 3, GROUPED, 4) == LINEAR3
+
+
+@pytest.mark.parametrize("v", [PAIRED, QUADRATIC, (2, 28, 3)])
+def test_forms_before_2_28_7_have_no_group_size(v: tuple[int, ...]) -> None:
+    assert send_rounds(_nodes(2, 8), 11, v, 4) == send_rounds(_nodes(2, 8), 11, v)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "dst", "group", "expected"),
+    [
+        (_nodes(2, 8), 12, 4, [8, 9]),  # 3 -> 12 in round 9 (group 3 after 0, 1): base 9 / 4 = 2, reversed: 8
+        (_nodes(2, 8), 12, 8, [16, 17]),  # the default: round 9, base 1, reversed: 16
+        (_nodes(2, 16), 21, 16, [8, 9]),  # round 16 + 2: base (18 / 16) x divUp(16, 8) + 2 / 8 = 2 -> 8
+        (_nodes(2, 16), 29, 16, [24, 25]),  # round 16 + 10: base 2 + 10 / 8 = 3 -> 24
+        (_nodes(2, 16), 21, 8, [24, 25]),  # groups of 8: 21 is in group 2, reached in rounds 24 .. 31: base 3
+    ],
+)
+def test_a_rounds_channel_follows_the_group_size(
+    nodes: tuple[int, ...], dst: int, group: int, expected: list[int]
+) -> None:
+    """32 p2p channels (5 bits), 2 parts from rank 3 (NCCL 2.29.7)."""
+    assert transfer_channel_ids(nodes, 3, dst, 2, 32, GROUPED, group) == expected
+
+
+@pytest.mark.parametrize(("group", "channel"), [(None, 8), ("4", 12), ("16", 8), ("0x4", 12)])
+def test_the_variable_sets_a_sends_channel_in_the_flows(group: str | None, channel: int) -> None:
+    """A send 3 -> 11 (128 KiB: one part) on 2 DGX A100 hosts' 16-rank communicator (16 p2p channels, 4 bits),
+    NCCL 2.29.7: groups of 8 reach 11 in round 8 (base 1, reversed: 8); groups of 4 in round 12 (base 3, reversed:
+    12); 16 exceeds a node's 8 ranks, so gcd(16, 8) = 8. NCCL reads the value with strtoll(.., 0): 0x4 is 4. The
+    flows both engines run carry the channel in their key's top 16 bits."""
+    pairs = {"PHANTORA_NCCL_VERSION": "2.29.7"} | ({"NCCL_P2P_SCHEDULE_GROUP_SIZE": group} if group else {})
+    coll = Collective("send_recv", (3, 11), 128 * 1024, "bf16", None, tuple(range(16)))
+    dag = decompose(coll, a100_hosts(2), AlgoOptions(nccl_env=nccl_env(pairs)))
+    assert {f.key >> 48 for f in dag.flows} == {channel}
+
+
+@pytest.mark.parametrize("bad", ["0", "-4", "eight", "2147483648"])
+def test_a_bad_group_size_is_refused_naming_the_variable(bad: str) -> None:
+    """0 divides by zero in ncclP2pSchedule, a negative group indexes ranks by negative remainders, a word is
+    strtoll's 0, and beyond an int it wraps: each is one error naming the variable."""
+    with pytest.raises(InputError, match=f"NCCL_P2P_SCHEDULE_GROUP_SIZE={bad!r}"):
+        settings_of((("NCCL_P2P_SCHEDULE_GROUP_SIZE", bad),))
+
+
+def test_the_group_size_is_honoured_and_recorded_with_the_others() -> None:
+    """Unset: NCCL's 8; set: the run's NCCL_* record (results.json `nccl.env`) holds it."""
+    assert settings_of(()).p2p_sched_group == 8
+    assert settings_of((("NCCL_P2P_SCHEDULE_GROUP_SIZE", "4"),)).p2p_sched_group == 4
+    env = nccl_env({"NCCL_P2P_SCHEDULE_GROUP_SIZE": "4", "UNRELATED": "1"})
+    assert env == (("NCCL_P2P_SCHEDULE_GROUP_SIZE", "4"),)
+    assert summarize_choices([], env)["env"] == {"NCCL_P2P_SCHEDULE_GROUP_SIZE": "4"}

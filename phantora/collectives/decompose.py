@@ -383,7 +383,7 @@ def _p2p_channel_map(coll: Collective, topo: Topology, opts: AlgoOptions) -> Cha
     release = running_release(st)
 
     def channels(src: int, dst: int, parts: int) -> list[int]:
-        return transfer_channel_ids(hosts, pos[src], pos[dst], parts, total, release)
+        return transfer_channel_ids(hosts, pos[src], pos[dst], parts, total, release, st.p2p_sched_group)
 
     return channels
 

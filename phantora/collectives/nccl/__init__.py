@@ -169,7 +169,8 @@ def _p2p_plans(coll: Collective, on: Platform, st: NcclSettings, got: Choice) ->
         cut = fifo_budget.nccl_tests_p2p_plans(*shape, *peers)
         return cut if len(cut) > 1 else []
     release = running_release(st)
-    return p2p_plans.calls_per_plan(*shape, *peers, p2p_plans.batch_rules(release, st.p2p_epoch), release)
+    rules = p2p_plans.batch_rules(release, st.p2p_epoch)
+    return p2p_plans.calls_per_plan(*shape, *peers, rules, release, st.p2p_sched_group)
 
 
 def call_sizes(coll: Collective) -> tuple[int, ...]:
@@ -323,7 +324,7 @@ def _live_plans(
         most = transfer_layout(comm, st).most
         release = running_release(st)
         rules = p2p_plans.batch_rules(release, st.p2p_epoch)
-        return p2p_plans.pair_plans(hosts, chans, most, p2p_plans.resumes(release), rules, release)
+        return p2p_plans.pair_plans(hosts, chans, most, p2p_plans.resumes(release), rules, release, st.p2p_sched_group)
 
     return shared(coll.launch, topo, ("live plans", coll.comm, st, protocol), make)
 

@@ -58,4 +58,5 @@ def rank_launches(
     release = running_release(st)
     rules = p2p_plans.batch_rules(release, st.p2p_epoch)
     most = transfer_layout(on, st).most
-    return p2p_plans.rank_plans(hosts, me, chans, most, p2p_plans.resumes(release), rules, release)
+    resume = p2p_plans.resumes(release)
+    return p2p_plans.rank_plans(hosts, me, chans, most, resume, rules, release, st.p2p_sched_group)

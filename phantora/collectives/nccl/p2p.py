@@ -32,7 +32,14 @@ from typing import TYPE_CHECKING
 
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import comm_p2p_chunk, refuse_empty_chunk, step_bytes
-from phantora.collectives.nccl.p2p_schedule import LATEST, Version, pow2_up, send_rounds, transfer_channel_ids
+from phantora.collectives.nccl.p2p_schedule import (
+    LATEST,
+    P2P_PER_BATCH,
+    Version,
+    pow2_up,
+    send_rounds,
+    transfer_channel_ids,
+)
 from phantora.collectives.nccl.pci_p2p import PCI_PEER_CHANNELS, group_ends, pair_rates
 from phantora.collectives.nccl.pci_paths import PciHost, all_pairs
 from phantora.collectives.nccl.platform import Platform
@@ -162,15 +169,17 @@ def auto_plan(layout: TransferLayout, on: Platform, st: NcclSettings, intra: boo
 
 
 @lru_cache(maxsize=1024)
-def channels_at_work(p: Platform, parts: int, p2p_total: int, remote: bool, v: Version = LATEST) -> int:
+def channels_at_work(
+    p: Platform, parts: int, p2p_total: int, remote: bool, v: Version = LATEST, group: int = P2P_PER_BATCH
+) -> int:
     """The distinct p2p channels one rank's transfers of `parts` parts each run on, to its peers on other nodes
-    (`remote`) or on its own, by NCCL `v`'s round schedule (`p2p_schedule.transfer_channel_ids`), for nodes of
-    `p.ppn` ranks in order."""
+    (`remote`) or on its own, by NCCL `v`'s round schedule (`p2p_schedule.transfer_channel_ids`; `group`:
+    NCCL_P2P_SCHEDULE_GROUP_SIZE), for nodes of `p.ppn` ranks in order."""
     nodes = tuple(i // p.ppn for i in range(p.nranks))
     used: set[int] = set()
-    for dst in send_rounds(nodes, 0, v):
+    for dst in send_rounds(nodes, 0, v, group):
         if dst != 0 and (nodes[dst] != nodes[0]) == remote:
-            used.update(transfer_channel_ids(nodes, 0, dst, parts, p2p_total, v))
+            used.update(transfer_channel_ids(nodes, 0, dst, parts, p2p_total, v, group))
     return len(used)
 
 
@@ -223,7 +232,9 @@ def p2p_choice(
         nch = layout.channels(per_peer)
 
     def at_work(remote: bool) -> int:  # a send/recv has one peer: its own channels are all at work
-        return channels_at_work(on, nch, total, remote, running_release(st)) if coll.kind == "all_to_all" else nch
+        if coll.kind != "all_to_all":
+            return nch
+        return channels_at_work(on, nch, total, remote, running_release(st), st.p2p_sched_group)
 
     if protocol == "LL" and per_peer > 0:
         refuse_empty_chunk(step_bytes("LL", st) // 2, "a send/recv's LL step", "LL", st)

@@ -81,7 +81,7 @@ def plan_parts(
         proto, nch = auto_plan(layout, on, st, not remote, n) if protocol == "auto" else (protocol, layout.channels(n))
         if proto == "LL" and n > 0:
             refuse_empty_chunk(step_bytes("LL", st) // 2, "a send/recv's LL step", "LL", st)
-        chans = transfer_channel_ids(hosts, s, d, nch, layout.total, release)
+        chans = transfer_channel_ids(hosts, s, d, nch, layout.total, release, st.p2p_sched_group)
         out[(s, d)] = Part(tuple(chans), proto, remote)
     return out
 

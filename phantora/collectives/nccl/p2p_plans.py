@@ -21,7 +21,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from phantora.collectives.nccl.coll_group import ARGS_BYTES, ARGS_HEADER, BATCH_BYTES, FIFO_BYTES, MAX_BATCH_BYTES
-from phantora.collectives.nccl.p2p_schedule import LATEST, Version, send_rounds, transfer_channel_ids
+from phantora.collectives.nccl.p2p_schedule import LATEST, P2P_PER_BATCH, Version, send_rounds, transfer_channel_ids
 
 PLANS_FROM = (2, 22)  # v2.22.3-1: addWorkBatchToPlan / ncclTestBudget for p2p works (2.19 - 2.21: not restated)
 WORK_BYTES = 48  # sizeof(ncclDevWorkP2p), alignas(16), v2.22.3-1 .. v2.30.7-1
@@ -172,21 +172,22 @@ def calls_per_plan(
     most: int,
     rules: BatchRules = BatchRules(),
     v: Version = LATEST,
+    group: int = P2P_PER_BATCH,
 ) -> list[int]:
     """The calls (operations to one peer) each plan of an NCCL group of `calls` equal p2p calls holds, as position 0
     of a communicator whose position i lives on node `nodes[i]` plans them: all-to-all (alltoall_perf: a send and a
     receive with every rank, itself too) or nccl-tests' sendrecv ring (a send to position 1, a receive from the
     last). `parts` / `self_parts`: the channels of an operation to a peer / to itself; `total`: the p2p channels;
     `most`: a peer's most; `rules`: the release's batch rules; `v`: the release, whose round schedule
-    (`p2p_schedule.p2p_form`) orders the peers. A plan cut inside a pass counts the pass in both plans (its peers'
-    longest queue)."""
+    (`p2p_schedule.p2p_form`; `group`: NCCL_P2P_SCHEDULE_GROUP_SIZE) orders the peers. A plan cut inside a pass
+    counts the pass in both plans (its peers' longest queue)."""
     n = len(nodes)
-    rounds = send_rounds(nodes, 0, v)
+    rounds = send_rounds(nodes, 0, v, group)
     if kind == "all_to_all":
         wanted = list(range(len(rounds)))
         dst = dict(enumerate(rounds))
     else:
-        recv_round = next(k for k, peer in enumerate(send_rounds(nodes, n - 1, v)) if peer == 0)
+        recv_round = next(k for k, peer in enumerate(send_rounds(nodes, n - 1, v, group)) if peer == 0)
         send_round = rounds.index(1 % n)
         wanted = sorted({send_round, recv_round})
         dst = {send_round: 1 % n, recv_round: rounds[recv_round]}
@@ -194,9 +195,9 @@ def calls_per_plan(
     for k in wanted:
         peer = dst[k]
         if peer == 0:
-            one_pass.append((k, tuple(transfer_channel_ids(nodes, 0, 0, self_parts, total, v))))
+            one_pass.append((k, tuple(transfer_channel_ids(nodes, 0, 0, self_parts, total, v, group))))
         else:
-            one_pass.append((k, tuple(transfer_channel_ids(nodes, 0, peer, parts, total, v))))
+            one_pass.append((k, tuple(transfer_channel_ids(nodes, 0, peer, parts, total, v, group))))
     cut = plan_ops(one_pass * calls, most, rules)
     out: list[int] = []
     start = 0
@@ -220,19 +221,21 @@ def pair_plans(
     resume: bool = True,
     rules: BatchRules = BatchRules(),
     v: Version = LATEST,
+    group: int = P2P_PER_BATCH,
 ) -> dict[Pair, tuple[int, ...]]:
     """The plan (0 first) each operation of each pair runs in, each rank planning its own (a live group: a
     batch_isend_irecv, a coalescing block). `channels`: each (sender, receiver) position pair's operations in turn,
     each the p2p channel ids of its parts, on a communicator whose position i lives on node `nodes[i]`; `most`: a
     peer's most channels; `resume`: NCCL's plans resume at the cut round (`resumes`); `rules`: its batch rules;
-    `v`: the release, whose round schedule orders each rank's operations (`p2p_schedule.p2p_form`). On
+    `v`: the release, whose round schedule orders each rank's operations (`p2p_schedule.p2p_form`; `group`:
+    NCCL_P2P_SCHEDULE_GROUP_SIZE). On
     each rank a round's k-th operation is its send's and its receive's k-th, one operation on both their channels,
     planned by `plan_queues`; an operation runs in the later of its sender's plan and its receiver's (each end's
     kernel moves it)."""
     ranks = sorted({r for pair in channels for r in pair})
     plan: dict[tuple[Pair, int, int], int] = {}  # (pair, k, 0 at the sender / 1 at the receiver) -> plan
     for me in ranks:
-        ends, got = _rank_cut(nodes, me, channels, most, resume, rules, v)
+        ends, got = _rank_cut(nodes, me, channels, most, resume, rules, v, group)
         for (send, recv), at in zip(ends, got, strict=True):
             for side, pair in enumerate((send, recv)):
                 for k in range(len(channels.get(pair, ()))):
@@ -250,13 +253,14 @@ def _rank_cut(
     resume: bool,
     rules: BatchRules,
     v: Version,
+    group: int,
 ) -> tuple[list[tuple[Pair, Pair]], list[list[int]]]:
     """Position `me`'s rounds, each its (send pair, receive pair), and the plan of each of its rounds' operations
     (`plan_queues`): a round's k-th operation is its send's and its receive's k-th, on both their channels."""
-    sends = send_rounds(nodes, me, v)
+    sends = send_rounds(nodes, me, v, group)
     recv_of = {}  # round -> the peer `me` receives from in it
     for q in range(len(nodes)):
-        for rnd, peer in enumerate(send_rounds(nodes, q, v)):
+        for rnd, peer in enumerate(send_rounds(nodes, q, v, group)):
             if peer == me:
                 recv_of[rnd] = q
     ends = [((me, to), (recv_of[rnd], me)) for rnd, to in enumerate(sends)]
@@ -275,8 +279,10 @@ def rank_plans(
     resume: bool = True,
     rules: BatchRules = BatchRules(),
     v: Version = LATEST,
+    group: int = P2P_PER_BATCH,
 ) -> int:
     """The plans (kernel launches) position `me` cuts its own operations of a live group into (`channels`: as
-    `pair_plans`', its pairs only needed; `v`: the release): its host launches each at ncclGroupEnd."""
-    _, got = _rank_cut(nodes, me, channels, most, resume, rules, v)
+    `pair_plans`', its pairs only needed; `v`: the release; `group`: NCCL_P2P_SCHEDULE_GROUP_SIZE): its host
+    launches each at ncclGroupEnd."""
+    _, got = _rank_cut(nodes, me, channels, most, resume, rules, v, group)
     return 1 + max((i for at in got for i in at), default=0)

@@ -17,11 +17,13 @@ paths.cc), the forms are, by the tags that hold them (`p2p_form`, the one switch
   (k % maxLocalRanks) / 8 across nodes, k on one node. v2.22.3-1 .. v2.27.7-1 run part c on (base +
   reverseBits(c)) & (nCh - 1) (device.h `ncclP2pChannelForPart`); v2.28.3-1 reverses the base instead and runs
   part c on (reverseBits(base) + c) & (nCh - 1).
-- **grouped** (v2.28.7-1 on, `ncclP2pSchedule`): ranks cut into groups of NCCL_P2P_SCHEDULE_GROUP_SIZE (8, or the
-  gcd with a node's ranks that it does not divide); group deltas in the quadratic order mod pow2Up(nGroups), and
-  inside each the local deltas 0 .. groupSize-1 in turn. v2.28.7-1 cuts one node into groups too; from v2.28.9-1
-  one node is one group (maxLocalRanks). Round k's base: (k / groupSize) * divUp(groupSize, 8) + (k % groupSize) /
-  8 across nodes, k on one node, bit-reversed; part c on (base + c) & (nCh - 1).
+- **grouped** (v2.28.7-1 on, `ncclP2pSchedule`): ranks cut into groups of NCCL_P2P_SCHEDULE_GROUP_SIZE (init.cc's
+  `NCCL_PARAM(GroupSize, ...)`, default NCCL_MAX_DEV_WORK_P2P_PER_BATCH = 8; `group` here, settings.py reads it),
+  cut to its gcd with each node's ranks that it does not divide or exceeds; group deltas in the quadratic order mod
+  pow2Up(nGroups), and inside each the local deltas 0 .. groupSize-1 in turn. v2.28.7-1 cuts one node into groups
+  too; from v2.28.9-1 one node is one group (maxLocalRanks: the variable is not read). Round k's base: (k /
+  groupSize) * divUp(groupSize, 8) + (k % groupSize) / 8 across nodes, k on one node, bit-reversed; part c on
+  (base + c) & (nCh - 1).
 
 Bits are reversed over log2(nCh) bits; nCh is the communicator's p2p channels (a power of two).
 """
@@ -82,12 +84,15 @@ def _bits(p2p_channels: int) -> int:
     return max(0, (p2p_channels - 1).bit_length())
 
 
-def group_size(local_ranks: Sequence[int], node_group: bool = True) -> int:
-    """The grouped form's group size for nodes holding `local_ranks[i]` ranks each: 8, cut down to the gcd with
-    each node's ranks it does not divide; one node is one group where `node_group` (v2.28.9-1 on)."""
+def group_size(local_ranks: Sequence[int], node_group: bool = True, group: int = P2P_PER_BATCH) -> int:
+    """The grouped form's group size for nodes holding `local_ranks[i]` ranks each: `group`
+    (NCCL_P2P_SCHEDULE_GROUP_SIZE, 8 by default), cut down to its gcd with each node's ranks it does not divide or
+    exceeds, node by node as init.cc does; one node is one group where `node_group` (v2.28.9-1 on)."""
     if len(local_ranks) == 1 and node_group:
         return local_ranks[0]
-    g = P2P_PER_BATCH
+    if group < 1:
+        raise ValueError(f"a p2p schedule group of {group} ranks (NCCL divides by it)")
+    g = group
     for n in local_ranks:
         if n % g != 0 or n < g:
             g = math.gcd(g, n)
@@ -167,11 +172,11 @@ def _quadratic_rounds(members: list[list[int]], me: int) -> list[int]:
     return out
 
 
-def _grouped_rounds(members: list[list[int]], me: int, node_group: bool) -> list[int]:
+def _grouped_rounds(members: list[list[int]], me: int, node_group: bool, group: int) -> list[int]:
     """The grouped form's send peers by round: group deltas quadratic, local deltas in turn inside each group.
     Needs every node's ranks to be a multiple of the group size (NCCL fails otherwise; here the last group of a
     node is shorter)."""
-    g = group_size([len(m) for m in members], node_group)
+    g = group_size([len(m) for m in members], node_group, group)
     groups = [m[i : i + g] for m in members for i in range(0, len(m), g)]
     mine = next(k for k, grp in enumerate(groups) if me in grp)
     local = groups[mine].index(me)
@@ -183,16 +188,19 @@ def _grouped_rounds(members: list[list[int]], me: int, node_group: bool) -> list
 
 
 @lru_cache(maxsize=4096)
-def send_rounds(nodes: tuple[Hashable, ...], me: int, v: Version = LATEST) -> tuple[int, ...]:
+def send_rounds(
+    nodes: tuple[Hashable, ...], me: int, v: Version = LATEST, group: int = P2P_PER_BATCH
+) -> tuple[int, ...]:
     """Position `me`'s send peer in each round (round 0: itself) under NCCL `v`'s form, for a communicator whose
-    position i lives on node `nodes[i]`; a node's local ranks in order of position."""
+    position i lives on node `nodes[i]`; a node's local ranks in order of position. `group`:
+    NCCL_P2P_SCHEDULE_GROUP_SIZE (the grouped form's only)."""
     members = _members(nodes)
     form = p2p_form(v)
     if form.order == "paired":
         return tuple(_paired_rounds(members, me))
     if form.order == "quadratic":
         return tuple(_quadratic_rounds(members, me))
-    return tuple(_grouped_rounds(members, me, form.node_group))
+    return tuple(_grouped_rounds(members, me, form.node_group, group))
 
 
 def channel_base(round_: int, n_nodes: int, sched_group: int, p2p_channels: int, reverse: bool = True) -> int:
@@ -216,35 +224,45 @@ def peer_base(members: list[list[int]], src: int, dst: int, p2p_channels: int) -
     return _reverse_bits(base, _bits(p2p_channels))
 
 
-def _round_group(members: list[list[int]], form: P2pForm) -> int:
-    """Rounds of one delta in `ncclP2pChannelBaseForRound`: maxLocalRanks (quadratic), the group size (grouped)."""
+def _round_group(members: list[list[int]], form: P2pForm, group: int) -> int:
+    """Rounds of one delta in `ncclP2pChannelBaseForRound`: maxLocalRanks (quadratic), the group size (grouped:
+    comm->p2pSchedGroupSize, from `group`)."""
     if form.order == "quadratic":
         return max(map(len, members))
-    return group_size([len(m) for m in members], form.node_group)
+    return group_size([len(m) for m in members], form.node_group, group)
 
 
 @lru_cache(maxsize=4096)
-def round_bases(nodes: tuple[Hashable, ...], src: int, p2p_channels: int, v: Version = LATEST) -> dict[int, int]:
+def round_bases(
+    nodes: tuple[Hashable, ...], src: int, p2p_channels: int, v: Version = LATEST, group: int = P2P_PER_BATCH
+) -> dict[int, int]:
     """The base channel of position `src`'s transfer to each peer position under NCCL `v` (`nodes[i]`: the node,
-    or host, of position i): the round's (2.22+) or the peer's (before)."""
+    or host, of position i): the round's (2.22+) or the peer's (before); `group` as `send_rounds`."""
     members = _members(nodes)
     form = p2p_form(v)
     if form.order == "paired":
         return {dst: peer_base(members, src, dst, p2p_channels) for dst in range(len(nodes))}
-    per_delta = _round_group(members, form)
+    per_delta = _round_group(members, form, group)
     out: dict[int, int] = {}
-    for k, peer in enumerate(send_rounds(nodes, src, v)):
+    for k, peer in enumerate(send_rounds(nodes, src, v, group)):
         if peer not in out:
             out[peer] = channel_base(k, len(members), per_delta, p2p_channels, reverse=not form.part_reversed)
     return out
 
 
 def transfer_channel_ids(
-    nodes: tuple[Hashable, ...], src: int, dst: int, parts: int, p2p_channels: int, v: Version = LATEST
+    nodes: tuple[Hashable, ...],
+    src: int,
+    dst: int,
+    parts: int,
+    p2p_channels: int,
+    v: Version = LATEST,
+    group: int = P2P_PER_BATCH,
 ) -> list[int]:
     """The p2p channels the `parts` parts of a transfer from position `src` to `dst` run on under NCCL `v`
-    (`nodes[i]`: the node, or host, of position i): part c on base + c, or base + reverseBits(c) (2.22 - 2.27)."""
-    base = round_bases(nodes, src, p2p_channels, v)[dst]
+    (`nodes[i]`: the node, or host, of position i): part c on base + c, or base + reverseBits(c) (2.22 - 2.27);
+    `group` as `send_rounds`."""
+    base = round_bases(nodes, src, p2p_channels, v, group)[dst]
     if p2p_form(v).part_reversed:
         return [(base + _reverse_bits(c, _bits(p2p_channels))) & (p2p_channels - 1) for c in range(parts)]
     return [(base + c) & (p2p_channels - 1) for c in range(parts)]

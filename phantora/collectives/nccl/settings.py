@@ -64,9 +64,11 @@ ENV_VARS = (
     "NCCL_NUM_RMA_CTX",
     "NCCL_CROSS_NIC",
     "NCCL_P2P_EPOCH_ENABLE",
+    "NCCL_P2P_SCHEDULE_GROUP_SIZE",
 )
 CE_THRESHOLD = 8 * 1024 * 1024  # enqueue.cc NCCL_PARAM(SymCeThreshold), in elements
 IB_MAX_QPS = 128  # net_ib: NCCL_IB_MAX_QPS
+SCHED_GROUP = 8  # init.cc NCCL_PARAM(GroupSize, "P2P_SCHEDULE_GROUP_SIZE", NCCL_MAX_DEV_WORK_P2P_PER_BATCH)
 Enabled = tuple[tuple[str, frozenset[str]], ...]  # (function, enabled names), every function
 
 
@@ -118,6 +120,8 @@ class NcclSettings:
     # all-gather on symmetric windows runs on the copy engines (2.29.2+, enqueue.cc; ce_coll.py)
     num_rma_ctx: int = 1  # NCCL_NUM_RMA_CTX: RMA contexts (0: no RMA proxy, no hierarchical CE; ce_coll.py)
     p2p_epoch: bool = True  # NCCL_P2P_EPOCH_ENABLE=0: a p2p batch may hold two passes (2.29.2+; p2p_plans.py)
+    p2p_sched_group: int = SCHED_GROUP  # NCCL_P2P_SCHEDULE_GROUP_SIZE: the p2p schedule's rank groups across nodes
+    # (2.28.7+ only; 2.28.9+ not on one node: p2p_schedule.group_size)
     cross_nic: int = 2  # NCCL_CROSS_NIC: 0 leaves no RMA proxy (init.cc globalRmaProxySupport) and no full GIN
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
 
@@ -209,6 +213,16 @@ def _flag(env: Mapping[str, str], var: str) -> int:
     if text not in ("", "0", "1"):
         raise InputError(f"{var}={text!r}: expected 0 or 1", field=var)
     return int(text or 0)
+
+
+def _sched_group(env: Mapping[str, str]) -> int:
+    """NCCL_P2P_SCHEDULE_GROUP_SIZE as init.cc's ncclP2pSchedule takes it (an int, 8 by default). Below 1 NCCL
+    divides by it (0) or indexes ranks by a negative remainder: refused, as is a value beyond an int."""
+    var = "NCCL_P2P_SCHEDULE_GROUP_SIZE"
+    group = _int(env, var, SCHED_GROUP, 1)
+    if group > INT_MAX:
+        raise InputError(f"{var}={env[var]!r}: a rank count from 1 to {INT_MAX}", field=var)
+    return group
 
 
 def _qps(env: Mapping[str, str]) -> int:
@@ -344,6 +358,7 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         gin_type=_int(env, "NCCL_GIN_TYPE", -1, low=-1),
         sym_gin_kernels=_int(env, "NCCL_SYM_GIN_KERNELS_ENABLE", 1) != 0,
         p2p_epoch=_int(env, "NCCL_P2P_EPOCH_ENABLE", 1, -(2**63)) != 0,
+        p2p_sched_group=_sched_group(env),
         sym_rs_gin_chunk=_int(env, "NCCL_SYM_RS_GIN_CHUNK_SIZE", -1, low=-1),
         sym_ce_threshold=_int(env, "NCCL_SYM_CE_THRESHOLD", CE_THRESHOLD),
         num_rma_ctx=_rma_ctx(env),
