@@ -12,7 +12,8 @@ process (-g 1), and -g alone is one process. Each size is timed as nccl-tests ti
 size first, then -n calls back to back on one engine, the mean per call, with one host thread launching its -g
 GPUs' calls one after another (a few µs each, which bound small sizes under -g 8); the table on stdout is
 nccl-tests' own, so it can be diffed with a cluster's output (docs/nccl-tests.md). --out DIR also writes the table
-(nccl-tests.txt) and results.json.
+(nccl-tests.txt), results.json and the run's network files as `phantora replay` writes them: flows.csv (every flow
+of every call, warm-ups included) and links.csv, and in packet mode the fabric's traces and engine.json.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     g.add_argument("-a", "--average", type=int, default=1, help="accepted, no effect: every rank's time is the same")
     nf.add_arguments(g)
-    add_out_options(p, "the table (nccl-tests.txt), results.json and config.json", short=False)
+    add_out_options(p, "the table (nccl-tests.txt), results.json, config.json, flows.csv and links.csv", short=False)
     p.set_defaults(func=_with_run_dir(run))
 
 
@@ -249,9 +250,11 @@ def run(args: argparse.Namespace) -> int:
                       blocking=flags.blocking, unalign=flags.unalign, per_iter_skip=per_iter_skip,
                       parallel_init=flags.parallel_init, notes=_notes(flags)))  # fmt: skip
     emit(*reduced, *nt.table_header(flags.report_cputime, flags.report_timestamps, flags.per_iter_timing))
+    traffic = nt.Traffic() if args.out is not None else None  # flows.csv and links.csv: kept only for --out
     bench = nt.Bench(spec, topo, ranks, types[0], iters=args.iters, warmup=0, gpus_per_thread=args.ngpus,
                      agg=args.agg_iters, blocking=flags.blocking > 0, graph=args.cudagraph > 0,
-                     opts=opts)  # fmt: skip
+                     opts=opts, traffic=traffic)  # fmt: skip
+    network_files: list[Path] = []
     results: list[tuple[nt.Run, nt.SizeResult]] = []
     records: list[dict[str, Any]] = []  # -J's results
     sim = make_engine(engine, topo, spawner=spawn_workers)
@@ -276,6 +279,8 @@ def run(args: argparse.Namespace) -> int:
         # the engine's counters go to results.json only (ns-3's take seconds to gather): none without --out
         stats = {k: v for k, v in sim.stats().items() if "wall" not in k} if args.out is not None else {}
         simulated_s = sim.now() / 1e9
+        if traffic is not None:
+            network_files = _network_files(args.out, topo, sim, traffic, engine)
     finally:
         sim.close()
     memory = None
@@ -290,12 +295,22 @@ def run(args: argparse.Namespace) -> int:
         json_path.write_text(nj.encode(doc), encoding="ascii")
     if args.out is not None:
         data = _results(args, spec, topo, ranks, cc, stepbytes, results, stats)
-        paths = _write(args.out, lines, data)
+        paths = _write(args.out, lines, data) + network_files
         print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     if not nt.bw_passes(avg, min_bw):  # nccl-tests' main: TESTCHECK(result) prints, then returns testNumResults
         print(nt.check_failure_line(os.getpid()), flush=True)
         return nt.CHECK_FAILED_RC
     return 0
+
+
+def _network_files(out: Path, topo: Any, sim: Any, traffic: nt.Traffic, engine: EngineSpec) -> list[Path]:
+    """flows.csv and links.csv of the whole run (the links' use over its simulated time), and the packet engine's
+    traces, by the writer every command uses (`results.write.write_network_files`)."""
+    from phantora.results.write import write_network_files
+
+    return write_network_files(
+        Path(out), topo, sim, traffic.completions, elapsed_ns=sim.now(), flows=traffic.flows, spec=engine
+    )
 
 
 def _open_json(name: str | None, emit: Callable[..., None]) -> Path | None:

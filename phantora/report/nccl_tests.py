@@ -30,7 +30,7 @@ from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.dag import MessageCounters
 from phantora.collectives.nccl import runs_as_one
 from phantora.errors import InputError, PhantoraError
-from phantora.netsim.base import INF_NS, Flow, NetworkSimulator
+from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator
 from phantora.perfmodel.gpus import get_gpu
 from phantora.report.host_launch import host_ns_per_call
 from phantora.report.nccl_tests_iters import cpu_time_ns, event_intervals, iter_stats
@@ -365,8 +365,20 @@ def _collective(
     return Collective(spec.kind, tuple(ranks), nbytes, dtype, root_of, redop=op, alltoall_api=api, group_calls=group)
 
 
-def run_iteration(sim: NetworkSimulator, it: Iteration) -> int:
-    """Submit the call's flows now and run until every rank is done; its time in ns (0 without flows).
+@dataclass
+class Traffic:
+    """Every flow a run submitted and every completion its engine returned: --out's flows.csv and links.csv."""
+
+    flows: dict[int, Flow] = field(default_factory=dict)
+    completions: list[Completion] = field(default_factory=list)
+
+    def submitted(self, flows: Sequence[Flow]) -> None:
+        self.flows.update((f.id, f) for f in flows)
+
+
+def run_iteration(sim: NetworkSimulator, it: Iteration, traffic: Traffic | None = None) -> int:
+    """Submit the call's flows now and run until every rank is done; its time in ns (0 without flows). `traffic`
+    (if given) keeps the flows and every completion the engine returns.
 
     Nothing else is submitted before the call ends and every flow of it is an ancestor of a rank's last flow (or
     one), so the call is one drain of the network: the same events as stopping at each last flow in turn, without
@@ -374,6 +386,8 @@ def run_iteration(sim: NetworkSimulator, it: Iteration) -> int:
     stop runs it, so the next call starts on the same state. Flows already in flight (none in nccl-tests' loop)
     fall back to watching the call's own: a drain would wait on them too."""
     start = sim.now()
+    if traffic is not None:
+        traffic.submitted(it.flows)
     if not it.last:
         if it.flows:
             sim.submit(it.flows, start)
@@ -382,22 +396,26 @@ def run_iteration(sim: NetworkSimulator, it: Iteration) -> int:
     if it.flows:
         sim.submit(it.flows, start)
     if busy:
-        return _watch_last(sim, it.last, start)
+        return _watch_last(sim, it.last, start, traffic)
     got = sim.drain()
-    sim.advance(sim.now())
+    rest = sim.advance(sim.now())
+    if traffic is not None:
+        traffic.completions += got + rest
     ends = [c.end_ns for c in got if c.flow_id in it.last]
     if len(ends) < len(it.last):
         raise PhantoraError(f"the network stopped with {len(it.last) - len(ends)} flows of the collective unfinished")
     return max(start, *ends) - start
 
 
-def _watch_last(sim: NetworkSimulator, last: set[int], start: int) -> int:
+def _watch_last(sim: NetworkSimulator, last: set[int], start: int, traffic: Traffic | None = None) -> int:
     """Run until every flow of `last` has completed, stopping at each (other flows stay in flight); the time from
-    `start` to the last of them."""
+    `start` to the last of them (`traffic`: as `run_iteration`)."""
     pending = set(last)
     end = start
     while pending:
         got = sim.advance_watching(INF_NS, pending)
+        if traffic is not None:
+            traffic.completions += got
         hit = [c for c in got if c.flow_id in pending]
         if not hit:
             raise PhantoraError(f"the network stopped with {len(pending)} flows of the collective unfinished")
@@ -426,6 +444,7 @@ class Bench:
     agg: int = 1  # -m: calls per iteration, launched as one NCCL group (one host launch per GPU for all of them)
     blocking: bool = False  # -z 1, 2 or 3: the host waits for each call to end before it launches the next
     graph: bool = False  # -G: the calls replay from a CUDA graph, so no host launch sits between them
+    traffic: Traffic | None = None  # every flow and completion of the run, kept for --out (None: not kept)
 
 
 def launch_bound(gpu_ns: Sequence[int], host_ns: int, blocking: bool = False) -> list[int]:
@@ -464,7 +483,7 @@ def _call(
         group,
     )
     bench.next_id = it.next_id
-    return run_iteration(sim, it), it.choice
+    return run_iteration(sim, it, bench.traffic), it.choice
 
 
 def warm_up(bench: Bench, sim: NetworkSimulator, sizes: Sequence[int], calls: int) -> None:
