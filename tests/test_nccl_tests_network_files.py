@@ -134,3 +134,17 @@ def test_packet_mode_writes_the_same_flows_and_the_closed_form_payload(
     wire = {gpu: per_gpu + 2 * header * n for gpu, n in packets.items()}  # data headers, and as many ACKs back
     assert _per_gpu(_rows(out / S.LINKS_CSV), "from") == wire
     assert (out / S.PFC_CSV).exists() and (out / S.ENGINE_JSON).exists()
+
+
+def test_compare_reads_the_network_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """`phantora compare` of two nccl-tests directories gives the flows' rows as for a replay; the class bytes are
+    the ring's 2 (n-1) x S (Simple: the data), in KB."""
+    a = _run(tmp_path, monkeypatch, "Simple", 8 * MiB)
+    b = _run(tmp_path, monkeypatch, "Simple", 8 * MiB, "--set", "lb=ecmp")
+    capsys.readouterr()
+    assert main(["compare", str(a), str(b)]) == 0
+    rows = {line.split("  ")[0]: line.split() for line in capsys.readouterr().out.splitlines()}
+    assert "FCT p50" in rows and "link utilisation max" in rows
+    kb = f"{2 * (N - 1) * 8 * MiB / 1000:.1f}"
+    (classes,) = [row for name, row in rows.items() if name.startswith("flow bytes, class")]  # one: NCCL's
+    assert classes[-3:-1] == [kb, kb]
