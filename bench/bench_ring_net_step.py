@@ -36,7 +36,7 @@ from phantora.collectives.spec import Collective
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_nccl_tests import Row, _size, compare, verdict
 
-Select = Callable[[str, Platform, NcclSettings, int], tuning.Choice | None]
+Select = Callable[[str, Platform, NcclSettings, int, int], tuning.Choice | None]
 
 
 def inter_steps(kind: str, nnodes: int) -> int:
@@ -78,8 +78,8 @@ def with_extra_step(extra_us: float, protocols: tuple[str, ...]) -> Select:
     """`tuning.select` with `extra_us` more per inter-node ring step of the given protocols (time only)."""
     select = tuning.select
 
-    def patched(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> tuning.Choice | None:
-        c = select(kind, p, st, nbytes)
+    def patched(kind: str, p: Platform, st: NcclSettings, nbytes: int, pipe_ops: int = 1) -> tuning.Choice | None:
+        c = select(kind, p, st, nbytes, pipe_ops)
         if c is None or c.algorithm != "ring" or c.protocol not in protocols or p.nnodes < 2:
             return c
         inter = inter_steps(kind, p.nnodes)

@@ -38,3 +38,14 @@ def test_moved_sizes_lists_only_the_errors_that_move() -> None:
     after = [Row(1 << 20, 10.0, 10.45, "r"), Row(2 << 20, 10.0, 10.0, "r")]
     assert bench.moved_sizes(before, after) == "1 MiB +91.0% -> +4.5%"
     assert bench.met({"a": after, "b": before, "c": []}) == 1
+
+
+def test_the_what_if_takes_every_argument_of_nccls_select() -> None:
+    """The patched `tuning.select` is called as the NCCL model calls it (with `pipe_ops` since a group's
+    aggregates were scheduled as one plan): it takes the same parameters, or every run of the bench fails."""
+    import inspect
+
+    from phantora.collectives.nccl import tuning
+
+    patched = bench.with_extra_step(34.0, ("LL128",))
+    assert list(inspect.signature(patched).parameters) == list(inspect.signature(tuning.select).parameters)
