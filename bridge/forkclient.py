@@ -1,7 +1,8 @@
 """The launcher's side of the fork server (`bridge/forkserver.py`): start it, ask it for ranks, follow them.
 
 A forked rank is not the launcher's child, so it is followed through `ForkedProc`, which has the
-part of `subprocess.Popen` that the supervisor uses (`pid`, `returncode`, `poll`, `wait`, `kill`).
+part of `subprocess.Popen` that the supervisor uses (`pid`, `returncode`, `poll`, `wait`, `kill`); so is a fork
+server forked by a zygote (`ZygoteForkProc`, bridge/zygote.py).
 Exit codes come from the server; if the server itself is gone, its ranks died with it (SIGKILL on
 parent death), and a rank is done once its pid has left /proc.
 """
@@ -18,27 +19,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bridge import zygote
 from bridge.errors import BridgeError
-from bridge.forkserver import MAX_PACKET
+from bridge.forkserver import MAX_PACKET, START_TIMEOUT_S
 from bridge.supervisor import Child, alive_pids, spawn
 
-START_TIMEOUT_S = 120.0  # the first fork waits for the preloads (torch: a few s; much longer under load)
 
+class _PidProc:
+    """A process this launcher did not start, followed by pid as much like a `subprocess.Popen` as the supervisor
+    needs (`pid`, `returncode`, `poll`, `wait`, `kill`)."""
 
-class ForkedProc:
-    """A rank forked by the fork server, seen as much like a `subprocess.Popen` as the supervisor needs."""
-
-    def __init__(self, server: ForkServer, pid: int) -> None:
-        self._server = server
+    def __init__(self, pid: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            self._server.pump()
-        if self.returncode is None and self._server.gone() and not alive_pids([self.pid]):
-            self.returncode = -signal.SIGKILL  # died with the server; its code was never reported
-        return self.returncode
+        raise NotImplementedError
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -56,6 +52,35 @@ class ForkedProc:
             pass
 
 
+class ForkedProc(_PidProc):
+    """A rank forked by the fork server."""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        super().__init__(pid)
+        self._server = server
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._server.pump()
+        if self.returncode is None and self._server.gone() and not alive_pids([self.pid]):
+            self.returncode = -signal.SIGKILL  # died with the server; its code was never reported
+        return self.returncode
+
+
+class ZygoteForkProc(_PidProc):
+    """A run's fork server forked by a zygote (bridge/zygote.py). It leaves when the launcher closes its socket;
+    gone before that, it was killed."""
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        super().__init__(pid)
+        self._sock = sock
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not alive_pids([self.pid]):
+            self.returncode = 0 if self._sock.fileno() == -1 else -signal.SIGKILL
+        return self.returncode
+
+
 class ForkServer:
     """One fork server per run: `start`, then `fork` each rank; its `child` joins the run's children."""
 
@@ -69,7 +94,12 @@ class ForkServer:
     def start(
         cls, python: str, preload: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None
     ) -> ForkServer:
-        """Start `python -m bridge.forkserver`, which imports `preload` and then waits for requests."""
+        """Start `python -m bridge.forkserver`, which imports `preload` and then waits for requests; or, under a
+        zygote home (`PHANTORA_ZYGOTE`, bridge/zygote.py), have the zygote of this start-up fork one."""
+        home = zygote.usable_home(env)
+        if home is not None:
+            pid, sock = zygote.run_server(home, python, preload, env, cwd, log_path)
+            return cls(Child("forkserver", None, ZygoteForkProc(pid, sock), log_path), sock)  # type: ignore[arg-type]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         cmd = [python, "-m", "bridge.forkserver", "--fd", str(theirs.fileno()), "--preload", ",".join(preload)]
         try:

@@ -46,6 +46,7 @@ from typing import Any
 from bridge.supervisor import die_with_parent
 
 MAX_PACKET = 1 << 20  # a request carries one environment: a few kB
+START_TIMEOUT_S = 120.0  # a run waits this long for its first rank (the preloads: torch a few s, minutes under load)
 UNFROZEN_FROM = "triton"  # the preloads are frozen until this module is loaded (nanobind's leak report at exit)
 
 
@@ -111,17 +112,17 @@ def become(job: dict[str, Any], server: int) -> None:
     sys.modules.pop(job["module"], None)  # preloaded: run it afresh as __main__
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bridge.forkserver", description=__doc__.splitlines()[0])
-    ap.add_argument("--fd", type=int, required=True, help="the inherited end of the launcher's socket pair")
-    ap.add_argument("--preload", default="", help="comma-separated modules to import before forking")
-    args = ap.parse_args(argv)
-    sock = socket.socket(fileno=args.fd)
-    for name in filter(None, args.preload.split(",")):
+def preload(names: str) -> None:
+    """Import the comma-separated modules `names`, freezing their objects until triton is loaded."""
+    for name in filter(None, names.split(",")):
         importlib.import_module(name)
         if UNFROZEN_FROM not in sys.modules:
             gc.collect()
             gc.freeze()
+
+
+def run_forks(sock: socket.socket) -> int:
+    """Serve one run on `sock`: in the server, return once the launcher leaves; in each rank, run its module."""
     server = os.getpid()
     job = serve(sock)
     if job is None:
@@ -129,6 +130,16 @@ def main(argv: list[str] | None = None) -> int:
     become(job, server)
     runpy.run_module(job["module"], run_name="__main__", alter_sys=True)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bridge.forkserver", description=__doc__.splitlines()[0])
+    ap.add_argument("--fd", type=int, required=True, help="the inherited end of the launcher's socket pair")
+    ap.add_argument("--preload", default="", help="comma-separated modules to import before forking")
+    args = ap.parse_args(argv)
+    sock = socket.socket(fileno=args.fd)
+    preload(args.preload)
+    return run_forks(sock)
 
 
 if __name__ == "__main__":

@@ -161,6 +161,7 @@ class CosimRun:
         engine_in_coordinator: bool | None = None,
         algo: AlgoOptions | None = None,
         env: dict[str, str] | None = None,
+        rank_env: dict[str, str] | None = None,
         out_dir: str | Path | None = None,
         transport: str = "ipc",
         keep_flows: bool = True,
@@ -192,7 +193,10 @@ class CosimRun:
         `on_progress`: given the network's progress from inside long engine calls (a `Beat` at most every
         `progress_s`, from the network server or its workers, or an ns-3 engine in the coordinator). `on_warnings`:
         given the engine's warnings as soon as the coordinator's welcome brings them, when the engine is built
-        (`phantora.netsim.engine_warnings`; default: stderr); `CosimResult.warnings` keeps them."""
+        (`phantora.netsim.engine_warnings`; default: stderr); `CosimResult.warnings` keeps them.
+        `env`: added to every rank's environment and the fork server's; `rank_env`: added to the ranks' only, under
+        `env` (settings the ranks read when they start their script, never at import: a fork server's start-up, and
+        so its zygote (bridge/zygote.py), is then the same for runs that differ only in them)."""
         engine = engine or EngineSpec()
         if transport not in TRANSPORTS:
             raise InputError(f"unknown transport {transport!r} (known: {', '.join(TRANSPORTS)})", field="transport")
@@ -249,6 +253,7 @@ class CosimRun:
         if self.spawner_cmd is not None and live != world:
             raise InputError("the ranks a program starts itself are all live (no deduplication)", field="live_ranks")
         self.env = dict(env or {})
+        self.rank_env = dict(rank_env or {})
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.transport = transport
         self.timeout_s = timeout_s
@@ -275,13 +280,16 @@ class CosimRun:
             time.sleep(0.01)
         return path.read_text()
 
-    def _base_env(self) -> dict[str, str]:
-        """The environment of every rank minus the run's endpoints and its rank variables (the fork server's)."""
+    def _base_env(self, ranks: bool = False) -> dict[str, str]:
+        """The environment of every rank minus the run's endpoints and its rank variables; without `rank_env`
+        unless `ranks`: the fork server's."""
         env = dict(os.environ)
         # One intra-op thread per rank unless the user says otherwise (as torchrun does): many rank
         # processes share few cores, and each one's idle OpenMP threads would spin on them
         # (10-20x the CPU per step of gpt_ddp.py with 4 ranks on 2 cores; docs/runtime.md).
         env.setdefault("OMP_NUM_THREADS", "1")
+        if ranks:
+            env.update(self.rank_env)
         env.update(self.env)
         env["PYTHONUNBUFFERED"] = "1"
         return env
@@ -289,7 +297,7 @@ class CosimRun:
     def _common_env(self, endpoint: str, token: str, port: int) -> dict[str, str]:
         """The environment every rank shares."""
         return {
-            **self._base_env(),
+            **self._base_env(ranks=True),
             "WORLD_SIZE": str(self.spec.world),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),

@@ -23,7 +23,7 @@ from phantora.errors import InputError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.perfmodel.gpus import get_gpu
 from phantora.progress import Beat
-from phantora.rank_options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options, check_trace_level
+from phantora.rank_options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options, check_trace_level, import_time_env
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance
 from phantora.results import schema as S
@@ -324,7 +324,7 @@ def launch(cfg: RunConfig) -> RunReport:
         rd = RunDir(out)
     opts = rank_options(cfg, gpu_name, out, model_opts, phantom)
     opts.scenario = str(Path(engine.scenario).resolve()) if engine.scenario else None  # slow GPUs, step reports
-    env = {**opts.to_env(), **cfg.env}
+    rank_env = opts.to_env()
     wrap = [str(Path(cfg.wrapper).resolve())] if cfg.wrapper else []
     entry = "phantora.runtime.spawned" if cfg.spawn else "phantora.runtime.bootstrap"
     cmd = [cfg.python, "-m", entry, *wrap, str(script.resolve()), *cfg.args]
@@ -337,7 +337,8 @@ def launch(cfg: RunConfig) -> RunReport:
             spawner_cmd=cmd if cfg.spawn else None,
             world_size=world,
             live_ranks=live,
-            env=env,
+            env={**import_time_env(rank_env), **cfg.env},  # the fork server's too
+            rank_env=rank_env,
             algo=algo,
             out_dir=out if keep else None,
             timeout_s=cfg.timeout_s,

@@ -14,6 +14,14 @@ from phantora.errors import InputError
 DEFAULT_LAUNCH_NS = 1000  # per-kernel launch overhead charged on top of the roofline time
 COMPUTE_MODELS = ("calibrated", "roofline")  # phantora.runtime.compute; the first is the default
 TRACE_LEVELS = ("ops", "coarse", "none")  # phantora.runtime.trace: every op, merged blocks, steps and comms only
+# The options a rank reads at import, before its script (simcuda.preload: the simulated device's C++ part loads before
+# torch); the others are read when the rank starts its script, so a fork server's start-up does not include them
+IMPORT_TIME_ENV = ("PHANTORA_SIM_CUDA",)
+
+
+def import_time_env(env: dict[str, str]) -> dict[str, str]:
+    """The variables of `env` a rank reads at import (`IMPORT_TIME_ENV`): a fork server starts with them."""
+    return {k: env[k] for k in IMPORT_TIME_ENV if k in env}
 
 
 def check_trace_level(level: str) -> None:

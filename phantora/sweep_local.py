@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from bridge.zygote import ZygoteHome
 from phantora.errors import PhantoraError
 from phantora.results import schema as S
 from phantora.results.run_dir import RunDir
@@ -162,9 +163,10 @@ def run_local(
     on_warning: OnWarning | None = None,
 ) -> list[RunOutcome]:
     """Run every configuration on local cores, `jobs` at a time; a failure does not stop the others. `on_warning`:
-    given each warning a run prints, as it prints it (`run_local_one`)."""
+    given each warning a run prints, as it prints it (`run_local_one`). The runs fork their fork servers from
+    zygotes kept for the sweep (bridge/zygote.py): a live run's rank imports are paid once per start-up."""
     outcomes: dict[int, RunOutcome] = {}
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    with ZygoteHome(), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {pool.submit(run_local_one, r, timeout_s, on_warning=on_warning): r for r in runs}
         try:
             for fut in as_completed(futures):

@@ -1,12 +1,17 @@
-"""Shared fixtures. `ns3_lib` imports ns-3 and loads the phantora fabric library once per test session;
-`solver_calls` counts the flow engine's max-min solver calls; `zmq_pair` gives a bound ROUTER and a DEALER
-connected to it, as a bridge server and its peer. The longest files are collected first (`LONGEST_FIRST`)."""
+"""Shared fixtures. `zygotes`: every live run of the session forks its fork server from a zygote kept across
+runs (bridge/zygote.py; tests that need a run's own fork server unset `PHANTORA_ZYGOTE`). `ns3_lib` imports ns-3
+and loads the phantora fabric library once per test session; `solver_calls` counts the flow engine's max-min
+solver calls; `zmq_pair` gives a bound ROUTER and a DEALER connected to it, as a bridge server and its peer. The
+longest files are collected first (`LONGEST_FIRST`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from bridge.zygote import ZygoteHome
 
 # The files that took longest in the CI machine's `.ci/run` at f52558d4 with `--durations=0 --durations-min=1.0`
 # (2026-12-03, load 7-12 on 2 cores, 1,379 s: the sums of their tests of 1 s or more, set-up included), longest
@@ -50,6 +55,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             return len(rank)
 
     items.sort(key=key)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def zygotes() -> Iterator[ZygoteHome]:
+    """A zygote home for the session's live runs: a fork server's imports (torch: 5-6 CPU s) paid once per start-up."""
+    with ZygoteHome() as home:
+        yield home
 
 
 @pytest.fixture(scope="session")

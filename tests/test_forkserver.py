@@ -24,6 +24,7 @@ from bridge.errors import BridgeError
 from bridge.forkclient import ForkServer
 from bridge.run import CosimRun
 from bridge.supervisor import alive_pids
+from bridge.zygote import HOME_ENV
 from phantora.launcher import RunConfig, launch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,19 +59,25 @@ def wait_pids(tmp_path: Path, n: int, timeout_s: float = 90.0) -> list[tuple[int
     raise AssertionError("the ranks did not start")
 
 
-def test_forked_ranks_give_the_results_of_fresh_interpreters() -> None:
+def test_forked_ranks_give_the_results_of_fresh_interpreters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forked from the session's zygote (tests/conftest.py), from a fork server of the run's own, or fresh."""
+
     def run(fork: bool):
         cfg = RunConfig(str(ROOT / "examples" / "gpt_ddp.py"), ["--steps", "2"], star(2), nproc=2, trace="none")
         cfg.fork_server, cfg.timeout_s = fork, 300
         return launch(cfg)
 
+    zygote = run(True)
+    monkeypatch.delenv(HOME_ENV)
     forked, fresh = run(True), run(False)
-    assert [s["time_ns"] for s in forked.summary["steps"]] == [s["time_ns"] for s in fresh.summary["steps"]]
-    assert forked.logs["rank 0"] == fresh.logs["rank 0"]  # the losses: the same training, bit for bit
-    assert forked.logs["rank 1"] == fresh.logs["rank 1"]
-    assert "forkserver" in forked.logs and "forkserver" not in fresh.logs
-    # forked ranks share the imported modules' pages: less host memory once split among sharers
-    assert 0 < forked.summary["pss_mb_total"] < 0.7 * fresh.summary["pss_mb_total"]
+    for a in (zygote, forked):
+        assert [s["time_ns"] for s in a.summary["steps"]] == [s["time_ns"] for s in fresh.summary["steps"]]
+        assert a.logs["rank 0"] == fresh.logs["rank 0"]  # the losses: the same training, bit for bit
+        assert a.logs["rank 1"] == fresh.logs["rank 1"]
+        assert "forkserver" in a.logs
+        # forked ranks share the imported modules' pages: less host memory once split among sharers
+        assert 0 < a.summary["pss_mb_total"] < 0.7 * fresh.summary["pss_mb_total"]
+    assert "forkserver" not in fresh.logs
 
 
 @pytest.mark.parametrize("fork", [True, False])
@@ -127,7 +134,10 @@ def test_killing_the_launcher_leaves_no_process(tmp_path: Path) -> None:
     assert alive_pids(left) == []
 
 
-def test_a_fork_server_that_cannot_start_is_named() -> None:
+@pytest.mark.parametrize("zygote", [True, False])
+def test_a_fork_server_that_cannot_start_is_named(monkeypatch: pytest.MonkeyPatch, zygote: bool) -> None:
+    if not zygote:
+        monkeypatch.delenv(HOME_ENV)
     run = CosimRun(
         star(2), rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank"], rank_preload=("no_such_module_x",)
     )
@@ -168,9 +178,13 @@ def test_sigterm_to_the_launcher_stops_every_process(tmp_path: Path) -> None:
     assert alive_pids(left) == []
 
 
-def test_a_fork_server_slower_than_the_silence_limit_does_not_end_the_run(tmp_path: Path) -> None:
+def test_a_fork_server_slower_than_the_silence_limit_does_not_end_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The fork server imports its preload before it can fork the first rank; on a loaded machine that takes
-    longer than the coordinator's silence limit. The launcher heartbeats while it waits, so the run goes on."""
+    longer than the coordinator's silence limit. The launcher heartbeats while it waits, so the run goes on. (A
+    zygote's run waits for its imports before the coordinator starts: the run's own fork server is tested.)"""
+    monkeypatch.delenv(HOME_ENV)
     (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(6.0)\n")
     script = tmp_path / "one.py"
     script.write_text(

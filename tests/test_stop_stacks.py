@@ -20,10 +20,10 @@ RANK = """
     threading.Thread(target=connect_that_never_returns, daemon=True).start()
     child = os.fork()
     if child == 0:  # a forked worker: SIGTERM ends it without a word
-        print("forked", flush=True)  # past fork's hooks, which drop the handler
+        print("forked\\n", end="", flush=True)  # past fork's hooks, which drop the handler (one write: see below)
         time.sleep(60)
         os._exit(0)
-    print(child, flush=True)
+    print(f"{child}\\n", end="", flush=True)  # one write: unbuffered, print(child) wrote the newline apart
     time.sleep(60)  # the rank's own thread, waiting
 """
 

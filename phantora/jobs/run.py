@@ -61,7 +61,7 @@ from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.scenario import Scenario
 from phantora.netsim.standalone import Alone, alone_of, flow_alone
 from phantora.perfmodel.gpus import get_gpu
-from phantora.rank_options import check_trace_level
+from phantora.rank_options import check_trace_level, import_time_env
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance
 from phantora.results import schema as S
@@ -287,6 +287,7 @@ def _run(
         for i in plan.live:
             name, n = spec.jobs[i].name, spec.jobs[i].ranks or 0
             watchers.append(ctx.job_dirs[name].step_watcher(n, _tell(on_step, name)))
+    shared = _job_env(base, dataclasses.replace(spec.jobs[plan.live[0]], env={}), ctx.out.root, model_opts)
     try:
         cosim = CosimRun(
             topo,
@@ -295,7 +296,8 @@ def _run(
             all_or_nothing=spec.all_or_nothing,
             background=background,
             algo=ctx.algo,
-            env=_job_env(base, dataclasses.replace(spec.jobs[plan.live[0]], env={}), ctx.out.root, model_opts),
+            env={**import_time_env(shared), **base.env},  # the fork server's too
+            rank_env=shared,
             out_dir=ctx.out.root,
             timeout_s=base.timeout_s,
             keep_flows=True,

@@ -1,0 +1,319 @@
+"""Fork servers kept across runs (zygotes): the ranks' imports paid once for many runs.
+
+Each run forks its ranks from a fork server (bridge/forkserver.py) that first imports torch and the rest of the
+rank preloads: 2-4 CPU s a run, most of a short run's cost, paid again by every point of a sweep and every live run
+of the test suite. A zygote imports them once and listens on a unix socket; each run that connects gets a fork of
+it that is exactly that run's fork server (the same protocol on the connection, the same ranks), so a run cannot
+tell the two apart, but for the time it saves.
+
+- **Home.** Zygotes live in a private directory (mode 0700) named by `PHANTORA_ZYGOTE`, made by their owner
+  (`ZygoteHome`: the test session, `phantora sweep`). Without it every run starts its own fork server, as before.
+- **Key.** A run connects only to a zygote started with its fork server's own python, preloads, working directory
+  and start-up environment (what an interpreter and the preloads read at import), hashed into the socket's name.
+  A run that differs in any of them starts (or finds) another zygote. `PYTEST_CURRENT_TEST` is left out: pytest
+  changes it at every test, and nothing reads it at import.
+- **Trust.** The socket is in the owner's private directory, and a zygote serves only its own user's peers
+  (SO_PEERCRED).
+- **Lifetime.** A zygote exits when its owner's process does (a pidfd, at once), when the home's `close` stops it,
+  or after `IDLE_S` without a run (it first unlinks its socket, so a run that comes later starts another). A run's
+  fork server dies with its zygote and leaves with its launcher; its ranks die with it, as without a zygote.
+
+Protocol on a connection: launcher -> `{"log": path}` (the run's fork server log); zygote's fork -> `{"server":
+pid}`; then bridge/forkserver.py's requests and replies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bridge.errors import BridgeError
+from bridge.forkserver import MAX_PACKET, START_TIMEOUT_S, preload, run_forks, send
+from bridge.supervisor import die_with_parent
+
+HOME_ENV = "PHANTORA_ZYGOTE"  # the directory of the zygotes a run may use
+OWNER_FILE = "owner"  # the pid of the home's owner: its zygotes exit with it
+KEY_IGNORES = frozenset({"PYTEST_CURRENT_TEST"})
+IDLE_S = 30.0  # a zygote no run has used for this long exits
+HELLO_TIMEOUT_S = 10.0  # a fork waits this long for its launcher's first message
+_PEERCRED = struct.Struct("3i")  # pid, uid, gid
+
+
+def key(python: str, preloads: Sequence[str], env: Mapping[str, str], cwd: str) -> str:
+    """The name of the zygote that can serve a fork server of these: the same start-up, hashed."""
+    startup = sorted((k, v) for k, v in env.items() if k not in KEY_IGNORES)
+    text = json.dumps([python, list(preloads), cwd, startup])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+class ZygoteHome:
+    """A private directory of zygotes owned by this process, named in `PHANTORA_ZYGOTE` while it is open.
+
+    `with ZygoteHome():` around runs (in this process or its children) lets them share zygotes; leaving it stops
+    them and removes the directory."""
+
+    def __init__(self) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix="phantora-zygote-"))  # mode 0700
+        (self.path / OWNER_FILE).write_text(str(os.getpid()))
+        self._before = os.environ.get(HOME_ENV)
+        os.environ[HOME_ENV] = str(self.path)
+
+    def __enter__(self) -> ZygoteHome:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def pids(self) -> list[int]:
+        """The zygotes started in this home that still have their pid file."""
+        out = []
+        for f in self.path.glob("*.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                out.append(int(f.read_text()))
+        return out
+
+    def close(self) -> None:
+        """Stop the home's zygotes (their runs' fork servers and ranks die with them) and remove it."""
+        if self._before is None:
+            os.environ.pop(HOME_ENV, None)
+        else:
+            os.environ[HOME_ENV] = self._before
+        pids = self.pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in pids:  # reaped here if this process started it (its CPU then counts as this process's children's)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def usable_home(env: Mapping[str, str]) -> Path | None:
+    """The zygote home named in `env`, if it is a directory only its owner (this user) can enter."""
+    name = env.get(HOME_ENV)
+    if not name:
+        return None
+    path = Path(name)
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return path
+
+
+def _bind(path: Path) -> socket.socket | None:
+    """A listening socket at `path`, or None if a live zygote already listens there."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sock.bind(str(path))
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            raise
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:  # a dead zygote's socket: take its place
+            path.unlink(missing_ok=True)
+            sock.bind(str(path))
+        else:
+            sock.close()
+            return None
+        finally:
+            probe.close()
+    sock.listen(64)
+    return sock
+
+
+def _same_user(conn: socket.socket) -> bool:
+    _, uid, _ = _PEERCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    return uid == os.getuid()
+
+
+def _reap(children: set[int]) -> None:
+    while children:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            children.clear()
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+
+
+def _fork_for(conn: socket.socket, children: set[int]) -> bool:
+    """Fork a run's fork server for `conn`; True in that fork."""
+    if not _same_user(conn):
+        conn.close()
+        return False
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        return True
+    children.add(pid)
+    conn.close()
+    return False
+
+
+def serve_runs(sock: socket.socket, path: Path, owner: int, idle_s: float = IDLE_S) -> socket.socket | None:
+    """Accept runs until the owner is gone or `idle_s` pass unused; return a run's connection in its fork."""
+    children: set[int] = set()
+    owner_fd = os.pidfd_open(owner)
+    last = time.monotonic()
+    while True:
+        _reap(children)
+        if children:
+            last = time.monotonic()
+        ready, _, _ = select.select([sock.fileno(), owner_fd], [], [], 0.05)
+        if owner_fd in ready:
+            return None
+        if sock.fileno() in ready:
+            conn, _ = sock.accept()
+            last = time.monotonic()
+            if _fork_for(conn, children):
+                break
+        elif time.monotonic() - last > idle_s:
+            path.unlink(missing_ok=True)  # later runs start another zygote; serve those already queued
+            sock.setblocking(False)
+            try:
+                conn, _ = sock.accept()
+            except BlockingIOError:
+                return None
+            conn.setblocking(True)
+            if _fork_for(conn, children):
+                break
+    sock.close()
+    os.close(owner_fd)
+    return conn
+
+
+def become_run_server(conn: socket.socket, zygote: int) -> None:
+    """In a zygote's fork: a session of its own, dying with the zygote, output to the run's fork server log."""
+    os.setsid()
+    die_with_parent(zygote)
+    conn.settimeout(HELLO_TIMEOUT_S)
+    hello: dict[str, Any] = json.loads(conn.recv(MAX_PACKET) or b"{}")
+    conn.settimeout(None)
+    if "log" not in hello:
+        os._exit(2)
+    log = os.open(hello["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    send(conn, {"server": os.getpid()})
+
+
+def _start(
+    path: Path, home: Path, python: str, preloads: Sequence[str], env: Mapping[str, str], cwd: str
+) -> subprocess.Popen[bytes]:
+    """Start the zygote of `path` in its own session: it outlives this launcher, not the home's owner."""
+    owner = (home / OWNER_FILE).read_text().strip()
+    cmd = [python, "-m", "bridge.zygote", "--listen", str(path), "--owner", owner, "--preload", ",".join(preloads)]
+    with open(path.with_suffix(".log"), "ab") as log:
+        return subprocess.Popen(
+            cmd, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def _failed(path: Path, started: subprocess.Popen[bytes]) -> BridgeError:
+    tail = path.with_suffix(".log").read_text(errors="replace")[-3000:]
+    return BridgeError(
+        f"the fork server (zygote {path.stem}, pid {started.pid}) exited with code {started.returncode} "
+        f"during start-up:\n{tail}"
+    )
+
+
+def _connect(
+    path: Path, start: Callable[[], subprocess.Popen[bytes]], deadline: float
+) -> tuple[socket.socket, subprocess.Popen[bytes] | None]:
+    """A connection to the zygote at `path`, and the zygote if `start()` had to start it (none listened)."""
+    started: subprocess.Popen[bytes] | None = None
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            sock.connect(str(path))
+            return sock, started
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+        if started is None:
+            started = start()
+        elif started.poll() not in (None, 0):  # 0: another zygote of this key took the socket
+            raise _failed(path, started)
+        if time.monotonic() > deadline:
+            raise BridgeError(f"no zygote listened at {path} within {START_TIMEOUT_S:.0f} s")
+        time.sleep(0.02)
+
+
+def run_server(
+    home: Path, python: str, preloads: Sequence[str], env: Mapping[str, str], cwd: str | None, log_path: Path
+) -> tuple[int, socket.socket]:
+    """A fork server for one run, forked by the zygote of its key (started if there is none): its pid and socket."""
+    where = cwd or os.getcwd()
+    path = home / f"{key(python, preloads, env, where)}.sock"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    for _ in range(2):  # a zygote that stops idle may drop a connection it never accepted: then start another
+        sock, started = _connect(path, lambda: _start(path, home, python, preloads, env, where), deadline)
+        sock.settimeout(max(0.1, deadline - time.monotonic()))  # the zygote may still be importing
+        try:
+            sock.send(json.dumps({"log": str(log_path)}).encode())
+            data = sock.recv(MAX_PACKET)
+        except (ConnectionResetError, BrokenPipeError):
+            data = b""
+        except TimeoutError:
+            sock.close()
+            raise BridgeError(f"the zygote at {path} forked no fork server within {START_TIMEOUT_S:.0f} s") from None
+        if data:
+            sock.settimeout(None)
+            return int(json.loads(data)["server"]), sock
+        sock.close()
+        if started is not None:  # the zygote this run started closed it: it died (its imports failed)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                started.wait(timeout=5.0)
+            if started.returncode not in (None, 0):
+                raise _failed(path, started)
+    raise BridgeError(f"the zygote at {path} closed every connection before serving it")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bridge.zygote", description=__doc__.splitlines()[0])
+    ap.add_argument("--listen", type=Path, required=True, help="the socket to listen on, in a zygote home")
+    ap.add_argument("--owner", type=int, required=True, help="the home owner's pid: the zygote exits with it")
+    ap.add_argument("--preload", default="", help="comma-separated modules to import before forking")
+    ap.add_argument("--idle-s", type=float, default=IDLE_S, help="exit after this long without a run")
+    args = ap.parse_args(argv)
+    sock = _bind(args.listen)
+    if sock is None:
+        return 0  # another zygote of this key was started at the same time
+    zygote, pid_file = os.getpid(), args.listen.with_suffix(".pid")
+    pid_file.write_text(str(zygote))
+    preload(args.preload)
+    conn = serve_runs(sock, args.listen, args.owner, args.idle_s)
+    if conn is None:
+        pid_file.unlink(missing_ok=True)
+        return 0
+    become_run_server(conn, zygote)
+    return run_forks(conn)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Zygotes (bridge/zygote.py): fork servers forked from one kept across runs, the same runs, the same clean-up.
+
+The session's own home (tests/conftest.py) already serves every live run of the suite, the killed-rank and
+killed-launcher tests of tests/test_forkserver.py included; these tests check what is the zygote's own: runs
+share one, a run of another start-up gets another, and a zygote never outlives its owner or its use.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_runtime_e2e import star
+
+from bridge import zygote
+from bridge.run import CosimRun
+from bridge.supervisor import alive_pids
+from bridge.zygote import HOME_ENV, ZygoteHome
+
+ROOT = Path(__file__).resolve().parents[1]
+ONE = "import torch, torch.distributed as dist\ndist.init_process_group()\nprint(dist.get_rank(), os.getppid())\n"
+
+
+def wait_gone(pids: list[int], within_s: float) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while alive_pids(pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return alive_pids(pids)
+
+
+def one_run(tmp_path: Path) -> tuple[int, set[int]]:
+    """A two-rank run of `ONE` whose ranks are forked (a light preload: the zygote's key, not torch, is tested):
+    its fork server's pid, and the ranks' parents as each rank printed them."""
+    script = tmp_path / "one.py"
+    script.write_text("import os\n" + ONE)
+    run = CosimRun(
+        star(2),
+        rank_cmd=[sys.executable, "-m", "phantora.runtime.bootstrap", str(script)],
+        rank_preload=("json",),
+        timeout_s=120,
+    )
+    result = run.run()
+    server = next(c.pid for c in run.children if c.role == "forkserver")
+    parents = {int(m[1]) for r in (0, 1) for m in re.finditer(rf"^{r} (\d+)$", result.logs[f"rank {r}"], re.M)}
+    return server, parents
+
+
+def test_runs_of_one_start_up_share_a_zygote_and_another_start_up_gets_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with ZygoteHome() as home:
+        (a, a_parents), (b, b_parents) = one_run(tmp_path), one_run(tmp_path)
+        assert len(home.pids()) == 1  # one zygote served both runs
+        assert a != b and a_parents == {a} and b_parents == {b}  # each run's ranks were forked by its own server
+        monkeypatch.setenv("PHANTORA_ZYGOTE_TEST_VARIANT", "1")  # another start-up environment: another zygote
+        one_run(tmp_path)
+        assert len(home.pids()) == 2
+        zygotes = home.pids()
+    assert wait_gone(zygotes, 5.0) == []  # the home's close stops them
+
+
+def test_the_key_is_the_start_up_and_ignores_pytests_per_test_variable() -> None:
+    env = {"PATH": "/bin", "OMP_NUM_THREADS": "1"}
+    base = zygote.key("/py", ("torch",), env, "/w")
+    assert zygote.key("/py", ("torch",), {**env, "PYTEST_CURRENT_TEST": "t.py::x (call)"}, "/w") == base
+    for other in (
+        zygote.key("/py2", ("torch",), env, "/w"),
+        zygote.key("/py", ("torch", "json"), env, "/w"),
+        zygote.key("/py", ("torch",), {**env, "OMP_NUM_THREADS": "2"}, "/w"),
+        zygote.key("/py", ("torch",), env, "/elsewhere"),
+    ):
+        assert other != base
+
+
+def test_a_home_others_can_enter_or_that_is_gone_is_not_used(tmp_path: Path) -> None:
+    with ZygoteHome() as home:
+        assert zygote.usable_home({HOME_ENV: str(home.path)}) == home.path
+        assert oct(home.path.stat().st_mode & 0o777) == oct(0o700)
+        home.path.chmod(0o755)
+        assert zygote.usable_home({HOME_ENV: str(home.path)}) is None
+    assert zygote.usable_home({HOME_ENV: str(home.path)}) is None  # removed
+    assert zygote.usable_home({}) is None
+
+
+def test_a_zygote_and_its_runs_leave_with_the_homes_owner(tmp_path: Path) -> None:
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        with ZygoteHome() as home:
+            (home.path / zygote.OWNER_FILE).write_text(str(owner.pid))
+            server, sock = zygote.run_server(
+                home.path, sys.executable, ("json",), dict(os.environ), None, tmp_path / "f"
+            )
+            (pid,) = home.pids()
+            assert alive_pids([pid, server]) == [pid, server]
+            owner.kill()
+            owner.wait()
+            assert wait_gone([pid, server], 2.0) == []
+            sock.close()
+    finally:
+        owner.kill()
+
+
+def test_an_idle_zygote_unlinks_its_socket_and_leaves(tmp_path: Path) -> None:
+    with ZygoteHome() as home:
+        path = home.path / "k.sock"
+        cmd = [sys.executable, "-m", "bridge.zygote", "--listen", str(path), "--owner", str(os.getpid())]
+        proc = subprocess.Popen([*cmd, "--preload", "json", "--idle-s", "0.5"], cwd=ROOT)
+        deadline = time.monotonic() + 30
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert path.exists() and home.pids() == [proc.pid]
+        assert proc.wait(timeout=10) == 0
+        assert not path.exists() and home.pids() == []
