@@ -1,25 +1,27 @@
 """Fork servers kept across runs (zygotes): the ranks' imports paid once for many runs.
 
 Each run forks its ranks from a fork server (bridge/forkserver.py) that first imports torch and the rest of the
-rank preloads: 2-4 CPU s a run, most of a short run's cost, paid again by every point of a sweep and every live run
+rank preloads: 5-6 CPU s a run, most of a short run's cost, paid again by every point of a sweep and every live run
 of the test suite. A zygote imports them once and listens on a unix socket; each run that connects gets a fork of
 it that is exactly that run's fork server (the same protocol on the connection, the same ranks), so a run cannot
 tell the two apart, but for the time it saves.
 
 - **Home.** Zygotes live in a private directory (mode 0700) named by `PHANTORA_ZYGOTE`, made by their owner
   (`ZygoteHome`: the test session, `phantora sweep`). Without it every run starts its own fork server, as before.
-- **Key.** A run connects only to a zygote started with its fork server's own python, preloads, working directory
-  and start-up environment (what an interpreter and the preloads read at import), hashed into the socket's name.
-  A run that differs in any of them starts (or finds) another zygote. `PYTEST_CURRENT_TEST` is left out: pytest
-  changes it at every test, and nothing reads it at import.
+- **Key.** A run connects only to a zygote started with its fork server's own python, preloads and start-up
+  environment (what an interpreter and the preloads read at import), hashed into the socket's name. A run that
+  differs in any of them starts (or finds) another zygote. `PYTEST_CURRENT_TEST` is left out: pytest changes it at
+  every test, and nothing reads it at import. The working directory is part of the key only where it could matter
+  (`run_server`, `shadows`).
 - **Trust.** The socket is in the owner's private directory, and a zygote serves only its own user's peers
   (SO_PEERCRED).
 - **Lifetime.** A zygote exits when its owner's process does (a pidfd, at once), when the home's `close` stops it,
   or after `IDLE_S` without a run (it first unlinks its socket, so a run that comes later starts another). A run's
   fork server dies with its zygote and leaves with its launcher; its ranks die with it, as without a zygote.
 
-Protocol on a connection: launcher -> `{"log": path}` (the run's fork server log); zygote's fork -> `{"server":
-pid}`; then bridge/forkserver.py's requests and replies.
+Protocol on a connection: launcher -> `{"log": path, "cwd": dir}` (the run's fork server log and directory); zygote's
+fork -> `{"server": pid, "modules": [...]}` (the top-level modules imported); then bridge/forkserver.py's requests
+and replies.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -207,7 +209,8 @@ def serve_runs(sock: socket.socket, path: Path, owner: int, idle_s: float = IDLE
 
 
 def become_run_server(conn: socket.socket, zygote: int) -> None:
-    """In a zygote's fork: a session of its own, dying with the zygote, output to the run's fork server log."""
+    """In a zygote's fork: a session of its own, dying with the zygote, output to the run's fork server log, in the
+    run's working directory; it tells the launcher its pid and the top-level modules the preloads imported."""
     os.setsid()
     die_with_parent(zygote)
     conn.settimeout(HELLO_TIMEOUT_S)
@@ -219,7 +222,18 @@ def become_run_server(conn: socket.socket, zygote: int) -> None:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    send(conn, {"server": os.getpid()})
+    os.chdir(hello.get("cwd") or ".")
+    send(conn, {"server": os.getpid(), "modules": sorted({name.partition(".")[0] for name in sys.modules})})
+
+
+def shadows(where: str, modules: Collection[str]) -> bool:
+    """Whether `where` holds a file or directory named as one of `modules`: a fork server started there has it
+    first on its path (`python -m`), so that module could have come from there instead."""
+    try:
+        names = os.listdir(where)
+    except OSError:
+        return True
+    return any(n.partition(".")[0] in modules for n in names)
 
 
 def _start(
@@ -264,18 +278,19 @@ def _connect(
         time.sleep(0.02)
 
 
-def run_server(
-    home: Path, python: str, preloads: Sequence[str], env: Mapping[str, str], cwd: str | None, log_path: Path
-) -> tuple[int, socket.socket]:
-    """A fork server for one run, forked by the zygote of its key (started if there is none): its pid and socket."""
-    where = cwd or os.getcwd()
-    path = home / f"{key(python, preloads, env, where)}.sock"
+def _served(
+    home: Path, name: str, start: Callable[[], subprocess.Popen[bytes]], run_cwd: str, log_path: Path, quiet: bool
+) -> tuple[int, socket.socket, list[str]] | None:
+    """A fork server forked by the zygote `name` (started by `start` if none listens): its pid, socket and the
+    modules the zygote imported. A zygote this run started that died first is named (its log says why), or with
+    `quiet` gives None."""
+    path = home / f"{name}.sock"
     deadline = time.monotonic() + START_TIMEOUT_S
     for _ in range(2):  # a zygote that stops idle may drop a connection it never accepted: then start another
-        sock, started = _connect(path, lambda: _start(path, home, python, preloads, env, where), deadline)
+        sock, started = _connect(path, start, deadline)
         sock.settimeout(max(0.1, deadline - time.monotonic()))  # the zygote may still be importing
         try:
-            sock.send(json.dumps({"log": str(log_path)}).encode())
+            sock.send(json.dumps({"log": str(log_path), "cwd": run_cwd}).encode())
             data = sock.recv(MAX_PACKET)
         except (ConnectionResetError, BrokenPipeError):
             data = b""
@@ -284,14 +299,44 @@ def run_server(
             raise BridgeError(f"the zygote at {path} forked no fork server within {START_TIMEOUT_S:.0f} s") from None
         if data:
             sock.settimeout(None)
-            return int(json.loads(data)["server"]), sock
+            reply = json.loads(data)
+            return int(reply["server"]), sock, list(reply["modules"])
         sock.close()
         if started is not None:  # the zygote this run started closed it: it died (its imports failed)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 started.wait(timeout=5.0)
             if started.returncode not in (None, 0):
+                if quiet:
+                    return None
                 raise _failed(path, started)
     raise BridgeError(f"the zygote at {path} closed every connection before serving it")
+
+
+def run_server(
+    home: Path, python: str, preloads: Sequence[str], env: Mapping[str, str], cwd: str | None, log_path: Path
+) -> tuple[int, socket.socket]:
+    """A fork server for one run, forked by the zygote of its start-up (started if there is none): its pid, socket.
+
+    The zygote of no directory (started in the home, which holds no module) serves the runs whose directory holds
+    nothing named as a module it imported (`shadows`) and whose PYTHONPATH names no relative directory: a fork
+    server started in their directory would have imported the same files. Any other run gets the zygote of its
+    directory, started there."""
+    where = cwd or os.getcwd()
+    paths = env.get("PYTHONPATH", "")
+    relative = bool(paths) and not all(os.path.isabs(p) for p in paths.split(os.pathsep))  # "": the directory
+    if not relative and not shadows(where, {name.partition(".")[0] for name in preloads}):
+        name = key(python, preloads, env, "")
+        start = lambda: _start(home / f"{name}.sock", home, python, preloads, env, str(home))  # noqa: E731
+        got = _served(home, name, start, where, log_path, quiet=True)
+        if got is not None and not shadows(where, got[2]):
+            return got[0], got[1]
+        if got is not None:
+            got[1].close()  # its fork server leaves with the connection
+    name = key(python, preloads, env, where)
+    path = home / f"{name}.sock"
+    got = _served(home, name, lambda: _start(path, home, python, preloads, env, where), where, log_path, quiet=False)
+    assert got is not None
+    return got[0], got[1]
 
 
 def main(argv: list[str] | None = None) -> int:

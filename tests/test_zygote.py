@@ -24,6 +24,7 @@ from bridge.zygote import HOME_ENV, ZygoteHome
 
 ROOT = Path(__file__).resolve().parents[1]
 ONE = "import torch, torch.distributed as dist\ndist.init_process_group()\nprint(dist.get_rank(), os.getppid())\n"
+WHERE = "import os, torch.distributed as dist\ndist.init_process_group()\nprint('cwd', os.getcwd())\n"
 
 
 def wait_gone(pids: list[int], within_s: float) -> list[int]:
@@ -43,6 +44,7 @@ def one_run(tmp_path: Path) -> tuple[int, set[int]]:
         rank_cmd=[sys.executable, "-m", "phantora.runtime.bootstrap", str(script)],
         rank_preload=("json",),
         timeout_s=120,
+        cwd=str(tmp_path),  # no module's name: the zygote of no directory
     )
     result = run.run()
     server = next(c.pid for c in run.children if c.role == "forkserver")
@@ -62,6 +64,32 @@ def test_runs_of_one_start_up_share_a_zygote_and_another_start_up_gets_its_own(
         assert len(home.pids()) == 2
         zygotes = home.pids()
     assert wait_gone(zygotes, 5.0) == []  # the home's close stops them
+
+
+def test_runs_in_directories_that_hold_no_imported_module_share_the_zygote_of_no_directory(tmp_path: Path) -> None:
+    """A fork server started in such a directory imports the same files as one started anywhere else: the runs share
+    one zygote, started in the home; a directory holding a file named as a module the zygote imported (errno.py)
+    gets a zygote of its own. Each run's ranks run in its directory."""
+    script = tmp_path / "where.py"
+    script.write_text(WHERE)
+    dirs = [tmp_path / d for d in ("a", "b", "c")]
+    for d in dirs:
+        d.mkdir()
+    (dirs[2] / "errno.py").write_text("")  # built in, never imported from a file: the check is by name
+    with ZygoteHome() as home:
+        counts = []
+        for d in dirs:
+            run = CosimRun(
+                star(2),
+                rank_cmd=[sys.executable, "-m", "phantora.runtime.bootstrap", str(script)],
+                rank_preload=("json",),
+                timeout_s=120,
+                cwd=str(d),
+            )
+            result = run.run()
+            assert f"cwd {d}" in result.logs["rank 0"] and f"cwd {d}" in result.logs["rank 1"]
+            counts.append(len(home.pids()))
+        assert counts == [1, 1, 2]
 
 
 def test_the_key_is_the_start_up_and_ignores_pytests_per_test_variable() -> None:
@@ -93,7 +121,7 @@ def test_a_zygote_and_its_runs_leave_with_the_homes_owner(tmp_path: Path) -> Non
         with ZygoteHome() as home:
             (home.path / zygote.OWNER_FILE).write_text(str(owner.pid))
             server, sock = zygote.run_server(
-                home.path, sys.executable, ("json",), dict(os.environ), None, tmp_path / "f"
+                home.path, sys.executable, ("json",), dict(os.environ), str(tmp_path), tmp_path / "f"
             )
             (pid,) = home.pids()
             assert alive_pids([pid, server]) == [pid, server]
