@@ -13,33 +13,34 @@ import pytest
 
 from bridge.zygote import ZygoteHome
 
-# The files that took longest in the CI machine's `.ci/run` at f52558d4 with `--durations=0 --durations-min=1.0`
-# (2026-12-03, load 7-12 on 2 cores, 1,379 s: the sums of their tests of 1 s or more, set-up included), longest
-# first, with this pass's cuts of test_bridge_run (about -50 s) and test_sweep (-15 s) taken off. scripts/test.sh
-# gives each worker a file at a time in collection order (--dist loadfile --no-loadscope-reorder), so the wall ends
-# with the last files started: the long ones start first, the many short ones fill the gaps. Every other file keeps
-# its place after them.
+# The files that took longest in the lead's `.ci/run` at d59f6366 with `--durations=0 --durations-min=0.3`
+# (2026-12-03, zygotes on, load 4-7 on 2 cores beside a helper's runs: the sums of their tests of 0.3 s or more,
+# set-up included), longest first. scripts/test.sh gives each worker a file at a time in collection order
+# (--dist loadfile --no-loadscope-reorder), so the wall ends with the last files started: the long ones start first,
+# the many short ones fill the gaps. Every other file keeps its place after them.
 LONGEST_FIRST = (
     "test_simcuda.py",
-    "conformance/test_pytorch_examples.py",
-    "test_runtime_e2e.py",
-    "frameworks/test_hf_trainer.py",
     "test_bridge_run.py",
-    "frameworks/test_deepspeed.py",
-    "test_runtime_phantom.py",
-    "frameworks/test_torchtitan.py",
+    "conformance/test_pytorch_examples.py",
+    "frameworks/test_hf_trainer.py",
     "test_forkserver.py",
-    "test_examples_zoo.py",
     "test_doc_figures.py",
+    "frameworks/test_deepspeed.py",
     "test_bridge_ns3.py",
-    "frameworks/test_megatron_core.py",
+    "test_runtime_e2e.py",
+    "frameworks/test_torchtitan.py",
     "test_handoff_streams.py",
+    "test_examples_zoo.py",
     "test_sweep.py",
+    "conformance/test_torchtitan_train.py",
+    "test_runtime_phantom.py",
     "conformance/test_megatron_lm.py",
     "test_run_cosim.py",
-    "conformance/test_torchtitan_train.py",
-    "test_handoff_communicators.py",
-    "test_live_group_order.py",
+    "frameworks/test_megatron_core.py",
+    "test_zygote.py",
+    "test_nccl_monotone.py",
+    "test_eager_send.py",
+    "test_egraph_live.py",
 )
 
 
