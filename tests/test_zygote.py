@@ -57,11 +57,13 @@ def test_runs_of_one_start_up_share_a_zygote_and_another_start_up_gets_its_own(
 ) -> None:
     with ZygoteHome() as home:
         (a, a_parents), (b, b_parents) = one_run(tmp_path), one_run(tmp_path)
-        assert len(home.pids()) == 1  # one zygote served both runs
+        first = set(home.pids())
+        assert len(first) == 1  # one zygote served both runs
         assert a != b and a_parents == {a} and b_parents == {b}  # each run's ranks were forked by its own server
         monkeypatch.setenv("PHANTORA_ZYGOTE_TEST_VARIANT", "1")  # another start-up environment: another zygote
         one_run(tmp_path)
-        assert len(home.pids()) == 2
+        # a zygote of its own; the first may have left meanwhile (30 s unused: a loaded machine's run takes longer)
+        assert len(set(home.pids()) - first) == 1
         zygotes = home.pids()
     assert wait_gone(zygotes, 5.0) == []  # the home's close stops them
 
@@ -77,7 +79,7 @@ def test_runs_in_directories_that_hold_no_imported_module_share_the_zygote_of_no
         d.mkdir()
     (dirs[2] / "errno.py").write_text("")  # built in, never imported from a file: the check is by name
     with ZygoteHome() as home:
-        counts = []
+        counts, seen = [], set()
         for d in dirs:
             run = CosimRun(
                 star(2),
@@ -88,7 +90,8 @@ def test_runs_in_directories_that_hold_no_imported_module_share_the_zygote_of_no
             )
             result = run.run()
             assert f"cwd {d}" in result.logs["rank 0"] and f"cwd {d}" in result.logs["rank 1"]
-            counts.append(len(home.pids()))
+            seen |= set(home.pids())  # zygotes started so far (one may leave after 30 s unused, on a loaded machine)
+            counts.append(len(seen))
         assert counts == [1, 1, 2]
 
 
