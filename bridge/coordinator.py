@@ -1,7 +1,8 @@
 """The coordinator process: authenticates peers, feeds `CoordinatorCore`, keeps heartbeats going.
 
 Run by the launcher as ``python -m bridge.coordinator --setup <run_dir>/setup.msgpack
-[--net-endpoint E]``, with the run token in ``PHANTORA_TOKEN``. The engine lives in this process
+[--net-endpoint E]``, with the run token in ``PHANTORA_TOKEN`` (or, under a zygote home, forked as that from a warm
+interpreter: bridge/warm_start.py). The engine lives in this process
 (flow mode, by default) or in the network server at ``--net-endpoint``. It binds one ROUTER,
 publishes it in ``<run_dir>/coord.endpoint``, and serves ranks and the supervisor on it.
 
@@ -26,6 +27,7 @@ import zmq
 from bridge.core import BARRIER, DONE, TEST, WAIT, CoordinatorCore
 from bridge.errors import BridgeError, ProtocolError, RunFailed
 from bridge.jobs import JobTable
+from bridge.launcher_pid import launcher_pid
 from bridge.liveness import Silence
 from bridge.protocol import (
     E_AUTH,
@@ -72,7 +74,7 @@ class Coordinator:
         self.rank_of: dict[bytes, int] = {}
         self.ident_of: dict[int, bytes] = {}
         self.supervisor: bytes | None = None
-        self.launcher = Silence(os.getppid())  # the launcher's silence: busy is not silent (bridge/liveness.py)
+        self.launcher = Silence(launcher_pid())  # the launcher's silence: busy is not silent (bridge/liveness.py)
         self.last_beat = 0.0
         self.core: CoordinatorCore | None = None
         self.rejections = RejectionLog(log)

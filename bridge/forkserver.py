@@ -9,7 +9,8 @@ interpreter, so the imports are paid once and their pages are shared copy-on-wri
 Protocol: a SOCK_SEQPACKET unix socket pair made by the launcher, one end inherited (`--fd`): there
 is no address, so nothing else can connect. One JSON object per packet.
 
-- launcher -> server: `{"rank": r, "module": m, "argv": [...], "env": {...}, "cwd": c, "log": path}`
+- launcher -> server: `{"rank": r, "module": m, "argv": [...], "env": {...}, "cwd": c, "log": path, "launcher": pid}`
+  (`launcher`: the launcher's pid, which the child takes as its own launcher's: bridge/launcher_pid.py)
 - server -> launcher: `{"pid": p}` once forked; `{"pid": p, "code": c}` when it has exited (the code
   as `subprocess` reports it, negative for a signal).
 
@@ -43,6 +44,7 @@ import socket
 import sys
 from typing import Any
 
+from bridge import launcher_pid
 from bridge.supervisor import die_with_parent
 
 MAX_PACKET = 1 << 20  # a request carries one environment: a few kB
@@ -105,6 +107,8 @@ def become(job: dict[str, Any], server: int) -> None:
         os.chdir(job["cwd"])
     os.environ.clear()
     os.environ.update(job["env"])
+    if "launcher" in job:
+        launcher_pid.adopt(int(job["launcher"]))
     sys.argv = [job["module"], *job["argv"]]
     sys.path[0] = os.getcwd()  # as `python -m` sets it
     if "numpy.random" in sys.modules:  # a fresh interpreter seeds numpy's global generator itself

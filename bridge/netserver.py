@@ -1,7 +1,8 @@
 """The network server: a process hosting one `NetworkSimulator` (flow or ns-3) behind the protocol.
 
 Run by the launcher as ``python -m bridge.netserver --setup <run_dir>/setup.msgpack``, with the run
-token in ``PHANTORA_TOKEN``. With ``PHANTORA_CURVE_CLIENTS`` (the driver's public key; required to bind
+token in ``PHANTORA_TOKEN`` (or, under a zygote home, forked as that from a warm interpreter: bridge/warm_start.py).
+With ``PHANTORA_CURVE_CLIENTS`` (the driver's public key; required to bind
 beyond loopback) it is a CurveZMQ server that lets in that key only, and publishes its own public key in
 ``<run_dir>/net.key`` (`bridge.curve`). It binds, publishes its endpoint in ``<run_dir>/net.endpoint``, builds
 the engine (for ns-3 this pays the module import once), and only then answers the coordinator's

@@ -23,6 +23,7 @@ from typing import Any
 
 import zmq
 
+from bridge import warm_start
 from bridge.client import PEER_LOST_EXIT
 from bridge.completion_log import alone_from
 from bridge.errors import BridgeError, ProtocolError
@@ -265,6 +266,7 @@ class CosimRun:
         self._deaths: dict[int, str] = {}  # several jobs: job -> how its first dead rank died (log tail)
         self.coordinator_silence: Silence | None = None  # the launcher's silence clock on the coordinator
         self._forker: ForkServer | None = None
+        self._server_forkers: list[ForkServer] = []  # those that forked the coordinator and network server
         self.run_dir: Path | None = None
 
     # ----- start-up ----------------------------------------------------------------------------
@@ -319,15 +321,21 @@ class CosimRun:
         setup = self.run_dir / "setup.msgpack"
         self.spec.write(setup)
         env = dict(os.environ, PHANTORA_TOKEN=token, PYTHONUNBUFFERED="1")
-        coord_cmd = [self.python, "-m", "bridge.coordinator", "--setup", str(setup), "--transport", self.transport]
+        args = ["--setup", str(setup), "--transport", self.transport]
         if not self.spec.engine_in_coordinator:
-            cmd = [self.python, "-m", "bridge.netserver", "--setup", str(setup), "--transport", self.transport]
-            server = spawn("server", None, cmd, env, logs.log("server"), self.cwd)
-            self.children.append(server)
-            coord_cmd += ["--net-endpoint", self._wait_endpoint("net", server, 60.0)]
-        coord = spawn("coordinator", None, coord_cmd, env, logs.log("coordinator"), self.cwd)
-        self.children.append(coord)
+            server = self._start_server("server", "bridge.netserver", args, env, logs)
+            args += ["--net-endpoint", self._wait_endpoint("net", server, 60.0)]
+        coord = self._start_server("coordinator", "bridge.coordinator", args, env, logs)
         return self._wait_endpoint("coord", coord, 60.0)
+
+    def _start_server(self, role: str, module: str, args: list[str], env: dict[str, str], logs: RunDir) -> Child:
+        """`python -m module args...` as a child of the run, forked from a zygote under a home (bridge/warm_start)."""
+        assert self.run_dir is not None
+        child, forker = warm_start.start(role, module, args, self.python, env, logs.log(role), self.cwd, self.run_dir)
+        if forker is not None:
+            self._server_forkers.append(forker)
+        self.children.append(child)
+        return child
 
     def _rank_cmds(self) -> list[list[str]]:
         if self.job_table is not None:
@@ -652,8 +660,9 @@ class CosimRun:
             result = self._result(outcome, t0, t_ready, t_end)
         finally:
             stop_all(self.children)
-            if self._forker is not None:
-                self._forker.close()
+            for forker in [self._forker, *self._server_forkers]:
+                if forker is not None:
+                    forker.close()
             if sock is not None:
                 sock.close(0)
             ctx.term()

@@ -37,7 +37,8 @@ def die_with_parent(parent: int) -> None:
 class Child:
     """One process of the run."""
 
-    role: str  # "coordinator", "server", "forkserver", "rank" or "spawner" (a program that starts its ranks)
+    role: str  # "coordinator", "server", "forkserver", "rank" or "spawner" (a program that starts its ranks); or
+    # "coordinator forkserver", "server forkserver": what forked those two (bridge/warm_start.py)
     rank: int | None
     proc: subprocess.Popen[bytes]  # or a bridge.forkclient.ForkedProc (a rank forked by the fork server)
     log_path: Path
@@ -58,6 +59,8 @@ class Child:
             else {
                 "server": "the network server",
                 "forkserver": "the fork server",
+                "coordinator forkserver": "the coordinator's fork server",
+                "server forkserver": "the network server's fork server",
                 "spawner": "the launching process",
             }.get(self.role, f"the {self.role}")
         )

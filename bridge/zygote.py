@@ -6,6 +6,9 @@ of the test suite. A zygote imports them once and listens on a unix socket; each
 it that is exactly that run's fork server (the same protocol on the connection, the same ranks), so a run cannot
 tell the two apart, but for the time it saves.
 
+The run's coordinator and network server are forked the same way, from zygotes whose preload is their module
+(bridge/warm_start.py): a zygote serves one start-up, whatever it preloads.
+
 - **Home.** Zygotes live in a private directory (mode 0700) named by `PHANTORA_ZYGOTE`, made by their owner
   (`ZygoteHome`: the test session, `phantora sweep`). Without it every run starts its own fork server, as before.
 - **Key.** A run connects only to a zygote started with its fork server's own python, preloads and start-up

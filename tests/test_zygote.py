@@ -34,6 +34,17 @@ def wait_gone(pids: list[int], within_s: float) -> list[int]:
     return alive_pids(pids)
 
 
+def preloading(home: ZygoteHome, preload: str) -> list[int]:
+    """The home's zygotes whose preloads are `preload` (the ranks' here; "bridge.coordinator": the coordinator's,
+    bridge/warm_start.py)."""
+    out = []
+    for pid in home.pids():
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        if argv[argv.index("--preload") + 1] == preload:
+            out.append(pid)
+    return out
+
+
 def one_run(tmp_path: Path) -> tuple[int, set[int]]:
     """A two-rank run of `ONE` whose ranks are forked (a light preload: the zygote's key, not torch, is tested):
     its fork server's pid, and the ranks' parents as each rank printed them."""
@@ -57,13 +68,15 @@ def test_runs_of_one_start_up_share_a_zygote_and_another_start_up_gets_its_own(
 ) -> None:
     with ZygoteHome() as home:
         (a, a_parents), (b, b_parents) = one_run(tmp_path), one_run(tmp_path)
-        first = set(home.pids())
-        assert len(first) == 1  # one zygote served both runs
+        first, coordinators = set(preloading(home, "json")), set(preloading(home, "bridge.coordinator"))
+        assert len(first) == 1  # one zygote served both runs' ranks
+        assert len(coordinators) == 1  # and one both coordinators (bridge/warm_start.py)
         assert a != b and a_parents == {a} and b_parents == {b}  # each run's ranks were forked by its own server
         monkeypatch.setenv("PHANTORA_ZYGOTE_TEST_VARIANT", "1")  # another start-up environment: another zygote
         one_run(tmp_path)
         # a zygote of its own; the first may have left meanwhile (30 s unused: a loaded machine's run takes longer)
-        assert len(set(home.pids()) - first) == 1
+        assert len(set(preloading(home, "json")) - first) == 1
+        assert len(set(preloading(home, "bridge.coordinator")) - coordinators) == 1
         zygotes = home.pids()
     assert wait_gone(zygotes, 5.0) == []  # the home's close stops them
 
@@ -90,7 +103,7 @@ def test_runs_in_directories_that_hold_no_imported_module_share_the_zygote_of_no
             )
             result = run.run()
             assert f"cwd {d}" in result.logs["rank 0"] and f"cwd {d}" in result.logs["rank 1"]
-            seen |= set(home.pids())  # zygotes started so far (one may leave after 30 s unused, on a loaded machine)
+            seen |= set(preloading(home, "json"))  # the ranks' zygotes started so far (one may leave after 30 s unused)
             counts.append(len(seen))
         assert counts == [1, 1, 2]
 
