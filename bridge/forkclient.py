@@ -123,8 +123,15 @@ class ForkServer:
     ) -> Child:
         """Fork rank `rank` running `python -m module argv...`; return it as a run child. `tick` is called while
         waiting (the fork server may still be importing torch), so the caller can keep its peers informed."""
-        job = {"rank": rank, "module": module, "argv": list(argv), "env": env, "cwd": cwd, "log": str(log_path)}
-        job["launcher"] = os.getpid()
+        job = {
+            "rank": rank,
+            "module": module,
+            "argv": list(argv),
+            "env": env,
+            "cwd": cwd,
+            "log": str(log_path),
+            "launcher": os.getpid(),
+        }
         try:
             self._sock.send(json.dumps(job).encode())
         except OSError:  # the server is gone: wait for its exit status, reported below

@@ -39,8 +39,11 @@ def preloading(home: ZygoteHome, preload: str) -> list[int]:
     bridge/warm_start.py)."""
     out = []
     for pid in home.pids():
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-        if argv[argv.index("--preload") + 1] == preload:
+        try:  # a zygote 30 s unused may leave between the listing and this read
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if "--preload" in argv and argv[argv.index("--preload") + 1] == preload:
             out.append(pid)
     return out
 
