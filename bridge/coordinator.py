@@ -74,6 +74,7 @@ class Coordinator:
         self.rank_of: dict[bytes, int] = {}
         self.ident_of: dict[int, bytes] = {}
         self.supervisor: bytes | None = None
+        self.for_supervisor: list[bytes] = []  # what it was told before its hello was read: sent after its welcome
         self.launcher = Silence(launcher_pid())  # the launcher's silence: busy is not silent (bridge/liveness.py)
         self.last_beat = 0.0
         self.core: CoordinatorCore | None = None
@@ -112,7 +113,7 @@ class Coordinator:
 
     def pass_beat(self, beat: Beat) -> None:
         """The network's progress from inside an engine call, to the launcher."""
-        self.send_supervisor(encode("progress", beat.sim_ns, **beat.fields()))
+        self.send_supervisor(encode("progress", beat.sim_ns, **beat.fields()), keep=False)
 
     def job_failed(self, job: int, code: str, text: str) -> None:
         """Only one job ended: say so in the log and to the launcher, which stops that job's processes."""
@@ -126,9 +127,13 @@ class Coordinator:
         if ident is not None:
             self.sock.send_multipart([ident, raw])
 
-    def send_supervisor(self, raw: bytes) -> None:
+    def send_supervisor(self, raw: bytes, keep: bool = True) -> None:
+        """To the launcher; before its hello is read (a ROUTER drops what it cannot route), kept for its welcome
+        unless `keep` is False (a heartbeat, a progress beat: stale by then)."""
         if self.supervisor is not None:
             self.sock.send_multipart([self.supervisor, raw])
+        elif keep:
+            self.for_supervisor.append(raw)
 
     def heartbeat(self) -> None:
         """About once a second: tell blocked ranks and the supervisor we are alive."""
@@ -136,7 +141,7 @@ class Coordinator:
             return
         self.last_beat = time.monotonic()
         beat = encode("heartbeat", 0)
-        self.send_supervisor(beat)
+        self.send_supervisor(beat, keep=False)
         if self.core is not None:
             for rs in self.core.ranks:
                 if rs.state in (WAIT, TEST, BARRIER):
@@ -180,12 +185,14 @@ class Coordinator:
         window = self.spec.window_ns
         world = self.spec.world
         if role == "supervisor":
-            self.supervisor = ident
             self.launcher.heard()
             if self.warnings:
                 info = {**info, "warnings": self.warnings}
-            if len(self.ident_of) == self.spec.live_ranks:  # the ranks were quicker than the supervisor
-                self.send_supervisor(encode("joined", 0, ranks=self.spec.live_ranks))
+            if self.t_all_connected is not None:  # the ranks were quicker: what they did waits in for_supervisor
+                log(
+                    f"the launcher said hello after the ranks had joined, {time.monotonic() - self.t_started:.1f} s "
+                    "after the coordinator began"
+                )
         elif role == "rank":
             live = self.spec.live_ranks
             rank, world, why = self._hello_rank(msg)
@@ -216,6 +223,11 @@ class Coordinator:
         self.sock.send_multipart(
             [ident, encode("welcome", 0, role="coordinator", world=world, window_ns=window, lease=lease, info=info)]
         )
+        if role == "supervisor" and self.supervisor is None:
+            self.supervisor = ident
+            for raw in self.for_supervisor:
+                self.sock.send_multipart([ident, raw])
+            self.for_supervisor.clear()
 
     def _hello_rank(self, msg: Message) -> tuple[int, int, str]:
         """(global rank, the world the rank belongs to, "") of a rank's hello, or the reason to refuse it."""
@@ -275,7 +287,7 @@ class Coordinator:
             if unanswered or self.sock.poll(int(HEARTBEAT_S * 1000)):
                 self.drain_queued()
             core.progress()
-            if core.all_finished():
+            if core.all_finished() and self.supervisor is not None:  # the outcome needs the launcher's hello
                 outcome = core.finalize()
                 outcome["rejected"] = self.rejections.count
                 outcome["sim_wall_s"] = time.monotonic() - (self.t_all_connected or time.monotonic())

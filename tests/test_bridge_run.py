@@ -372,6 +372,56 @@ def test_a_stopped_coordinator_is_silent(rank_script: Path) -> None:
     assert alive_pids([c.pid for c in run.children]) == []
 
 
+class _LateLauncher:
+    """The launcher's socket, holding everything the launcher sends (its hello first) until every rank process has
+    ended and `hold_s` more have passed: a launcher whose own hello reaches the coordinator after the whole run."""
+
+    def __init__(self, sock: Any, run: CosimRun, hold_s: float) -> None:
+        self._sock, self._run, self._hold_s = sock, run, hold_s
+        self._held: list[bytes] | None = []
+        self._ranks_gone: float | None = None
+
+    def _release(self) -> None:
+        ranks = [c for c in self._run.children if c.role == "rank"]
+        if self._held is None or not ranks or any(c.proc.poll() is None for c in ranks):
+            return
+        self._ranks_gone = self._ranks_gone or time.monotonic()
+        if time.monotonic() - self._ranks_gone >= self._hold_s:
+            for raw in self._held:
+                self._sock.send(raw)
+            self._held = None
+
+    def send(self, raw: bytes, *args: Any, **kwargs: Any) -> Any:
+        if self._held is not None:
+            self._held.append(raw)
+            return None
+        return self._sock.send(raw, *args, **kwargs)
+
+    def poll(self, *args: Any, **kwargs: Any) -> int:
+        self._release()
+        return int(self._sock.poll(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def test_a_launcher_heard_after_the_whole_run_still_gets_its_outcome(
+    rank_script: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator keeps what it has for the launcher (joined, the outcome) until the launcher says hello. A run
+    whose ranks all joined and finished before the launcher's hello was read (ranks forked from a warm zygote join in
+    0.1 s; the launcher starved on a loaded machine) lost its outcome: the coordinator exited 0 and the launcher said
+    it "exited with code 0 during start-up"."""
+    import bridge.run
+
+    run = CosimRun(star(2), rank_cmd=[sys.executable, str(rank_script), "clock"], timeout_s=120)
+    real = bridge.run.connect_dealer
+    monkeypatch.setattr(bridge.run, "connect_dealer", lambda *a, **k: _LateLauncher(real(*a, **k), run, 1.0))
+    res = run.run()
+    assert sorted(res.finish_ns) == [0, 1] and all(t == 200_000 for t in res.finish_ns.values())
+    assert "the launcher said hello after" in res.logs["coordinator"]
+
+
 def test_a_rank_that_lost_a_peer_is_named_when_no_peer_died(rank_script: Path) -> None:
     """A rank exiting with PEER_LOST_EXIT is first taken for a victim; with no culprit it is named."""
     run = CosimRun(star(2), rank_cmd=[sys.executable, str(rank_script), "peerlost"], timeout_s=60)
