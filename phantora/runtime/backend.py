@@ -47,6 +47,7 @@ from phantora.runtime.gloo_thread import GlooOnlyWork, off_thread
 from phantora.runtime.program_env import program_nccl_env
 from phantora.runtime.session import Pending, RankSession, Transfer
 from phantora.runtime.simcuda import device as simcuda
+from phantora.runtime.simcuda import nccl_surface
 from phantora.runtime.simcuda import streams as sim_streams
 from phantora.runtime.simcuda.tensor import SimCudaTensor
 from phantora.runtime.unowned_gloo import UnownedGloo
@@ -1169,6 +1170,7 @@ PhantoraProcessGroup.alltoall_base = PhantoraProcessGroup.all_to_all_single
 def create_backend(common: Any, backend_options: Any = None) -> PhantoraProcessGroup:
     """The `register_backend` factory (extended API: it receives the group's global ranks)."""
     s = _session.require()
+    nccl_surface.note_options(backend_options)  # a program's ProcessGroupNCCL.Options: what is not modelled
     ranks = list(common.global_ranks_in_group) or list(range(common.group_size))
     return PhantoraProcessGroup(common.store, common.group_rank, common.group_size, common.timeout, ranks, s)
 

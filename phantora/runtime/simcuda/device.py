@@ -22,7 +22,17 @@ import torch
 from torch.utils._pytree import tree_map
 
 from phantora.runtime import phantom_mode
-from phantora.runtime.simcuda import api, checkpoint, cuda_only, guard, pinned, rng, simapex, toolkit  # noqa: F401 - rng: dispatch.py draws with it
+from phantora.runtime.simcuda import (  # noqa: F401 - rng: dispatch.py draws with it
+    api,
+    checkpoint,
+    cuda_only,
+    guard,
+    nccl_surface,
+    pinned,
+    rng,
+    simapex,
+    toolkit,
+)
 from phantora.runtime.simcuda.tensor import (
     SimCudaTensor,
     cuda_index,
@@ -70,6 +80,7 @@ def install(gpu: Any, device_count: int, phantom: bool) -> None:
     api.install(gpu, device_count)
     toolkit.install(api.CUDA_VERSION)  # CUDA_HOME, nvcc --version: the simulated machine's toolkit
     simapex.install()  # `import apex` finds a simulated apex where none is installed
+    nccl_surface.install()  # dist.is_nccl_available(), dist.ProcessGroupNCCL.Options
     set_inner_device(torch.device("meta") if phantom else torch.device("cpu"))
     # The autograd engine would run the backward of cuda tensors on its own device threads; the rank's
     # dispatch mode charges only the rank's own thread, so backward runs on the calling thread.
