@@ -582,6 +582,8 @@ def _pack(t: Any) -> Any:
     (same storage, no autograd history, no dispatch). Hooks switch off autograd's check that a saved
     tensor was not modified in place, so the version is recorded here and checked at unpack.
     """
+    if torch.compiler._is_exporting_flag:  # torch.export traces fake tensors of symbolic sizes: no device memory
+        return (t, None, t._version)
     tr = _ACTIVE
     if tr is not None:
         st = _storage(t)
