@@ -371,6 +371,28 @@ def _nvtx() -> types.ModuleType:
     return mod
 
 
+_sync_debug = [0]  # torch.cuda.set_sync_debug_mode's level: 0 default, 1 warn, 2 error
+
+
+def _set_sync_debug_mode(level: int) -> None:
+    """torch._C's setter under `torch.cuda.set_sync_debug_mode` (torch maps the names to 0-2 and checks them): the
+    level is kept and read back; the simulated GPU does not report synchronising calls, and says so once."""
+    if level and not _sync_debug[0]:
+        import sys
+
+        print(
+            "phantora: torch.cuda.set_sync_debug_mode is kept but not acted on: the simulated GPU neither warns of "
+            "nor refuses synchronising calls",
+            file=sys.stderr,
+            flush=True,
+        )
+    _sync_debug[0] = int(level)
+
+
+def _get_sync_debug_mode() -> int:
+    return _sync_debug[0]
+
+
 def nccl_version() -> tuple[int, int, int]:
     """`torch.cuda.nccl.version()` as a CUDA build answers it: the NCCL whose model the run follows
     (PHANTORA_NCCL_VERSION, else the one phantora restates), patch 0 where that names none."""
@@ -462,6 +484,8 @@ def install(gpu: Any, count: int) -> None:
     torch.backends.cuda.is_built = lambda: True  # type: ignore[assignment]
     torch.backends.cuda.is_flash_attention_available = lambda: True  # type: ignore[assignment]  # CUDA wheels have it
     torch.cuda.nccl.version = nccl_version  # type: ignore[assignment]  # torch._C has no NCCL on this build
+    torch._C._cuda_set_sync_debug_mode = _set_sync_debug_mode  # type: ignore[assignment]  # no CUDA in this build
+    torch._C._cuda_get_sync_debug_mode = _get_sync_debug_mode
     torch.backends.cudnn.is_available = lambda: True  # type: ignore[assignment]
     torch.backends.cudnn.version = lambda: CUDNN_VERSION  # type: ignore[assignment]
     _install_accelerator()
