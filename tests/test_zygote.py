@@ -25,6 +25,9 @@ from bridge.zygote import HOME_ENV, ZygoteHome
 ROOT = Path(__file__).resolve().parents[1]
 ONE = "import torch, torch.distributed as dist\ndist.init_process_group()\nprint(dist.get_rank(), os.getppid())\n"
 WHERE = "import os, torch.distributed as dist\ndist.init_process_group()\nprint('cwd', os.getcwd())\n"
+# The ranks' preload in these tests: not the session's (a zygote of their own), and the one module their ranks
+# import anyway (with torch), so that each zygote imports it once instead of each rank.
+PRELOAD = "phantora.runtime.bootstrap"
 
 
 def wait_gone(pids: list[int], within_s: float) -> list[int]:
@@ -35,8 +38,8 @@ def wait_gone(pids: list[int], within_s: float) -> list[int]:
 
 
 def preloading(home: ZygoteHome, preload: str) -> list[int]:
-    """The home's zygotes whose preloads are `preload` (the ranks' here; "bridge.coordinator": the coordinator's,
-    bridge/warm_start.py)."""
+    """The home's zygotes whose preloads are `preload` (the ranks' here, `PRELOAD`; "bridge.coordinator": the
+    coordinator's, bridge/warm_start.py)."""
     out = []
     for pid in home.pids():
         try:  # a zygote 30 s unused may leave between the listing and this read
@@ -49,14 +52,14 @@ def preloading(home: ZygoteHome, preload: str) -> list[int]:
 
 
 def one_run(tmp_path: Path) -> tuple[int, set[int]]:
-    """A two-rank run of `ONE` whose ranks are forked (a light preload: the zygote's key, not torch, is tested):
-    its fork server's pid, and the ranks' parents as each rank printed them."""
+    """A two-rank run of `ONE` whose ranks are forked from a zygote of `PRELOAD`: its fork server's pid, and the ranks'
+    parents as each rank printed them."""
     script = tmp_path / "one.py"
     script.write_text("import os\n" + ONE)
     run = CosimRun(
         star(2),
         rank_cmd=[sys.executable, "-m", "phantora.runtime.bootstrap", str(script)],
-        rank_preload=("json",),
+        rank_preload=(PRELOAD,),
         timeout_s=120,
         cwd=str(tmp_path),  # no module's name: the zygote of no directory
     )
@@ -71,14 +74,14 @@ def test_runs_of_one_start_up_share_a_zygote_and_another_start_up_gets_its_own(
 ) -> None:
     with ZygoteHome() as home:
         (a, a_parents), (b, b_parents) = one_run(tmp_path), one_run(tmp_path)
-        first, coordinators = set(preloading(home, "json")), set(preloading(home, "bridge.coordinator"))
+        first, coordinators = set(preloading(home, PRELOAD)), set(preloading(home, "bridge.coordinator"))
         assert len(first) == 1  # one zygote served both runs' ranks
         assert len(coordinators) == 1  # and one both coordinators (bridge/warm_start.py)
         assert a != b and a_parents == {a} and b_parents == {b}  # each run's ranks were forked by its own server
         monkeypatch.setenv("PHANTORA_ZYGOTE_TEST_VARIANT", "1")  # another start-up environment: another zygote
         one_run(tmp_path)
         # a zygote of its own; the first may have left meanwhile (30 s unused: a loaded machine's run takes longer)
-        assert len(set(preloading(home, "json")) - first) == 1
+        assert len(set(preloading(home, PRELOAD)) - first) == 1
         assert len(set(preloading(home, "bridge.coordinator")) - coordinators) == 1
         zygotes = home.pids()
     assert wait_gone(zygotes, 5.0) == []  # the home's close stops them
@@ -100,13 +103,13 @@ def test_runs_in_directories_that_hold_no_imported_module_share_the_zygote_of_no
             run = CosimRun(
                 star(2),
                 rank_cmd=[sys.executable, "-m", "phantora.runtime.bootstrap", str(script)],
-                rank_preload=("json",),
+                rank_preload=(PRELOAD,),
                 timeout_s=120,
                 cwd=str(d),
             )
             result = run.run()
             assert f"cwd {d}" in result.logs["rank 0"] and f"cwd {d}" in result.logs["rank 1"]
-            seen |= set(preloading(home, "json"))  # the ranks' zygotes started so far (one may leave after 30 s unused)
+            seen |= set(preloading(home, PRELOAD))  # the ranks' zygotes so far (one may leave after 30 s unused)
             counts.append(len(seen))
         assert counts == [1, 1, 2]
 
