@@ -105,10 +105,20 @@ RANK_PRELOAD = (
     "torch.nn.parallel",
     "torch.distributed.fsdp",
     "torch.distributed.tensor",
+    # what every rank then imported itself, 30 ms of CPU each: the compute model's modules, and numpy.ma, which numpy
+    # loads when the model first calls np.unique
+    "numpy.ma",
+    "phantora.perfmodel.model",
+    "phantora.perfmodel.torch_adapter",
+    "phantora.perfmodel.public",
+    "phantora.perfmodel.pubfit",
+    "phantora.runtime.backend_name",
+    "phantora.runtime.simcuda.sdp_choice",
     # the fork server freezes the objects of the preloads above (none loads triton): see bridge/forkserver.py
     "torch._dynamo",
     "phantora.runtime.bootstrap",
     "phantora.runtime.dispatch",
+    "phantora.runtime.autostep",
     "bridge.client",
 )
 
