@@ -16,8 +16,10 @@ import json
 import math
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
+import megatron_helpers
 import pytest
 from conformance import PROGRAMS, Run, assert_documented, assert_manifest_tree, run_program
 
@@ -49,11 +51,14 @@ def test_vendored_files_are_megatron_lms() -> None:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One copy of the checkout for every case: the first run builds the dataset helpers in it."""
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One copy of the checkout for every case: the first run builds the dataset helpers in it, unless an earlier
+    session's are cached (megatron_helpers.py; Megatron's `make` then finds them up to date)."""
     dest = tmp_path_factory.mktemp("megatron") / "Megatron-LM"
     shutil.copytree(PROGRAMS / UPSTREAM, dest)
-    return dest
+    megatron_helpers.reuse(dest)
+    yield dest
+    megatron_helpers.keep(dest)
 
 
 def pretrain(workdir: Path, out: Path, parallel: list[str], layers: int = 2) -> Run:
