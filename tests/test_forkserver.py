@@ -193,7 +193,7 @@ def test_a_fork_server_slower_than_the_silence_limit_does_not_end_the_run(
     run = CosimRun(
         star(2),
         rank_cmd=[sys.executable, "-m", "phantora.runtime.bootstrap", str(script)],
-        rank_preload=("slow_import",),
+        rank_preload=("slow_import", "phantora.runtime.bootstrap"),  # the ranks' torch imported once, by the server
         env={"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
         peer_timeout_s=3.0,  # half the preload's time: without the launcher's heartbeats the coordinator leaves
         timeout_s=120,
