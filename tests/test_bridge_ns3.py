@@ -7,10 +7,10 @@ loaded machine), so there is one exact-mode test by default and the window test 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from forked_replay import replay_ranks
 
 from bridge.run import CosimRun
 from phantora.collectives import AlgoOptions
@@ -56,7 +56,7 @@ def test_exact_mode_with_ns3_equals_inprocess(tmp_path: Path, ns3_lib) -> None:
     res = CosimRun(
         topo,
         EngineSpec("ns3", config),
-        rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(path)],
+        **replay_ranks(path),
         timeout_s=600,
     ).run()
     assert _times(res) == exact
@@ -71,7 +71,7 @@ def test_window_mode_with_ns3_within_bound(tmp_path: Path, ns3_lib) -> None:
     res = CosimRun(
         topo,
         EngineSpec("ns3", config, window_ns=w),
-        rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(path)],
+        **replay_ranks(path),
         timeout_s=600,
     ).run()
     depth = {"ar.0": 0, "ar.1": 1, "ag": 2, "p": 2, "rs": 3}
@@ -159,7 +159,7 @@ def test_an_advance_longer_than_the_peer_timeout_is_not_silence(tmp_path: Path, 
     res = CosimRun(
         topo,
         EngineSpec("ns3", PacketConfig(cc="dcqcn")),
-        rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(path)],
+        **replay_ranks(path),
         peer_timeout_s=peer_s,
         timeout_s=600,
     ).run()
@@ -177,7 +177,7 @@ def _live_run(tmp_path: Path, topo, config: PacketConfig, algo: AlgoOptions | No
     res = CosimRun(
         topo,
         EngineSpec("ns3", config),
-        rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(path)],
+        **replay_ranks(path),
         timeout_s=600,
         out_dir=out,
         algo=algo,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from forked_replay import replay_ranks
 
 from bridge.errors import BridgeError
 from bridge.run import CosimRun
@@ -33,7 +34,6 @@ from phantora.topology.generators import leaf_spine
 from phantora.workload import Workload, load_workload
 
 ROOT = Path(__file__).resolve().parents[1]
-REPLAY = [sys.executable, "-m", "phantora.egraph.replay_rank"]
 
 RANK_SCRIPT = r'''
 import os, sys, time
@@ -186,7 +186,7 @@ def test_exact_mode_equals_inprocess_replay(name: str) -> None:
     topo = two_leaf()
     path = ROOT / "workloads" / f"{name}.toml"
     wl = load_workload(path, world=topo.num_ranks)
-    res = CosimRun(topo, rank_cmd=[*REPLAY, str(path)], timeout_s=120).run()
+    res = CosimRun(topo, **replay_ranks(path), timeout_s=120).run()
     assert op_times(res) == ref_times(wl, topo)
     assert res.late_collectives == 0
     assert len(res.completions) == sum(r["flows"] for r in res.collectives)
@@ -211,7 +211,7 @@ def test_exact_mode_through_a_separate_flow_server_over_tcp(tmp_path: Path) -> N
         topo,
         engine_in_coordinator=False,
         transport="tcp",
-        rank_cmd=[*REPLAY, str(path)],
+        **replay_ranks(path),
         timeout_s=120,
         out_dir=tmp_path / "out",
     ).run()
@@ -232,7 +232,7 @@ def test_window_sweep_error_bound_and_rounds() -> None:
     deps = depth(wl)
     rounds = {}
     for w in (1_000, 10_000, 100_000, 1_000_000):
-        res = CosimRun(topo, EngineSpec(window_ns=w), rank_cmd=[*REPLAY, str(path)], timeout_s=120).run()
+        res = CosimRun(topo, EngineSpec(window_ns=w), **replay_ranks(path), timeout_s=120).run()
         got = op_times(res)
         for name, (start, end, done) in exact.items():
             bound = deps[name] * w

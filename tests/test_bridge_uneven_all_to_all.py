@@ -6,12 +6,12 @@ in-process replay's does (which rates them with the closed forms of tests/test_p
 from __future__ import annotations
 
 import json
-import sys
 from itertools import permutations
 from pathlib import Path
 from typing import Any
 
 import pytest
+from forked_replay import replay_ranks
 
 from bridge.run import CosimRun
 from phantora.netsim.engine_spec import EngineSpec
@@ -32,8 +32,7 @@ def test_a_skewed_split_all_to_all_runs_as_in_process(tmp_path: Path) -> None:
     path.write_text(json.dumps({"op": [{"name": "d", "kind": "all_to_all", "ranks": "all", "splits": splits}]}))
     wl = load_workload(path, world=8)
     ref = {op.name: (op.start_ns, op.end_ns) for op in replay_inprocess(wl, topo, FlowSimulator(topo)).ops}
-    cmd = [sys.executable, "-m", "phantora.egraph.replay_rank", str(path)]
-    res = CosimRun(topo, rank_cmd=cmd, timeout_s=120).run()
+    res = CosimRun(topo, **replay_ranks(path), timeout_s=120).run()
     got = {r["name"]: (r["t_start"], r["end_ns"]) for r in res.collectives}
     assert len(got) == 56 and got == ref
     assert {tuple(r["comm"]) for r in res.collectives} == {tuple(range(8))}
@@ -51,8 +50,7 @@ def in_process_and_bridged(tmp_path: Path, spec: EngineSpec, unit: str = "MiB") 
     wl = load_workload(path, world=8)
     res, sim = replay_settled(wl, topo, lambda: make_engine(spec, topo), window_ns=spec.window_ns)
     sim.close()
-    cmd = [sys.executable, "-m", "phantora.egraph.replay_rank", str(path)]
-    bridged = CosimRun(topo, rank_cmd=cmd, timeout_s=600, engine=spec).run()
+    bridged = CosimRun(topo, **replay_ranks(path), timeout_s=600, engine=spec).run()
     return (
         wl,
         {op.name: (op.start_ns, op.end_ns) for op in res.ops},
@@ -124,9 +122,8 @@ def test_a_split_all_to_all_run_as_steps_keeps_its_group(tmp_path: Path) -> None
               for i in range(8)]  # fmt: skip
     path = tmp_path / "wl.json"
     path.write_text(json.dumps({"op": [{"name": "d", "kind": "all_to_all", "ranks": "all", "splits": splits}]}))
-    cmd = [sys.executable, "-m", "phantora.egraph.replay_rank", str(path)]
-    plain = {r["name"]: r["end_ns"] for r in CosimRun(topo, rank_cmd=cmd, timeout_s=120).run().collectives}
-    stepped = CosimRun(topo, rank_cmd=[*cmd, "--steps", "1"], timeout_s=120).run().collectives
+    plain = {r["name"]: r["end_ns"] for r in CosimRun(topo, **replay_ranks(path), timeout_s=120).run().collectives}
+    stepped = CosimRun(topo, **replay_ranks(path, "--steps", "1"), timeout_s=120).run().collectives
     assert len(plain) == 56 and {r["name"].removesuffix("@0"): r["end_ns"] for r in stepped} == plain
     wl = load_workload(path, world=8)
     alone = {op.name: op.end_ns for op in replay_inprocess(wl, topo, FlowSimulator(topo)).ops}

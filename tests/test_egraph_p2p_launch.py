@@ -18,6 +18,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from forked_replay import replay_ranks
 
 from phantora.egraph import ExecGraph, replay_graph
 from phantora.egraph.builder import ProgramBuilder, build_graph
@@ -418,7 +419,6 @@ def test_a_ring_batch_as_workload_splits_takes_the_live_rings_time(tmp_path) -> 
     """The batch ring written as a workload's `splits` (one entry a row): in process and through the bridge's
     replay_rank (one group launch a rank on the 8-rank communicator), each pair takes what the live batch's does,
     11.8 us + 16 MiB over 4 channels at a link."""
-    import sys
 
     from bridge.run import CosimRun
     from phantora.replay import replay_inprocess
@@ -429,8 +429,7 @@ def test_a_ring_batch_as_workload_splits_takes_the_live_rings_time(tmp_path) -> 
     path.write_text(json.dumps({"op": [{"name": "ring", "kind": "all_to_all", "ranks": "all", "splits": splits}]}))
     wl = load_workload(path, world=8)
     took = {op.name: op.end_ns - op.start_ns for op in replay_inprocess(wl, TOPO, FlowSimulator(TOPO)).ops}
-    cmd = [sys.executable, "-m", "phantora.egraph.replay_rank", str(path)]
-    res = CosimRun(TOPO, rank_cmd=cmd, timeout_s=120).run()
+    res = CosimRun(TOPO, **replay_ranks(path), timeout_s=120).run()
     bridged = {r["name"]: r["end_ns"] - r["t_start"] for r in res.collectives}
     assert sorted(took) == sorted(bridged) == sorted(f"ring/{i}>{(i + 1) % 8}" for i in range(8))
     for t in (*took.values(), *bridged.values()):
