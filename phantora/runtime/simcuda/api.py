@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from phantora.runtime.simcuda import devices, lazy, rng, streams
+from phantora.runtime.simcuda import memory_summary as summary_text
 from phantora.runtime.simcuda.devices import NotSimulatedError, current_device, index_of, set_device
 from phantora.runtime.simcuda.tensor import program_uses_cuda
 
@@ -175,6 +176,12 @@ def memory_stats(device: Any = None) -> dict[str, Any]:
         out[f"{name}.all.current"] = cur
         out[f"{name}.all.peak"] = peak
     return out
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """`torch.cuda.memory_summary`: the modelled figures of `memory_stats`, in torch's frame (memory_summary.py)."""
+    index = current_device() if device is None else torch.cuda._get_device_index(device, optional=True)
+    return summary_text.summary(memory_stats(device), index, abbreviated)
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
@@ -441,6 +448,7 @@ def install(gpu: Any, count: int) -> None:
         "memory_reserved": memory_reserved,
         "max_memory_reserved": max_memory_reserved,
         "memory_stats": memory_stats,
+        "memory_summary": memory_summary,
         "reset_peak_memory_stats": reset_peak_memory_stats,
         "reset_max_memory_allocated": reset_peak_memory_stats,
         "reset_accumulated_memory_stats": _nothing,
