@@ -43,6 +43,7 @@ from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.gc_pause import Freezer
 from phantora.netsim.hybrid import SHARED_DEPS_MIN, WideDeps, topological_order  # the wide-deps rules: one for both
+from phantora.netsim.least_bounds import least_ends
 from phantora.netsim.nic_latency import JOIN_BASE, Releases, gate_key, uses_nic  # (JOIN_BASE: the gates' joins)
 from phantora.netsim.observe import (
     CnpEvent,
@@ -236,6 +237,7 @@ class DecomposedSimulator(RunsByCompletion):
         self.rounds = 0
         self.round_wall_s = 0.0
         self.bound_wall_s = 0.0
+        self.horizon_reads = 0  # (`pulls_bounds`) flows the horizon read past its first test, summed over rounds
         self.critical_cpu_s = 0.0  # per round, the CPU of its busiest worker, summed: the wall on free cores
         self.critical_wall_s = 0.0  # per round, the wall its slowest worker took to serve it, summed
         self.gather_wall_s = 0.0  # inside rounds: reading replies, bounds and releases here
@@ -795,30 +797,12 @@ class DecomposedSimulator(RunsByCompletion):
         return e + self._ahead - 1 if e < INF_NS else INF_NS
 
     def _least_ends(self, ids: set[int], floor: int) -> tuple[int, int]:
-        """`_horizon`'s (m, mr) of one worker's unfinished flows `ids` (`pulls_bounds`): the least L of those the caller
-        reacts to or a gate or marker here waits on, and of those it reacts to (INF_NS: none). Only a flow whose C is
-        below what it could lower is pulled (L >= C), and only as far as it could (`pull`'s need: the least so far);
-        once both are at most `floor` nothing can change max(., floor), all the horizon reads. So m and mr may differ
-        from the least L only where both are at most `floor`."""
-        react, ext, lbs = self.reacts, self._ext, self._lb
-        up, ends, step, memo, wide = self._up, self._ends, self._step, self._memo, self._memo_wide
-        m = mr = INF_NS
-        for f in ids:
-            c = lbs[f]
-            if c >= mr and (c >= m or f not in ext):
-                continue
-            if react is None or react(f):
-                v = c if f not in up else pull(f, lbs, ends, up, step, memo, wide, mr)
-                if v < mr:
-                    mr = v
-                    if v < m:
-                        m = v
-                    if mr <= floor:
-                        break
-            elif c < m and f in ext:
-                v = c if f not in up else pull(f, lbs, ends, up, step, memo, wide, m)
-                if v < m:
-                    m = v
+        """`_horizon`'s (m, mr) of one worker's unfinished flows `ids` (`pulls_bounds`): the least L of those the
+        caller reacts to or a gate or marker here waits on, and of those it reacts to (INF_NS: none); both exact unless
+        both are at most `floor`, all the horizon reads (max(., floor)). By `least_bounds.least_ends`."""
+        books = (self._lb, self._ends, self._up, self._step, self._memo, self._memo_wide)
+        m, mr, reads = least_ends(ids, floor, self.reacts, self._ext, *books)
+        self.horizon_reads += reads
         return m, mr
 
     def _earliest(self) -> int | None:

@@ -1,0 +1,97 @@
+"""The least pulled bound of one worker's unfinished flows, for the plain driver's horizon (issue 38, item 2).
+
+The plain decomposition driver (`phantora.netsim.decompose`) needs each round, per worker, m: the least L
+(`phantora.netsim.pulled_bounds` (*)) of its unfinished flows that the caller reacts to or that a gate or marker
+waits on, and mr: the least L of those the caller reacts to; it reads only max(m, floor) and max(mr, floor).
+`least_ends` reads the flows as the scan before it did (a flow whose own bound C is at least what it could lower is
+passed over), but a flow with unfinished deps and a deps list of at most `QUICK_DEPS` first has its C raised to one
+step of (*) from its deps as they are held,
+
+    q(f) = max over f's deps d of (end(d) if d ended, else C(d)) + step(f),
+
+and is passed over if that reaches what it could lower, before the caller is asked whether it reacts to it and
+before it is pulled. Most of the flows a round read are such: a flow waiting on a chain whose C trails, since each
+round the least rises past what was last written into it; one step from its dep's C settles it.
+
+Why m and mr are the full scan's. (1) C(f) <= L(f) always: every value written into C (a pull's, or q) is at most L,
+each term of q being a term of (*) or a lower bound of one (end(d) exact, C(d) <= L(d)). (2) A flow is passed over
+only if a lower bound of its L (C, or q) is at least the least so far of every set it belongs to, so it cannot lower
+that least; a pull with a need returns L exactly if it is below the need, else a value at least the need (`pull`).
+So every value that lowers m or mr is the exact L of a flow of its set, and no flow passed over has an L below the
+final least: after every flow is read, m and mr are the exact least L of their sets, in any order of reading.
+(3) Stopping once mr <= floor leaves m <= mr <= floor: max(m, floor) and max(mr, floor) are floor whatever is left.
+(4) The values written back into C differ from the scan's, but only within C0 <= C' <= L (C0 what (*) takes from the
+flow itself), which leaves the one solution of (*) unchanged: max(C'(j), T(j)) lies between max(C0(j), T(j)) = L(j)
+and max(L(j), T(j)) = L(j), T(j) its deps' term. Every later reader reads L through `pull` (the horizon,
+`earliest_end`) or C only as a lower bound of L (a new flow's C at submit, the check that no flow ends before its
+bound). So the horizons, the least reacting ends, the rounds and every completion are those of the full scan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, MutableMapping
+
+from phantora.netsim.base import INF_NS
+from phantora.netsim.pulled_bounds import Wide, pull
+
+QUICK_DEPS = 4  # a waiting flow with at most this many deps has its C raised from them first (more: pulled)
+
+
+def least_ends(
+    ids: Collection[int],
+    floor: int,
+    react: Callable[[int], bool] | None,
+    ext: Collection[int],
+    lbs: MutableMapping[int, int],
+    ends: Mapping[int, int],
+    up: MutableMapping[int, tuple[int, ...]],
+    step: Mapping[int, int],
+    memo: dict[int, int],
+    wide: Wide,
+) -> tuple[int, int, int]:
+    """(m, mr, reads) of one worker's unfinished flows `ids` (module docstring): the least L of those `react` says
+    the caller reacts to (every flow when None) or in `ext`, the least L of those it reacts to (INF_NS: none), and
+    how many flows were read past the first test. Both exact unless both are at most `floor`. The other arguments
+    are `pull`'s (`lbs` holds C, raised here)."""
+    m = mr = INF_NS
+    reads = 0
+    for f in ids:
+        c = lbs[f]
+        if c >= mr and (c >= m or f not in ext):
+            continue
+        reads += 1
+        deps = up.get(f)
+        if deps is not None and len(deps) <= QUICK_DEPS:
+            t = -1
+            for d in deps:
+                e = ends.get(d)
+                if e is None:
+                    e = lbs[d]
+                if e > t:
+                    t = e
+            q = t + step[f]
+            if q > c:
+                lbs[f] = c = q
+                if c >= mr and (c >= m or f not in ext):
+                    continue
+        r = react is None or react(f)
+        if not r and f not in ext:  # (in neither set)
+            continue
+        need = mr if r else m
+        if c >= need:
+            continue
+        if deps is not None:
+            c = pull(f, lbs, ends, up, step, memo, wide, need)
+        if r:
+            if c < mr:
+                mr = c
+                if c < m:
+                    m = c
+                if mr <= floor:
+                    break
+        elif c < m:
+            m = c
+    return m, mr, reads
+
+
+__all__ = ["QUICK_DEPS", "least_ends"]
