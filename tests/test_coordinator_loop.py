@@ -57,6 +57,7 @@ def test_a_request_read_after_a_round_is_answered_without_a_poll(zmq_pair: Any) 
     coord = Coordinator(spec, router, token="t")  # type: ignore[arg-type]
     coord.rank_of[b"rank0"] = 0
     coord.ident_of[0] = b"rank0"
+    coord.supervisor = b"launcher"  # a launcher that has said hello: the run's outcome goes to it
     core = RoundRecorder(dealer)
     coord.core = core  # type: ignore[assignment]
     coord.last_beat = 0.0  # the first round's heartbeat is due: the loop reads the socket right after it
