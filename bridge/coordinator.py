@@ -225,9 +225,9 @@ class Coordinator:
         )
         if role == "supervisor" and self.supervisor is None:
             self.supervisor = ident
-            for raw in self.for_supervisor:
-                self.sock.send_multipart([ident, raw])
-            self.for_supervisor.clear()
+            kept, self.for_supervisor = self.for_supervisor, []
+            for raw in kept:
+                self.send_supervisor(raw)
 
     def _hello_rank(self, msg: Message) -> tuple[int, int, str]:
         """(global rank, the world the rank belongs to, "") of a rank's hello, or the reason to refuse it."""
