@@ -34,6 +34,7 @@ from typing import Any
 from phantora.collectives.flow_tags import parse_ranks
 from phantora.errors import InputError
 from phantora.results import schema as S
+from phantora.results.trace_chunks import read_chunks, write_merged
 
 STATUS_JSON, STATUS, STEPS_JSONL, STEPS_DIR = S.STATUS_JSON, S.STATUS, S.STEPS_JSONL, S.STEPS_DIR
 TRACE_JSON, TRACE_DIR = S.TRACE_JSON, S.TRACE_DIR
@@ -261,9 +262,18 @@ def rank_steps(out: Path) -> dict[int, list[dict[str, Any]]]:
     return _rank_lines(Path(out) / STEPS_DIR)
 
 
+def _trace_files(out: Path) -> dict[int, Path]:
+    """rank -> its trace/rank<R>.jsonl."""
+    files = (Path(out) / TRACE_DIR).glob("rank*.jsonl")
+    return {int(p.stem[4:]): p for p in sorted(files) if p.stem[4:].isdigit()}
+
+
 def rank_trace(out: Path) -> dict[int, list[dict[str, Any]]]:
     """Each live rank's trace chunks ({"rank", "step", "events"}), in order (a chunk cut short is skipped)."""
-    return _rank_lines(Path(out) / TRACE_DIR)
+    return {
+        r: [{"rank": c.rank, "step": c.step, "events": c.events()} for c in read_chunks(p)]
+        for r, p in _trace_files(out).items()
+    }
 
 
 def nccl_args(collectives: Iterable[Mapping[str, Any]]) -> dict[CommKey, dict[str, Any]]:
@@ -328,27 +338,21 @@ def merge_trace(
     A `partial` trace (of a run that failed) holds the steps each rank finished, and says so in
     `otherData` (the Chrome trace format's place for notes): `partial` and `steps_traced` per rank.
     `comm_args` adds arguments to the ranks' collective spans, by (rank, name, group): NCCL's choice (`nccl_args`);
-    `extra_events` go in after the ranks' (a scenario's instant events)."""
-    from phantora.results.write import write_atomic
+    `extra_events` go in after the ranks' (a scenario's instant events). The merge streams
+    (`trace_chunks.write_merged`): it costs about a copy of the bytes, whatever the run's length."""
+    from phantora.results.write import atomic_text
 
     out = Path(out)
-    chunks = rank_trace(out)
-    if not chunks:
+    files = _trace_files(out)
+    if not files:
         return None
-    events = [ev for r in sorted(chunks) for chunk in chunks[r] for ev in chunk["events"]]
     args = comm_args or {}
-    for ev in events if args else ():
-        extra = comm_extra(args, ev) if ev.get("cat") == "comm" else None
-        if extra:
-            ev["args"] = {**ev.get("args", {}), **extra}
-    events.extend(dict(ev) for ev in extra_events)
-    doc: dict[str, Any] = {"traceEvents": events, "displayTimeUnit": "ns"}
-    if partial:
-        steps = {str(r): sum(1 for c in chunks[r] if c.get("step") is not None) for r in sorted(chunks)}
-        doc["otherData"] = {"partial": True, "steps_traced": steps}
-    path = write_atomic(out / TRACE_JSON, json.dumps(doc))
-    for r in chunks:  # only our files: the user may have put something else there
-        (out / TRACE_DIR / f"rank{r}.jsonl").unlink(missing_ok=True)
+    path = out / TRACE_JSON
+    with atomic_text(path) as f:
+        extra = (lambda ev: comm_extra(args, ev)) if args else None
+        write_merged(f, files, comm_extra=extra, extra_events=extra_events, partial=partial)
+    for p in files.values():  # only our files: the user may have put something else there
+        p.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         (out / TRACE_DIR).rmdir()
     return path

@@ -33,8 +33,9 @@ STEPS_DIR = "steps"
 CONFIG_JSON = "config.json"
 SEEDS_JSON = "seeds.json"
 SEEDS = "phantora.seeds/1"
-# The Chrome trace: trace/rank<R>.jsonl, one line per finished step ({"rank", "step", "events"}; step None for
-# the events after the last step), which the live ranks append to as they go, merged into trace.json.
+# The Chrome trace: trace/rank<R>.jsonl, one line per finished step ({"rank", "step", "comm", "events"}: the
+# collective spans apart from the rest; step None for the events after the last step), which the live ranks append
+# to as they go, merged into trace.json as a stream (results/trace_chunks.py).
 TRACE_JSON = "trace.json"
 TRACE_DIR = "trace"
 RUN_LOG = "run.log"  # a sweep's run: its command line, stdout and stderr (phantora.sweep_local)

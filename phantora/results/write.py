@@ -39,7 +39,7 @@ from phantora.topology.model import Topology
 
 
 @contextmanager
-def _atomic(path: Path) -> Iterator[IO[str]]:
+def atomic_text(path: Path) -> Iterator[IO[str]]:
     """A text file written under a temporary name in `path`'s directory and renamed onto `path` when the block
     ends (deleted if it fails), so no reader sees half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,7 +56,7 @@ def _atomic(path: Path) -> Iterator[IO[str]]:
 def write_atomic(path: Path, text: str) -> Path:
     """Write `text` to `path` through a temporary file in the same directory and an atomic rename."""
     path = Path(path)
-    with _atomic(path) as f:
+    with atomic_text(path) as f:
         f.write(text)
     return path
 
@@ -71,7 +71,7 @@ def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) 
     rename): a file of millions of rows (queues.csv) never sits in memory whole, nor do its rows if `rows` is a
     generator."""
     path = Path(path)
-    with _atomic(path) as f:
+    with atomic_text(path) as f:
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
@@ -161,7 +161,7 @@ def write_plain_rows(
         block = rows[a:b] if make is None else map(make, rows[a:b])
         return "".join(map(template.__mod__, map(tuple, block)))
 
-    with _atomic(path) as f:
+    with atomic_text(path) as f:
         csv.writer(f).writerow(header)
         write_blocks(f, path, len(rows), text, ROWS_AT_ONCE)
     return path
@@ -180,7 +180,7 @@ def write_columns(path: Path, header: Sequence[str], columns: Sequence[Sequence[
     def text(a: int, b: int) -> str:
         return "".join(map(template.__mod__, zip(*[c[a:b] for c in columns], strict=True)))
 
-    with _atomic(path) as f:
+    with atomic_text(path) as f:
         csv.writer(f).writerow(header)
         write_blocks(f, path, n, text, ROWS_AT_ONCE)
     return path

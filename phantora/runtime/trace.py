@@ -10,11 +10,11 @@ only steps and collectives.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from phantora.rank_options import check_trace_level
+from phantora.results.trace_chunks import chunk_line
 
 TID_STEPS, TID_COMPUTE, TID_COMM = 0, 1, 2
 TID_STORAGE = 999  # checkpoint reads and writes (runtime/storage.py), below the comm lanes
@@ -111,11 +111,11 @@ class TraceRecorder:
     def append_to(self, path: str | Path, step: int | None) -> None:
         """Append the events since the last call to `path` as one JSON line (`step`: the step they finish,
         None for the rest at the end), written at once so that it survives a crash later."""
-        line = json.dumps({"rank": self.rank, "step": step, "events": self.take_events()})
+        line = chunk_line(self.rank, step, self.take_events())
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         with open(p, "a") as f:
-            f.write(line + "\n")
+            f.write(line)
 
 
 def _span(name: str, cat: str, pid: int, tid: int, start: int, end: int, args: dict[str, Any] | None) -> dict[str, Any]:
