@@ -136,8 +136,10 @@ def _leave_in_forked_child() -> None:
 
 
 def end_session(s: RankSession, mode: Any) -> dict[str, Any]:
-    """Leave the mode, restore time, synchronise and report the results."""
+    """Make a held step mark, leave the mode, restore time, synchronise and report the results."""
     global _active_mode
+    if "phantora.runtime.autostep" in sys.modules:  # installed with the simulated GPU
+        sys.modules["phantora.runtime.autostep"].finish()
     _active_mode = None
     timepatch.uninstall()
     mode.__exit__(None, None, None)
