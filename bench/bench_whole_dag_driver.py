@@ -1,6 +1,7 @@
 """Which whole-DAG driver `--set workers=N` should build (issue 38 item 2, `factory.WHOLE_DAG_DRIVER`): the plain
 `DecomposedSimulator` or route (a)'s `HybridDecomposedSimulator`, side by side, and one engine (``one``: workers=0)
-as the base of the 1.7x goal. Prints figures only.
+as the base of the 1.7x goal; ``shards``: the plain driver with its fluid NVLink side in shard processes, one a worker
+(`factory.WHOLE_DAG_FLUID = "procs"`). Prints figures only.
 
 Cases (each run is a fresh process, nvlink=fluid, wire=roce4k, nic_latency=1us, DCQCN, rail128, workers=2):
 
@@ -50,9 +51,13 @@ NCCL += ["--topology", "rail128", "--network", "ns3", "--cc", "dcqcn", *SETTINGS
 
 
 def force_driver(driver: str, everywhere: bool) -> None:
-    """Make the factory build `driver` for whole-DAG callers, and with `everywhere` for every caller."""
+    """Make the factory build `driver` for whole-DAG callers, and with `everywhere` for every caller (``shards``:
+    plain with its fluid side in shard processes, `factory.WHOLE_DAG_FLUID`)."""
     from phantora.netsim import factory
 
+    if driver == "shards":
+        factory.WHOLE_DAG_FLUID = "procs"
+        driver = "plain"
     factory.WHOLE_DAG_DRIVER = driver
     if everywhere:
         made = factory.make_engine
@@ -81,12 +86,15 @@ WORKLOADS = {"replay": ("rail_allreduce.toml", 'bytes = "8MiB"'), "moe": ("moe_r
 
 def critical_of(stats: Any, driver_cpu: float) -> float | None:
     """The critical path on free cores, CPU s: the driver's CPU less what it did while its workers ran, plus per round
-    max(busiest worker, the driver meanwhile) (the decomposition's stats); None without decomposition stats."""
+    max(busiest worker, the driver meanwhile) (the decomposition's stats), plus the fluid shard processes' critical
+    CPU outside the rounds (``shards``: inside them it is in the driver's meanwhile); None without decomposition
+    stats."""
     d = stats.get("decompose") if isinstance(stats, dict) else None
     if not isinstance(d, dict) or "overlap_cpu_s" not in d:
         return None
     meanwhile = float(d.get("meanwhile_cpu_s", 0.0)) + float(d.get("built_cpu_s", 0.0))
-    return driver_cpu - meanwhile + float(d["overlap_cpu_s"])
+    helpers = float(d.get("helper_cpu_s", 0.0)) - float(d.get("helper_meanwhile_cpu_s", 0.0))
+    return driver_cpu - meanwhile + float(d["overlap_cpu_s"]) + helpers
 
 
 def run_replay(case: str, size: str, workers: int) -> dict[str, Any]:
@@ -124,6 +132,9 @@ def run_replay(case: str, size: str, workers: int) -> dict[str, Any]:
     key = hashlib.sha256(repr(comps).encode()).hexdigest()[:12]
     crit = critical_of(stats, cpu) if workers else cpu
     out = {"cls": type(sim).__name__, "driver_cpu": cpu, "wall": wall, "rounds": rounds_of(stats), "key": key}
+    d = stats.get("decompose") if isinstance(stats, dict) else None
+    if isinstance(d, dict) and d.get("helper_cpu_s"):
+        out["shards_cpu"] = d["helper_cpu_s"]  # (``shards``: their critical CPU, in `crit`)
     return {**out, "crit": crit, "flows": len(comps)}
 
 
@@ -182,7 +193,8 @@ def show(case: str, driver: str, r: dict[str, Any] | None, timeout: float) -> No
     print(
         f"{case:14} {driver:6}  wall {r['wall']:7.2f} s  driver CPU {r['driver_cpu']:7.2f} s  "
         f"workers CPU {r['workers_cpu']:7.2f} s  critical {crit}  rounds {r['rounds']}  key {r['key']}  "
-        f"({r['cls']}, {r.get('flows', '-')} flows)",
+        + (f"shards critical {r['shards_cpu']:.2f} s  " if r.get("shards_cpu") else "")
+        + f"({r['cls']}, {r.get('flows', '-')} flows)",
         flush=True,
     )
 
@@ -191,7 +203,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", nargs="+", default=["replay:8MiB", "replay:64MiB", "nccl"])
     ap.add_argument(
-        "--order", nargs="+", default=["plain", "hybrid", "hybrid", "plain"], choices=["one", "plain", "hybrid"]
+        "--order",
+        nargs="+",
+        default=["plain", "hybrid", "hybrid", "plain"],
+        choices=["one", "plain", "hybrid", "shards"],
     )
     ap.add_argument("--timeout", type=float, default=600.0, help="wall seconds a run may take (default 600)")
     ap.add_argument("--one", nargs=2, metavar=("CASE", "DRIVER"), help=argparse.SUPPRESS)
@@ -207,7 +222,7 @@ def main() -> None:
     print(f"load {os.getloadavg()[0]:.1f} at {time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
     summary = []
     for case in a.cases:
-        runs: dict[str, list[dict[str, Any] | None]] = {"one": [], "plain": [], "hybrid": []}
+        runs: dict[str, list[dict[str, Any] | None]] = {"one": [], "plain": [], "hybrid": [], "shards": []}
         for driver in a.order:
             r = spawn(case, driver, a.timeout)
             show(case, driver, r, a.timeout)
@@ -231,7 +246,7 @@ def main() -> None:
             print(f"{case:14} no finished run of {' or '.join(unrun)}; keys equal {same}")
         if done["one"]:
             one_cpu = min(r["driver_cpu"] for r in done["one"])
-            for d in ("plain", "hybrid"):
+            for d in ("plain", "hybrid", "shards"):
                 crits = [r["crit"] for r in done[d] if r.get("crit")]
                 if crits:
                     print(

@@ -233,6 +233,9 @@ class DecomposedSimulator(RunsByCompletion):
         # set by the caller: its own work while the workers run a round (asynchronous rounds), given the earliest
         # ns a completion it `reacts` to can come and `earliest_end` (the fluid NVLink side's `run_ahead`)
         self.meanwhile: Callable[[int, Callable[[int], int]], None] | None = None
+        # set by the caller whose `meanwhile` waits on processes of its own (the fluid side's shards, `fluid_procs`):
+        # their CPU so far on its critical path (per exchange the busiest, summed), counted beside its own meanwhile
+        self.helper_cpu: Callable[[], float] | None = None
         self._react_ns = INF_NS  # the earliest ns a completion the caller reacts to can come (`_horizon`)
         self.rounds = 0
         self.round_wall_s = 0.0
@@ -244,6 +247,7 @@ class DecomposedSimulator(RunsByCompletion):
         self.meanwhile_cpu_s = 0.0  # the caller's CPU while the workers ran (`meanwhile`), summed over rounds
         self.built_cpu_s = 0.0  # a drain's completions built while the workers ran (`_while_round`), summed
         self.overlap_cpu_s = 0.0  # per round, max(its busiest worker's CPU, the caller's meanwhile CPU + built), summed
+        self.helper_meanwhile_cpu_s = 0.0  # (`helper_cpu`) its helpers' critical CPU while the workers ran, summed
         self.between_wall_s = 0.0  # between rounds: the caller (fluid NVLink side, submits) and the bound
         self._round_end: float | None = None
         self._rounding = False  # a round's replies are awaited (its `meanwhile` runs)
@@ -303,15 +307,21 @@ class DecomposedSimulator(RunsByCompletion):
             posts[i] = (self._wtime, out, max(h, self._wnow[i]))
         replies = self._pool.round(posts)  # sent: the workers run while the caller does its own work
         self._rounding = True
-        mine = 0.0
+        mine = helped = 0.0
         if own is not None:
             c0 = time.process_time()
             own()
             mine = time.process_time() - c0
         elif self.meanwhile is not None and posts:
+            helper = self.helper_cpu
+            h0 = 0.0 if helper is None else helper()
             c0 = time.process_time()
             self.meanwhile(self._react_ns, self.earliest_end)
             mine = time.process_time() - c0
+            if helper is not None:  # (the caller waited on its helpers: their CPU is on its path, after its own)
+                helped = helper() - h0
+                self.helper_meanwhile_cpu_s += helped
+                mine += helped
         built = 0.0
         if own is None and self._handed is not None:  # (a drain: its completions built meanwhile)
             c0 = time.process_time()
@@ -334,7 +344,7 @@ class DecomposedSimulator(RunsByCompletion):
             self._wtime = horizon if horizon < INF_NS else max(self._wtime, *self._wnow)
         self.rounds += 1
         self.critical_cpu_s += busiest
-        self.meanwhile_cpu_s += mine
+        self.meanwhile_cpu_s += mine - helped
         self.built_cpu_s += built
         self.overlap_cpu_s += max(busiest, mine + built)
         self.critical_wall_s += slowest
@@ -857,6 +867,10 @@ class DecomposedSimulator(RunsByCompletion):
             "meanwhile_cpu_s": round(self.meanwhile_cpu_s, 6),  # the caller's own work while the workers ran
             "built_cpu_s": round(self.built_cpu_s, 6),  # a drain's completions built while the workers ran
             "overlap_cpu_s": round(self.overlap_cpu_s, 6),  # per round max(busiest worker, meanwhile + built), summed
+            # (`helper_cpu`: the fluid side's shard processes) their critical CPU in all, and while the workers ran
+            # (inside overlap_cpu_s; the rest is on the path between rounds)
+            "helper_cpu_s": round(0.0 if self.helper_cpu is None else self.helper_cpu(), 6),
+            "helper_meanwhile_cpu_s": round(self.helper_meanwhile_cpu_s, 6),
             "between_wall_s": round(self.between_wall_s, 6),  # between rounds: the caller and the bound
             "round_cpu_s": [round(c, 6) for c in self._round_cpu],
         }

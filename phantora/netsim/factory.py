@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 # rounds against 105, 15.6x the wall). nccl-tests keeps it too, though it now drains each call (7fd9960: the hybrid 9
 # rounds, plain 18, about one wall).
 WHOLE_DAG_DRIVER = "plain"  # "hybrid": route (a)'s driver for whole-DAG runs
+# Where the plain driver's fluid NVLink side runs for a whole-DAG run (issue 38, item 2, step 3): "driver" (one flow
+# engine in the driver's process) or "procs" (`fluid_shards` = workers, each shard's flow engine in a process of its
+# own, the fluid releases in the shards: `fluid_chains`), unless the user set fluid_shards. The same completions
+# either way (tests/test_decompose_fluid_procs.py); docs/packet-model.md, "The fluid NVLink side out of the driver".
+WHOLE_DAG_FLUID = "driver"
 
 
 def make_engine(
@@ -104,7 +109,13 @@ def make_engine(
         from phantora.netsim.decompose import DecomposedSimulator
 
         decomposed = DecomposedSimulator(topo, config, spawner)
-        engine = fluid_nvlink(topo, config, packet=decomposed)  # decomposition needs nvlink=fluid (validated)
+        fluid_config = config
+        if whole_dag and WHOLE_DAG_FLUID == "procs" and not config.fluid_shards:
+            fluid_config = config.with_updates(fluid_shards=config.workers, fluid_procs="on", fluid_chains="on")
+        engine = fluid_nvlink(topo, fluid_config, packet=decomposed)  # decomposition needs nvlink=fluid (validated)
+        shards = getattr(engine, "fluid", None)
+        if getattr(fluid_config, "fluid_procs", "off") == "on" and shards is not None:  # (its CPU off the driver's)
+            decomposed.helper_cpu = lambda: float(shards.critical_cpu_s)
         decomposed.reacts = engine.reacts_to  # type: ignore[attr-defined]
         decomposed.meanwhile = engine.run_ahead  # type: ignore[attr-defined]  # asynchronous rounds (issue 38)
         # (decomposed.floor = engine.submit_floor: opt-in, issue 38; unexplained slowdown on a 64 MiB run)
