@@ -57,7 +57,7 @@ def test_the_kernel_alone_meets_the_graph_run_from_1_mib(tmp_path: Path, capsys:
 def test_the_eager_floor_is_the_hosts_launches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Eager, 8 B-4 KiB (one channel, every call host-bound): the model's time is its 4 launches of
     `host_launch_us(1)` and one kernel over the 50 calls; the session's floor lies more than 25% above it
-    (2026-12-03: median 24.2 µs against 17.37, 6.0 µs a launch against 4.29), and its graph rows of those sizes
+    (2026-12-03: median 23.97 µs against 17.37, 6.0 µs a launch against 4.29), and its graph rows of those sizes
     more than 25% under the eager ones: this host launches a call slower than the host the constants were fitted
     on (Together's, NCCL 2.26.2), which no NCCL code sets."""
     eager = _published()["eager"]
