@@ -31,6 +31,7 @@ from phantora.runtime.simcuda import (  # noqa: F401 - rng: dispatch.py draws wi
     pinned,
     profiler_cuda,
     rng,
+    sdpa_op,
     simapex,
     toolkit,
 )
@@ -94,6 +95,7 @@ def install(gpu: Any, device_count: int, phantom: bool) -> None:
     patch_set_data()
     checkpoint.install()  # torch.load onto the simulated GPU
     phantom_mode.use_fused_attention()  # a GPU runs SDPA as one flash kernel, in real and phantom mode alike
+    sdpa_op.install()  # also when a graph (torch.export's) calls the aten op itself
     cuda_only.register_fused_rms_norm()  # and RMSNorm as one fused kernel each way, from torch 2.9
     profiler_cuda.install()  # torch.profiler asked for CUDA: CPU ops only, said once
     _installed = True
