@@ -19,8 +19,10 @@ The run's coordinator and network server are forked the same way, from zygotes w
 - **Trust.** The socket is in the owner's private directory, and a zygote serves only its own user's peers
   (SO_PEERCRED).
 - **Lifetime.** A zygote exits when its owner's process does (a pidfd, at once), when the home's `close` stops it,
-  or after `IDLE_S` without a run (it first unlinks its socket, so a run that comes later starts another). A run's
-  fork server dies with its zygote and leaves with its launcher; its ranks die with it, as without a zygote.
+  or after its home's idle time without a run (`IDLE_S`; it first unlinks its socket, so a run that comes later
+  starts another; the test session's home: never). A run's fork server dies with its zygote and leaves with its
+  launcher; its ranks die with it, as without a zygote. Waiting, a zygote sleeps in `select` on its socket and
+  pidfds (no polling).
 
 Protocol on a connection: launcher -> `{"log": path, "cwd": dir}` (the run's fork server log and directory); zygote's
 fork -> `{"server": pid, "modules": [...]}` (the top-level modules imported); then bridge/forkserver.py's requests
@@ -34,6 +36,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import select
 import shutil
@@ -54,6 +57,7 @@ from bridge.supervisor import die_with_parent
 
 HOME_ENV = "PHANTORA_ZYGOTE"  # the directory of the zygotes a run may use
 OWNER_FILE = "owner"  # the pid of the home's owner: its zygotes exit with it
+IDLE_FILE = "idle_s"  # how long the home's zygotes stay unused before they exit (`inf`: until the owner does)
 KEY_IGNORES = frozenset({"PYTEST_CURRENT_TEST"})
 IDLE_S = 30.0  # a zygote no run has used for this long exits
 HELLO_TIMEOUT_S = 10.0  # a fork waits this long for its launcher's first message
@@ -71,11 +75,15 @@ class ZygoteHome:
     """A private directory of zygotes owned by this process, named in `PHANTORA_ZYGOTE` while it is open.
 
     `with ZygoteHome():` around runs (in this process or its children) lets them share zygotes; leaving it stops
-    them and removes the directory."""
+    them and removes the directory. Its zygotes exit after `idle_s` without a run (`math.inf`: only with the owner
+    or at `close`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, idle_s: float = IDLE_S) -> None:
+        if not idle_s > 0:
+            raise ValueError(f"ZygoteHome: idle_s must be positive, not {idle_s}")
         self.path = Path(tempfile.mkdtemp(prefix="phantora-zygote-"))  # mode 0700
         (self.path / OWNER_FILE).write_text(str(os.getpid()))
+        (self.path / IDLE_FILE).write_text(repr(float(idle_s)))
         self._before = os.environ.get(HOME_ENV)
         os.environ[HOME_ENV] = str(self.path)
 
@@ -152,20 +160,8 @@ def _same_user(conn: socket.socket) -> bool:
     return uid == os.getuid()
 
 
-def _reap(children: set[int]) -> None:
-    while children:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            children.clear()
-            return
-        if pid == 0:
-            return
-        children.discard(pid)
-
-
-def _fork_for(conn: socket.socket, children: set[int]) -> bool:
-    """Fork a run's fork server for `conn`; True in that fork."""
+def _fork_for(conn: socket.socket, children: dict[int, int]) -> bool:
+    """Fork a run's fork server for `conn`; True in that fork (which closes the zygote's pidfds of the others)."""
     if not _same_user(conn):
         conn.close()
         return False
@@ -173,30 +169,38 @@ def _fork_for(conn: socket.socket, children: set[int]) -> bool:
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
+        for fd in children:
+            os.close(fd)
+        children.clear()
         return True
-    children.add(pid)
+    children[os.pidfd_open(pid)] = pid
     conn.close()
     return False
 
 
 def serve_runs(sock: socket.socket, path: Path, owner: int, idle_s: float = IDLE_S) -> socket.socket | None:
-    """Accept runs until the owner is gone or `idle_s` pass unused; return a run's connection in its fork."""
-    children: set[int] = set()
+    """Accept runs until the owner is gone or `idle_s` pass with no run (`math.inf`: never); return a run's
+    connection in its fork. It sleeps until a run connects, the owner or a run's fork server exits, or the idle
+    limit (every one a pidfd or the socket in one `select`): an idle zygote takes no CPU."""
+    children: dict[int, int] = {}  # a pidfd of each live fork server: its pid
     owner_fd = os.pidfd_open(owner)
     last = time.monotonic()
     while True:
-        _reap(children)
-        if children:
-            last = time.monotonic()
-        ready, _, _ = select.select([sock.fileno(), owner_fd], [], [], 0.05)
+        timeout = None if children or math.isinf(idle_s) else max(0.0, last + idle_s - time.monotonic())
+        ready, _, _ = select.select([sock.fileno(), owner_fd, *children], [], [], timeout)
         if owner_fd in ready:
             return None
+        for fd in [fd for fd in ready if fd in children]:  # a run's fork server left: reap it
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(children.pop(fd), 0)
+            os.close(fd)
+            last = time.monotonic()
         if sock.fileno() in ready:
             conn, _ = sock.accept()
             last = time.monotonic()
             if _fork_for(conn, children):
                 break
-        elif time.monotonic() - last > idle_s:
+        elif not children and time.monotonic() - last >= idle_s:
             path.unlink(missing_ok=True)  # later runs start another zygote; serve those already queued
             sock.setblocking(False)
             try:
@@ -245,6 +249,8 @@ def _start(
     """Start the zygote of `path` in its own session: it outlives this launcher, not the home's owner."""
     owner = (home / OWNER_FILE).read_text().strip()
     cmd = [python, "-m", "bridge.zygote", "--listen", str(path), "--owner", owner, "--preload", ",".join(preloads)]
+    with contextlib.suppress(FileNotFoundError):  # a home made before IDLE_FILE: the default
+        cmd += ["--idle-s", (home / IDLE_FILE).read_text().strip()]
     with open(path.with_suffix(".log"), "ab") as log:
         return subprocess.Popen(
             cmd, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -347,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--listen", type=Path, required=True, help="the socket to listen on, in a zygote home")
     ap.add_argument("--owner", type=int, required=True, help="the home owner's pid: the zygote exits with it")
     ap.add_argument("--preload", default="", help="comma-separated modules to import before forking")
-    ap.add_argument("--idle-s", type=float, default=IDLE_S, help="exit after this long without a run")
+    ap.add_argument("--idle-s", type=float, default=IDLE_S, help="exit after this long without a run (inf: never)")
     args = ap.parse_args(argv)
     sock = _bind(args.listen)
     if sock is None:

@@ -7,6 +7,7 @@ share one, a run of another start-up gets another, and a zygote never outlives i
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -137,10 +138,11 @@ def test_a_home_others_can_enter_or_that_is_gone_is_not_used(tmp_path: Path) -> 
     assert zygote.usable_home({}) is None
 
 
-def test_a_zygote_and_its_runs_leave_with_the_homes_owner(tmp_path: Path) -> None:
+@pytest.mark.parametrize("idle_s", [zygote.IDLE_S, math.inf])  # inf: the test session's home (tests/conftest.py)
+def test_a_zygote_and_its_runs_leave_with_the_homes_owner(tmp_path: Path, idle_s: float) -> None:
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        with ZygoteHome() as home:
+        with ZygoteHome(idle_s=idle_s) as home:
             (home.path / zygote.OWNER_FILE).write_text(str(owner.pid))
             server, sock = zygote.run_server(
                 home.path, sys.executable, ("json",), dict(os.environ), str(tmp_path), tmp_path / "f"
@@ -166,3 +168,31 @@ def test_an_idle_zygote_unlinks_its_socket_and_leaves(tmp_path: Path) -> None:
         assert path.exists() and home.pids() == [proc.pid]
         assert proc.wait(timeout=10) == 0
         assert not path.exists() and home.pids() == []
+
+
+def test_a_homes_idle_time_is_its_zygotes_counted_from_their_last_runs_end(tmp_path: Path) -> None:
+    """A zygote stays while a run's fork server lives, then leaves after the home's idle time; a home of `math.inf`
+    keeps it until the home closes."""
+    env = dict(os.environ)
+    with ZygoteHome(idle_s=0.5) as home:
+        server, sock = zygote.run_server(home.path, sys.executable, ("json",), env, str(tmp_path), tmp_path / "f")
+        (pid,) = home.pids()
+        time.sleep(1.5)  # three idle times with the run's fork server alive
+        assert alive_pids([pid, server]) == [pid, server]
+        sock.close()  # the run ends: its fork server leaves, and then its zygote
+        assert wait_gone([server, pid], 5.0) == []
+        assert home.pids() == []
+    with ZygoteHome(idle_s=math.inf) as home:
+        server, sock = zygote.run_server(home.path, sys.executable, ("json",), env, str(tmp_path), tmp_path / "f")
+        (pid,) = home.pids()
+        sock.close()
+        assert wait_gone([server], 5.0) == []
+        time.sleep(1.5)
+        assert alive_pids([pid]) == [pid] and home.pids() == [pid]
+    assert wait_gone([pid], 5.0) == []  # the home's close stops it
+
+
+@pytest.mark.parametrize("idle_s", [0.0, -1.0, math.nan])
+def test_a_home_refuses_an_idle_time_that_is_not_positive(idle_s: float) -> None:
+    with pytest.raises(ValueError, match="idle_s"):
+        ZygoteHome(idle_s=idle_s)
