@@ -26,11 +26,14 @@ def _published() -> dict[str, dict[int, float]]:
     return out
 
 
-def _simulated(tmp_path: Path, graph: int, capsys: pytest.CaptureFixture[str]) -> dict[int, float]:
-    """`phantora nccl-tests all_reduce_perf` as the session ran it: 4 H100s on an NVSwitch, -g 4, NCCL 2.29.2."""
+def _simulated(
+    tmp_path: Path, graph: int, sizes: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> dict[int, float]:
+    """`phantora nccl-tests all_reduce_perf` as the session ran it, from sizes[0] to sizes[1]: 4 H100s on an
+    NVSwitch, -g 4, NCCL 2.29.2."""
     topo = tmp_path / "h100x4.toml"
     topo.write_text('gpu = "h100"\n[generator]\nkind = "dgx_host"\ngpus_per_host = 4\n')
-    argv = ["nccl-tests", "all_reduce_perf", "--topology", str(topo), "-b", "8", "-e", "16M", "-f", "2"]
+    argv = ["nccl-tests", "all_reduce_perf", "--topology", str(topo), "-b", sizes[0], "-e", sizes[1], "-f", "2"]
     assert main([*argv, "-g", "4", "-w", "5", "-n", "50", "-G", str(graph)]) == 0
     rows = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln and not ln.startswith("#")]
     return {int(r[0]): float(r[5]) for r in rows}
@@ -47,7 +50,7 @@ def test_the_kernel_alone_meets_the_graph_run_from_1_mib(tmp_path: Path, capsys:
     """-G 1 at 1-16 MiB (Ring LL, LL128, Simple): the model's kernel within 10% of the published graph rows
     (2026-12-03: -6.4 / -3.4 / -4.5 / -4.6 / +8.6%), so the eager miss at 1 MiB is not the kernel's."""
     published = _published()["graph"]
-    simulated = _simulated(tmp_path, 1, capsys)
+    simulated = _simulated(tmp_path, 1, ("1M", "16M"), capsys)
     errors = {s: (simulated[s] - t) / t for s, t in published.items() if s >= MIB}
     assert len(errors) == 5
     assert all(abs(e) <= 0.10 for e in errors.values()), errors
@@ -61,7 +64,7 @@ def test_the_eager_floor_is_the_hosts_launches(tmp_path: Path, capsys: pytest.Ca
     more than 25% under the eager ones: this host launches a call slower than the host the constants were fitted
     on (Together's, NCCL 2.26.2), which no NCCL code sets."""
     eager = _published()["eager"]
-    simulated = _simulated(tmp_path, 0, capsys)
+    simulated = _simulated(tmp_path, 0, ("8", "4K"), capsys)
     tiny = [s for s in eager if s <= 4096]
     assert len(tiny) == 10
     for s in tiny:
