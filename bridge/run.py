@@ -59,6 +59,7 @@ from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.engine_warnings import Tell, to_stderr
+from phantora.netsim.ns3_build import ensure_built
 from phantora.netsim.observe import ChannelUsage, FlowTransport, PacketChannelUsage
 from phantora.netsim.standalone import Alone
 from phantora.progress import Beat
@@ -642,6 +643,8 @@ class CosimRun:
         ctx = zmq.Context()
         sock = None
         try:
+            if self.spec.engine.network == "ns3":  # before the start-up clocks run (ns3_build.ensure_built)
+                ensure_built()
             cmds = self._rank_cmds()
             self._start_fork_server(cmds, logs)
             endpoint = self._start(token, logs)

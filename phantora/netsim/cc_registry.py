@@ -45,8 +45,7 @@ _MEMO: dict[tuple[Path, Path | None], dict[str, CcInfo]] = {}
 
 def registry() -> dict[str, CcInfo]:
     """Every registered CC by name (the library and the runner are built first if needed)."""
-    if ns3_build.needs_build():
-        ns3_build.build()
+    ns3_build.ensure_built()
     lib = ns3_build.library_path()
     extra = ns3_build.cc_library()
     key = (lib, extra)

@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from phantora import resources
@@ -126,6 +127,26 @@ def build(jobs: int = 2, tests: bool = False) -> Path:
             raise PhantoraError(f"building the ns-3 fabric failed ({BUILD_SCRIPT}):\n{tail}")
         return library_path()
     return _build_cached(jobs)
+
+
+def _to_stderr(text: str) -> None:
+    print(f"[phantora] {text}", file=sys.stderr, flush=True)
+
+
+def ensure_built(say: Callable[[str], None] = _to_stderr) -> None:
+    """Bring the models (and the user's CC library) up to date here, saying so (a minute or two of silence
+    otherwise), before a run starts the processes that load them: built inside a network server, a rebuild after
+    the sources changed counts against the coordinator's wait for that server (180 s), which a loaded machine's
+    full rebuild outlasts."""
+    if os.environ.get("PHANTORA_NS3_LIB"):
+        return
+    if needs_build():
+        say("building the ns-3 models: their sources are newer than the library (a minute or two)")
+        build()
+    cc = cc_library_path()
+    if cc is not None and not cc.exists():
+        say(f"building the congestion controls of {CC_DIR_ENV}")
+        cc_library()
 
 
 def _build_cached(jobs: int) -> Path:
