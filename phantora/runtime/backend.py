@@ -321,7 +321,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._gloo: UnownedGloo | None = None
         # a plain gloo group of real mode (`new_group(backend="gloo")`): its calls are host-side synchronisations of
         # zero network bytes, each member leaving at the latest member's issue (`_map_backend`)
-        self.gloo_sync = False
+        self._gloo_sync = False
         self.plain_gloo = False  # asked for as plain gloo (either mode): it may receive from any source
         self._home = threading.get_ident()  # the rank's thread: a gloo call from another runs on gloo alone
         # real mode's sends and receives, off the rank's thread until their pair is connected (gloo_lanes.py)
@@ -346,6 +346,23 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         "nccl", "cpu:gloo,cuda:nccl" and a bare request on a CUDA host), "gloo" for a plain gloo group's; torch's own
         map still says phantora."""
         return GLOO_NAME if self.gloo_sync else CUDA_NAME
+
+    @property
+    def gloo_sync(self) -> bool:
+        """A plain gloo group of real mode (`_map_backend`)."""
+        return self._gloo_sync
+
+    @gloo_sync.setter
+    def gloo_sync(self, on: bool) -> None:
+        """Become (or not) a plain gloo group. As one, its inner gloo group is also its GLOO backend: DDP's logger
+        reads a group named "gloo" through it (`getBackend(GLOO)`, its thread count), which stopped DDP on cuda
+        tensors over `init_process_group("gloo")` (torch's DDP tutorial) with "Could not find backend type 1"."""
+        self._gloo_sync = bool(on)
+        if on and self._gloo is not None and not self._gloo_registered:
+            self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo.inner)
+            self._gloo_registered = True
+
+    _gloo_registered = False
 
     def _get_backend(self, device: Any) -> PhantoraProcessGroup:
         """The backend for `device`: this group serves every device. torch asks when a program binds its

@@ -63,6 +63,11 @@ class UnownedGloo:
     def __init__(self, gloo: Any) -> None:
         self._gloo = gloo
 
+    @property
+    def inner(self) -> Any:
+        """The gloo process group itself (its backend object, for torch's C++ side; not for collectives)."""
+        return self._gloo
+
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._gloo, name)
         if not callable(method):
