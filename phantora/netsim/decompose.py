@@ -232,7 +232,7 @@ class DecomposedSimulator(RunsByCompletion):
         self.prechecked = False  # set by a caller that runs `check_flow_batch` on every batch it submits (hybrid)
         # set by the caller: its own work while the workers run a round (asynchronous rounds), given the earliest
         # ns a completion it `reacts` to can come and `earliest_end` (the fluid NVLink side's `run_ahead`)
-        self.meanwhile: Callable[[int, Callable[[int], int]], None] | None = None
+        self.meanwhile: Callable[[int, Callable[[int, int], int]], None] | None = None
         # set by the caller whose `meanwhile` waits on processes of its own (the fluid side's shards, `fluid_procs`):
         # their CPU so far on its critical path (per exchange the busiest, summed), counted beside its own meanwhile
         self.helper_cpu: Callable[[], float] | None = None
@@ -704,13 +704,15 @@ class DecomposedSimulator(RunsByCompletion):
         self._ext.update(d for d in cross if owner[d] != DRIVER)
         return _SharedDeps(deps, ended, max(ended, lb), local, cross, lists)
 
-    def earliest_end(self, fid: int) -> int:
-        """The earliest ns flow `fid` can complete (its bound; its end once gathered)."""
+    def earliest_end(self, fid: int, need: int = INF_NS) -> int:
+        """The earliest ns flow `fid` can complete (its bound; its end once gathered); if that is `need` or later, a
+        lower bound of it at least `need` may come instead (the pull stops there: a caller after the least of some
+        flows' ends passes the least so far)."""
         end = self._ends.get(fid)
         if end is not None:
             return end
         if self.pulls_bounds:
-            return pull(fid, self._lb, self._ends, self._up, self._step, self._memo, self._memo_wide)
+            return pull(fid, self._lb, self._ends, self._up, self._step, self._memo, self._memo_wide, need)
         return self._lb[fid]
 
     def advance_to_completion(self, until: int) -> list[Completion]:

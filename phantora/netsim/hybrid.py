@@ -558,15 +558,16 @@ class FluidNvlinkSimulator:
             m = min(m, min((flb[f] for f in watch if f in flb), default=INF_NS))
         return min(until, max(m, tf))
 
-    def run_ahead(self, react_ns: int, earliest_end: Callable[[int], int]) -> None:
+    def run_ahead(self, react_ns: int, earliest_end: Callable[[int, int], int]) -> None:
         """Asynchronous rounds: while a decomposed packet side's workers run a round, run the fluid side alone
         through its events before `react_ns` (the earliest ns a packet completion this engine reacts to can come:
         the packet completions before it release nothing here and are watched by no caller) and up to the limit
         of the advance in progress, releasing what its completions free as `_step` would, and keep them to hand
         out in order with the packet side's. Packet flows it releases go into the next round (they are posted at
         or after the round's horizon start: the fluid events run here are at or after the packet side's limit);
-        one the engine reacts to lowers the limit to its `earliest_end`. It stops at a completion the caller
-        watches: the caller may submit at that ns."""
+        one the engine reacts to lowers the limit to its `earliest_end` (asked only as far as the limit: one that
+        ends later leaves it as it is). It stops at a completion the caller watches: the caller may submit at that
+        ns."""
         if self._stop is not None:
             return
         limit = min(self._until, react_ns - 1)
@@ -580,7 +581,7 @@ class FluidNvlinkSimulator:
             self._ahead.extend(got)
             for f in self._release(got, t):
                 if self.reacts_to(f.id):
-                    limit = min(limit, earliest_end(f.id) - 1)
+                    limit = min(limit, earliest_end(f.id, limit + 1) - 1)
             if self._watch and any(c.flow_id in self._watch for c in got):
                 self._stop = t
                 return
