@@ -13,9 +13,9 @@ The run's coordinator and network server are forked the same way, from zygotes w
   (`ZygoteHome`: the test session, `phantora sweep`). Without it every run starts its own fork server, as before.
 - **Key.** A run connects only to a zygote started with its fork server's own python, preloads and start-up
   environment (what an interpreter and the preloads read at import), hashed into the socket's name. A run that
-  differs in any of them starts (or finds) another zygote. `PYTEST_CURRENT_TEST` is left out: pytest changes it at
-  every test, and nothing reads it at import. The working directory is part of the key only where it could matter
-  (`run_server`, `shadows`).
+  differs in any of them starts (or finds) another zygote. `KEY_IGNORES` are left out: pytest's per-test
+  `PYTEST_CURRENT_TEST` and a recorded run's own `PHANTORA_RECORD_DIR`, which nothing reads at import. The working
+  directory is part of the key only where it could matter (`run_server`, `shadows`).
 - **Trust.** The socket is in the owner's private directory, and a zygote serves only its own user's peers
   (SO_PEERCRED).
 - **Lifetime.** A zygote exits when its owner's process does (a pidfd, at once), when the home's `close` stops it,
@@ -58,7 +58,9 @@ from bridge.supervisor import die_with_parent
 HOME_ENV = "PHANTORA_ZYGOTE"  # the directory of the zygotes a run may use
 OWNER_FILE = "owner"  # the pid of the home's owner: its zygotes exit with it
 IDLE_FILE = "idle_s"  # how long the home's zygotes stay unused before they exit (`inf`: until the owner does)
-KEY_IGNORES = frozenset({"PYTEST_CURRENT_TEST"})
+# Read by nothing at import: pytest's per-test name, and a recorded run's directory (phantora/egraph/live.py: each
+# recorded run names its own, read by its ranks' wrapper from their own environment, record_script.py's main)
+KEY_IGNORES = frozenset({"PYTEST_CURRENT_TEST", "PHANTORA_RECORD_DIR"})
 IDLE_S = 30.0  # a zygote no run has used for this long exits
 HELLO_TIMEOUT_S = 10.0  # a fork waits this long for its launcher's first message
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid

@@ -115,10 +115,11 @@ def test_runs_in_directories_that_hold_no_imported_module_share_the_zygote_of_no
         assert counts == [1, 1, 2]
 
 
-def test_the_key_is_the_start_up_and_ignores_pytests_per_test_variable() -> None:
+def test_the_key_is_the_start_up_and_ignores_the_per_test_and_per_run_variables() -> None:
     env = {"PATH": "/bin", "OMP_NUM_THREADS": "1"}
     base = zygote.key("/py", ("torch",), env, "/w")
     assert zygote.key("/py", ("torch",), {**env, "PYTEST_CURRENT_TEST": "t.py::x (call)"}, "/w") == base
+    assert zygote.key("/py", ("torch",), {**env, "PHANTORA_RECORD_DIR": "/tmp/rec"}, "/w") == base  # a run's own
     for other in (
         zygote.key("/py2", ("torch",), env, "/w"),
         zygote.key("/py", ("torch", "json"), env, "/w"),
