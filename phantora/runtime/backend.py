@@ -1288,6 +1288,7 @@ def use_as_default() -> None:
     default_for = _nccl_for_cuda(c10d.get_default_backend_for_device)
     get_backend = backend_name.get_backend_as_cuda(c10d.get_backend, PhantoraProcessGroup)
     get_config = backend_name.get_backend_config_as_cuda(c10d.get_backend_config, PhantoraProcessGroup)
+    default_device = backend_name.default_device_as_cuda(c10d._get_pg_default_device, PhantoraProcessGroup)
     c10d._new_process_group_helper = backend_name.bind_device(c10d._new_process_group_helper, PhantoraProcessGroup)
     _rebind(
         {
@@ -1298,6 +1299,7 @@ def use_as_default() -> None:
             "get_default_backend_for_device": (c10d.get_default_backend_for_device, default_for),
             "get_backend": (c10d.get_backend, get_backend),
             "get_backend_config": (c10d.get_backend_config, get_config),
+            "_get_pg_default_device": (c10d._get_pg_default_device, default_device),
         }
     )
     if not hasattr(dist, "set_timeout"):  # newer than this torch; torchtitan 0.3.0 calls it after step 1

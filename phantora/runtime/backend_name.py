@@ -84,6 +84,23 @@ def get_backend_config_as_cuda(orig: Callable[..., Any], ours: type[Any]) -> Cal
     return _answer_as_cuda(orig, ours, cuda_config)
 
 
+def default_device_as_cuda(orig: Callable[..., Any], ours: type[Any]) -> Callable[..., Any]:
+    """`_get_pg_default_device` (FSDP's sharded state dict, DCP's planners and optimizer state ask it): a group of
+    class `ours` by the devices of its CUDA request (`cuda_config`), picked as torch picks among a group's devices
+    (one: that one; several: cpu if among them); any other group as torch does. A phantora group has no backend
+    registered per device, and torch's own answer was "Default device not found"."""
+
+    @functools.wraps(orig)
+    def _get_pg_default_device(group: Any = None) -> torch.device:
+        pg = group or dist.distributed_c10d._get_default_group()
+        if not isinstance(pg, ours):
+            return orig(group)  # type: ignore[no-any-return]
+        kinds = [pair.split(":")[0] for pair in cuda_config(name_of(pg, ours)).split(",")]
+        return torch.device(kinds[0] if len(kinds) == 1 or "cpu" not in kinds else "cpu")
+
+    return _get_pg_default_device
+
+
 def bind_device(orig: Callable[..., Any], ours: type[Any]) -> Callable[..., Any]:
     """torch's `_new_process_group_helper`, then `bound_device_id` on the group of class `ours` it returns."""
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from phantora.runtime import phantom_mode
+from phantora.runtime import import_hooks, phantom_mode
 from phantora.runtime.simcuda import (  # noqa: F401 - rng: dispatch.py draws with it
     api,
     checkpoint,
@@ -37,6 +37,7 @@ from phantora.runtime.simcuda import (  # noqa: F401 - rng: dispatch.py draws wi
 )
 from phantora.runtime.simcuda.tensor import (
     SimCudaTensor,
+    _module_moves_in_place,
     cuda_index,
     cuda_seen,
     device_work,
@@ -92,6 +93,7 @@ def install(gpu: Any, device_count: int, phantom: bool) -> None:
         return
     _patch_host_entry_points()
     _patch_fsdp_storage()
+    import_hooks.after_import("torch.distributed.fsdp._init_utils", _fsdp1_sees_plain_cuda)
     patch_set_data()
     checkpoint.install()  # torch.load onto the simulated GPU
     phantom_mode.use_fused_attention()  # a GPU runs SDPA as one flash kernel, in real and phantom mode alike
@@ -206,6 +208,13 @@ def _to_host(x: Any) -> Any:
     if host.is_meta and host.dim() == 0:
         return torch.tensor(phantom_mode.scalar_placeholder(x), dtype=x.dtype)
     return host
+
+
+def _fsdp1_sees_plain_cuda(module: Any) -> None:
+    """FSDP1's `sync_module_states` (HF Accelerate's FSDP1 sets it) collects a module's states and takes a traceable
+    tensor subclass's inner tensors: a simulated-GPU tensor's are host tensors, so FSDP refused the module as holding
+    CPU parameters. There it sees a simulated-GPU tensor as the plain CUDA tensor it stands for."""
+    module.is_traceable_wrapper_subclass = _module_moves_in_place
 
 
 def _patch_fsdp_storage() -> None:

@@ -115,3 +115,9 @@ extern "C" void phantora_simcuda_set_current_device(int index) {
 extern "C" void phantora_simcuda_set_python_dispatch(void* impl) {
   static_cast<c10::TensorImpl*>(impl)->set_python_dispatch(true);
 }
+
+// `t.data = host_tensor` on a simulated-GPU tensor (FSDP1 offloading its flat parameter for a full state dict): the
+// object becomes a host tensor in place, and its implementation drops the Python key (tensor.py, _set_data).
+extern "C" void phantora_simcuda_clear_python_dispatch(void* impl) {
+  static_cast<c10::TensorImpl*>(impl)->set_python_dispatch(false);
+}

@@ -69,3 +69,11 @@ def set_python_dispatch(tensor: object) -> None:
     if _LIB is None:
         raise PhantoraError("the simulated CUDA device is not loaded")
     _LIB.phantora_simcuda_set_python_dispatch(ctypes.c_void_p(tensor._cdata))  # type: ignore[attr-defined]
+
+
+def clear_python_dispatch(tensor: object) -> None:
+    """Take torch's Python dispatch key off `tensor`'s implementation: a simulated-GPU tensor that became a host
+    tensor in place (`t.data = host_tensor`)."""
+    if _LIB is None:
+        raise PhantoraError("the simulated CUDA device is not loaded")
+    _LIB.phantora_simcuda_clear_python_dispatch(ctypes.c_void_p(tensor._cdata))  # type: ignore[attr-defined]

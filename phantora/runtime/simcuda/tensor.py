@@ -144,10 +144,13 @@ def _set_data(self: torch.Tensor, value: torch.Tensor) -> None:
     (`isinstance` reads `_is_param`).
     """
     if isinstance(self, SimCudaTensor) and not isinstance(value, SimCudaTensor):
-        raise NotSimulatedError(
-            "moving a simulated-GPU tensor off the device with `t.data = cpu_tensor` is not simulated; "
-            "use `t.to('cpu')` (a copy), or keep the tensor on the device"
-        )
+        if value.device.type != "cpu" or self.elem.is_meta:
+            raise NotSimulatedError(
+                "moving a simulated-GPU tensor off the device with `t.data = cpu_tensor` is simulated in real mode "
+                "only, onto the host; use `t.to('cpu')` (a copy), or keep the tensor on the device"
+            )
+        _off_the_device(self, value)
+        return
     _BASE_DATA.__set__(self, value)
     if not isinstance(value, SimCudaTensor):
         return
@@ -159,6 +162,16 @@ def _set_data(self: torch.Tensor, value: torch.Tensor) -> None:
             self._is_param = True  # type: ignore[attr-defined]
     self.elem = value.elem  # type: ignore[attr-defined]
     self._sim_index = value._sim_index  # type: ignore[attr-defined]  # torch gave it the value's device
+
+
+def _off_the_device(t: SimCudaTensor, value: torch.Tensor) -> None:
+    """`t.data = host_tensor` on a simulated-GPU tensor (FSDP1 moves its flat parameter to the host for a full state
+    dict, and back): the object becomes a host tensor in place, its class the plain one it stands for (a parameter
+    stays one), and keeps its identity, as a CUDA tensor does."""
+    _BASE_DATA.__set__(t, value)
+    guard.clear_python_dispatch(t)
+    t.__dict__.pop("elem", None)
+    t.__class__ = torch.nn.Parameter if getattr(t, "_is_param", False) else torch.Tensor
 
 
 def _module_moves_in_place(tensor: Any) -> bool:
@@ -313,6 +326,29 @@ def _device_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
 
 
 _NESTED = (list, tuple, dict)
+# In-place ops that change their tensor's shape, strides, offset or storage (FSDP1 shards its flat parameter with
+# `set_`): they run on the data, and the wrapper then takes its data's new metadata (`_take_metadata`).
+RESHAPED_IN_PLACE = frozenset(
+    getattr(packet, name)
+    for packet in (
+        torch.ops.aten.set_,
+        torch.ops.aten.resize_,
+        torch.ops.aten.resize_as_,
+        torch.ops.aten.as_strided_,
+        torch.ops.aten.unsqueeze_,
+        torch.ops.aten.squeeze_,
+        torch.ops.aten.t_,
+        torch.ops.aten.transpose_,
+    )
+    for name in packet.overloads()
+)
+
+
+def _take_metadata(t: SimCudaTensor) -> None:
+    """The wrapper `t` takes its data's shape, strides, offset (an in-place op changed them on the data only)."""
+    elem = t.elem
+    if t.shape != elem.shape or t.stride() != elem.stride() or t.storage_offset() != elem.storage_offset():
+        _BASE_DATA.__set__(t, SimCudaTensor(elem, t._sim_index))
 
 
 def _as_meta(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
@@ -408,6 +444,8 @@ def run_op(
         out = kept_values.after(func, args, kwargs, out)
     if moved_off:  # .cpu(), .to("cpu"): a host tensor
         return out
+    if func in RESHAPED_IN_PLACE and isinstance(args[0], SimCudaTensor):
+        _take_metadata(args[0])
     dest = index if to_index is None else to_index
 
     def back(x: Any) -> Any:
