@@ -16,6 +16,12 @@ optimizer stepped in between, which then owns the steps from that iteration on. 
 before, and a program without one gets a step per iteration, each ending where the next one starts. (A profiler's
 `step()` is not a mark: it is called at an iteration's end or at its start, as the program likes, so a held mark
 made at its next call would end a step an iteration late.)
+
+DeepSpeed's ZeRO-1/2/3 optimizers step the optimizer they wrap once per parameter group (stage 1-2) or sub-group
+(stage 3), swapping its `param_groups` for each: HF Trainer's two groups (with and without weight decay) made two
+steps an iteration. The optimizer steps inside DeepSpeed's engine taking its model step (`_take_model_step`, which
+both its engine and its pipeline engine call once an iteration): there the optimizer's steps make one mark, at its
+end.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ _state: dict[str, Any] = {
     "owner": None,  # weakref to the first pipeline schedule that stepped, if no optimizer has
     "held": False,  # the schedule's last step ended an iteration whose mark is not made yet
     "depth": 0,  # nested calls of a schedule's step (a subclass calling its base's step)
+    "model_step": 0,  # inside DeepSpeed's model step (its optimizer may step once per parameter group)
+    "stepped": False,  # the first optimizer stepped inside it: one mark at its end
 }
 
 
@@ -60,8 +68,37 @@ def _after_optimizer_step(opt: Any, args: Any, kwargs: Any) -> None:
         _state["held"] = False  # the optimizer's step ends the iteration the held mark stood for
     elif first() is not opt:
         return
+    if _state["model_step"]:
+        _state["stepped"] = True
+        return
     _state["auto"] += 1
     s.step()
+
+
+def _one_mark(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap DeepSpeed's `_take_model_step`: the first optimizer's steps inside it make one mark, at its end."""
+
+    @functools.wraps(original)
+    def take_model_step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _state["model_step"] += 1
+        try:
+            out = original(self, *args, **kwargs)
+        finally:
+            _state["model_step"] -= 1
+        if not _state["model_step"] and _state["stepped"]:
+            _state["stepped"] = False
+            s = _session.current()
+            if s is not None:
+                _state["auto"] += 1
+                s.step()
+        return out
+
+    return take_model_step
+
+
+def _patch_deepspeed(module: ModuleType) -> None:
+    engine = module.DeepSpeedEngine
+    engine._take_model_step = _one_mark(engine._take_model_step)
 
 
 def _make_held() -> None:
@@ -135,4 +172,5 @@ def install() -> None:
 
     register_optimizer_step_post_hook(_after_optimizer_step)
     import_hooks.after_import("torch.distributed.pipelining.schedules", _patch_schedules)
+    import_hooks.after_import("deepspeed.runtime.engine", _patch_deepspeed)
     _state["installed"] = True
