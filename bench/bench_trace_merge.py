@@ -13,9 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's phantora, not another install
 
 from phantora.results import run_dir
 from phantora.runtime.trace import TraceRecorder
