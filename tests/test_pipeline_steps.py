@@ -33,7 +33,7 @@ def test_each_iteration_is_one_step_ending_where_the_program_ends_it(tmp_path: P
     assert times[1] == times[2] > 0  # the same iteration twice, after the first (which holds the set-up)
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_deepspeed_steps_once_an_iteration_whatever_its_parameter_groups(tmp_path: Path, stage: int) -> None:
     pytest.importorskip("deepspeed")
     clocks = tmp_path / "clocks.json"
