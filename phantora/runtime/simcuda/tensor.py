@@ -67,6 +67,13 @@ class SimCudaTensor(torch.Tensor):
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         return f"{self.elem!r}".replace("device='meta'", f"device='{self.device}'") + f" [simulated {self.device}]"
 
+    def __format__(self, format_spec: str) -> str:
+        """As torch formats a CUDA tensor: a 0-dim one as its number (`f"{loss:0.4f}"`, DeepSpeed's pipeline log);
+        torch's own `Tensor.__format__` does so for the exact type `Tensor` only."""
+        if self.dim() == 0:
+            return self.detach().item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
     def __tensor_flatten__(self) -> tuple[list[str], int]:
         return ["elem"], self.device.index or 0
 
