@@ -3,6 +3,7 @@ lie inside that disagreement (phantora/collectives/nccl/source_spread.py says wh
 
     .venv/bin/python bench/bench_nccl_source_spread.py              # pairs, then every missing table (flow model)
     .venv/bin/python bench/bench_nccl_source_spread.py --no-model   # the pairs only (published figures, instant)
+    .venv/bin/python bench/bench_nccl_source_spread.py --near 99    # any NCCL version counts as near
 
 Part 1, every pair of compared tables (held-out ones included) of one set-up: what they do not hold equal, then
 each size both publish: busbw of each (GB/s), the second's distance from the first ((b - a) / a, as the model's
@@ -15,7 +16,9 @@ partners' figures there and the verdict: "inside" (some partner's figure and thi
 the goal of both: no model can meet both), "outside" (each partner's figure and this one leave a prediction
 within the goal of both), "no partner figure"; "(one prediction meets all: none)" where no one prediction meets
 this table and every partner at once; "model meets a partner" where the model is within the goal of a partner's
-figure. A table without partners lists the tables of its GPUs, hosts and collective that differ in what
+figure; whether the model lies between the figures or above / below all; the floor (the least worst error one
+prediction can have on this table and its partners at once, (max - min) / (max + min)) and the model's worst
+error on them. A table without partners lists the tables of its GPUs, hosts and collective that differ in what
 `setup_key` holds or in a version too far.
 """
 
@@ -32,10 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from phantora.collectives.nccl.published import Table, tables
 from phantora.collectives.nccl.source_spread import (
+    NEAR_MINORS,
     differences,
     fabric,
     gaps,
     judge,
+    near_versions,
     partners,
     same_setup,
     settings,
@@ -50,13 +55,13 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def print_pairs(pool: list[Table], min_size: int) -> None:
+def print_pairs(pool: list[Table], min_size: int, minors: int) -> None:
     """Every pair of one set-up, size by size, and a line over all pairs."""
     shared = unreachable = 0
     ratios: list[float] = []
     floors: list[float] = []
     for a, b in combinations(pool, 2):
-        if not same_setup(a, b):
+        if not same_setup(a, b, minors):
             continue
         rows = gaps(a, b, min_size)
         print(f"{a.gpu}, {a.gpus} GPUs, {a.nodes} host(s), {fabric(a)}, {a.test}, {dict(settings(a)) or 'default'}:")
@@ -82,7 +87,7 @@ def print_pairs(pool: list[Table], min_size: int) -> None:
         )
 
 
-def near_misses(t: Table, pool: list[Table]) -> list[str]:
+def near_misses(t: Table, pool: list[Table], minors: int) -> list[str]:
     """Tables of `t`'s GPUs, hosts and collective that are not of its set-up, each with why."""
     out = []
     for p in pool:
@@ -93,13 +98,12 @@ def near_misses(t: Table, pool: list[Table]) -> list[str]:
             why.append(f"fabric {fabric(t)} / {fabric(p)}")
         if settings(p) != settings(t):
             why.append(f"NCCL settings {dict(settings(t)) or 'default'} / {dict(settings(p)) or 'default'}")
-        if not why:
-            why.append(f"NCCL {version(t)} / {version(p)}, too far apart")
-        out.append(f"{p.name} ({'; '.join(why)})")
+        if why or not near_versions(version(t), version(p), minors):
+            out.append(f"{p.name} ({'; '.join(why) or f'NCCL {version(t)} / {version(p)}, too far apart'})")
     return out
 
 
-def print_misses(pool: list[Table]) -> None:
+def print_misses(pool: list[Table], minors: int) -> None:
     """Every table the model misses, its missed sizes against its partners' figures."""
     from bench_nccl_tests import compare
 
@@ -108,24 +112,28 @@ def print_misses(pool: list[Table]) -> None:
         missed = [r for r in compare(t, "flow", 1 << 20) if r.missed]
         if not missed:
             continue
-        found = partners(t, pool)
+        found = partners(t, pool, minors)
         held = " (held out)" if t.held_out else ""
         print(f"{t.name}{held}: {len(missed)} missed size(s)")
         for p in found:
             print(f"  partner {p.name}: {'; '.join(differences(t, p)) or 'nothing stated'}")
         if not found:
-            others = near_misses(t, pool)
+            others = near_misses(t, pool, minors)
             print("  no partner" + ("; not the same set-up: " + "; ".join(others) if others else ""))
         for r in missed:
-            v = judge(t, r.size, r.simulated, pool)
+            v = judge(t, r.size, r.simulated, pool, minors)
             figures = ", ".join(f"{bw:.2f}" for _, bw in v.partner_figures) or "-"
             extra = "" if v.one_meets_all or len(v.partner_figures) < 2 else " (one prediction meets all: none)"
             extra += ", model meets a partner" if v.model_meets_a_partner else ""
+            worst = ""
+            if v.partner_figures:
+                worst = f" (model {v.model_side}; floor {v.floor:.1%}, model's worst {v.model_worst:.1%})"
             print(
                 f"  {_size(r.size):>9}: published {r.published:.2f}, model {r.simulated:.2f} ({r.error:+.1%}); "
-                f"partners {figures}: {v.verdict}{extra}"
+                f"partners {figures}: {v.verdict}{extra}{worst}"
             )
-            counts[v.verdict] = counts.get(v.verdict, 0) + 1
+            key = f"{v.verdict}, model {v.model_side}" if v.verdict == "inside" else v.verdict
+            counts[key] = counts.get(key, 0) + 1
         print()
     print("missed sizes: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
 
@@ -134,11 +142,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-model", action="store_true", help="only the pairs' published figures (no simulation)")
     ap.add_argument("--min-size", type=int, default=1 << 20, help="smallest size of the pairs (default 1 MiB)")
+    ap.add_argument(
+        "--near", type=int, default=NEAR_MINORS, help=f"NCCL minor releases apart still near (default {NEAR_MINORS})"
+    )
     args = ap.parse_args()
     pool = tables(include_held_out=True)
-    print_pairs(pool, args.min_size)
+    held = "GPU, GPUs, hosts, fabric class, collective, NCCL settings"
+    print(f"same set-up: {held}; NCCL at most {args.near} minor releases apart (or unstated)\n")
+    print_pairs(pool, args.min_size, args.near)
     if not args.no_model:
-        print_misses(pool)
+        print_misses(pool, args.near)
 
 
 if __name__ == "__main__":

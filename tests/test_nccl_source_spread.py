@@ -85,6 +85,9 @@ def test_a_miss_is_inside_the_spread_only_where_no_prediction_meets_both(lab):
     assert big.verdict == "inside" and big.model_meets_a_partner and big.partner_figures == ((lab["B"].name, 250.0),)
     one = judge(lab["A"], MiB, 84.0, pool)
     assert one.verdict == "outside" and not one.model_meets_a_partner and one.one_meets_all
+    assert big.floor == pytest.approx(50 / 450) and big.model_worst == pytest.approx(0.2)
+    assert big.model_side == "between"
+    assert one.model_side == "below all" and judge(lab["A"], MiB, 131.0, pool).model_side == "above all"
     assert judge(lab["D"], MiB, 130.0, pool).verdict == "no partner figure"
     # C (300) and B (130) at 1 MiB: 300 x 0.85 > 130 x 1.15, so no one prediction meets both.
     assert judge(lab["C"], MiB, 200.0, pool).verdict == "inside"

@@ -86,20 +86,20 @@ def version(t: Table) -> Version:
     return Version("inferred", inferred) if inferred else Version("unstated")
 
 
-def near_versions(a: Version, b: Version) -> bool:
-    """The same major and at most NEAR_MINORS minors apart; an unstated version is near any."""
+def near_versions(a: Version, b: Version, minors: int = NEAR_MINORS) -> bool:
+    """The same major and at most `minors` minor releases apart; an unstated version is near any."""
     x, y = a.minor, b.minor
-    return x is None or y is None or (x[0] == y[0] and abs(x[1] - y[1]) <= NEAR_MINORS)
+    return x is None or y is None or (x[0] == y[0] and abs(x[1] - y[1]) <= minors)
 
 
-def same_setup(a: Table, b: Table) -> bool:
-    """Two different tables of the same set-up (`setup_key` equal, versions near)."""
-    return a.name != b.name and setup_key(a) == setup_key(b) and near_versions(version(a), version(b))
+def same_setup(a: Table, b: Table, minors: int = NEAR_MINORS) -> bool:
+    """Two different tables of the same set-up (`setup_key` equal, versions at most `minors` apart)."""
+    return a.name != b.name and setup_key(a) == setup_key(b) and near_versions(version(a), version(b), minors)
 
 
-def partners(t: Table, pool: Sequence[Table]) -> list[Table]:
+def partners(t: Table, pool: Sequence[Table], minors: int = NEAR_MINORS) -> list[Table]:
     """The other tables of `pool` of `t`'s set-up, in name order."""
-    return sorted((p for p in pool if same_setup(t, p)), key=lambda p: p.name)
+    return sorted((p for p in pool if same_setup(t, p, minors)), key=lambda p: p.name)
 
 
 def _find(patterns: Sequence[str], text: str, flags: int = 0) -> str:
@@ -206,15 +206,39 @@ class MissVerdict:
     @property
     def one_meets_all(self) -> bool:
         """Whether one prediction meets the goal on this table and every partner at once."""
-        return Spread(self.size, (self.published, *(bw for _, bw in self.partner_figures))).reachable
+        return Spread(self.size, self.figures).reachable
+
+    @property
+    def figures(self) -> tuple[float, ...]:
+        """This table's figure, then its partners'."""
+        return (self.published, *(bw for _, bw in self.partner_figures))
+
+    @property
+    def floor(self) -> float:
+        """The least worst error any one prediction can have on this table and its partners at once:
+        (max - min) / (max + min) (`Gap.floor` of the two extremes)."""
+        return Gap(self.size, min(self.figures), max(self.figures)).floor
+
+    @property
+    def model_worst(self) -> float:
+        """The model's worst |error| on this table and its partners."""
+        return max(abs(self.model - p) / p for p in self.figures)
+
+    @property
+    def model_side(self) -> str:
+        """Where the model lies against this table's and its partners' figures: "between" them (inclusive),
+        "above all" or "below all"."""
+        if self.model > max(self.figures):
+            return "above all"
+        return "below all" if self.model < min(self.figures) else "between"
 
     @property
     def model_meets_a_partner(self) -> bool:
         return any(meets(self.model, bw, self.size) for _, bw in self.partner_figures)
 
 
-def judge(t: Table, size: int, model: float, pool: Sequence[Table]) -> MissVerdict:
+def judge(t: Table, size: int, model: float, pool: Sequence[Table], minors: int = NEAR_MINORS) -> MissVerdict:
     """A miss of the model (`model` GB/s at `size` on table `t`) against `t`'s partners in `pool`."""
     published = dict(t.rows)[size]
-    figures = tuple((p.name, bw) for p in partners(t, pool) for s, bw in p.rows if s == size and bw > 0)
+    figures = tuple((p.name, bw) for p in partners(t, pool, minors) for s, bw in p.rows if s == size and bw > 0)
     return MissVerdict(size, published, model, figures)
