@@ -107,7 +107,7 @@ def print_misses(pool: list[Table], minors: int) -> None:
     """Every table the model misses, its missed sizes against its partners' figures."""
     from bench_nccl_tests import compare
 
-    counts: dict[str, int] = {}
+    counts: dict[str, dict[str, int]] = {"fitted": {}, "held-out": {}}
     for t in pool:
         missed = [r for r in compare(t, "flow", 1 << 20) if r.missed]
         if not missed:
@@ -133,9 +133,12 @@ def print_misses(pool: list[Table], minors: int) -> None:
                 f"partners {figures}: {v.verdict}{extra}{worst}"
             )
             key = f"{v.verdict}, model {v.model_side}" if v.verdict == "inside" else v.verdict
-            counts[key] = counts.get(key, 0) + 1
+            these = counts["held-out" if t.held_out else "fitted"]
+            these[key] = these.get(key, 0) + 1
         print()
-    print("missed sizes: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    for which, these in counts.items():
+        total = sum(these.values())
+        print(f"{which} tables' {total} missed sizes: " + "; ".join(f"{n} {k}" for k, n in sorted(these.items())))
 
 
 def main() -> None:
