@@ -23,7 +23,14 @@ from phantora.errors import InputError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.perfmodel.gpus import get_gpu
 from phantora.progress import Beat
-from phantora.rank_options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options, check_trace_level, import_time_env
+from phantora.rank_options import (
+    COMPUTE_MODELS,
+    DEFAULT_LAUNCH_NS,
+    DEFAULT_TRACE_STEPS,
+    Options,
+    check_trace_level,
+    import_time_env,
+)
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance
 from phantora.results import schema as S
@@ -48,6 +55,7 @@ class RunConfig:
     overwrite: bool = False  # out_dir may hold an earlier run: remove what it wrote (otherwise refused)
     nproc: int | None = None  # default: every rank of the topology
     trace: str = "ops"
+    trace_steps: int = DEFAULT_TRACE_STEPS  # compute ops in trace.json for the first N steps (0: all)
     time_patch: bool = True
     launch_ns: int = DEFAULT_LAUNCH_NS
     compute_model: str = COMPUTE_MODELS[0]  # "calibrated" or "roofline"
@@ -245,6 +253,7 @@ def rank_options(cfg: RunConfig, gpu: str, out: Path, model_opts: tuple[str, tup
     """What a rank of the run is told (phantora.rank_options) of its GPU, compute model, tensors, trace and output
     directory: the one place for a single run and for each job of several (phantora.jobs.run adds its own)."""
     opts = Options(gpu=gpu, launch_ns=cfg.launch_ns, trace=cfg.trace, out_dir=str(out), time_patch=cfg.time_patch)
+    opts.trace_steps = cfg.trace_steps
     opts.compute_model, opts.perf_tables, opts.curves = model_opts
     opts.public_fit = cfg.public_fit
     opts.phantom = phantom
@@ -294,6 +303,17 @@ def _steps_for_engine(cfg: RunConfig) -> bool:
     return any(ev.at_step is not None for ev in read_scenario(cfg.engine.scenario).network())
 
 
+def _trace_notes(cfg: RunConfig, steps: int) -> dict[str, Any]:
+    """trace.json's note when `--trace-steps` left the later steps' compute ops out."""
+    if not 0 < cfg.trace_steps < steps or cfg.trace == "none":
+        return {}
+    return {
+        "ops_traced_steps": cfg.trace_steps,
+        "note": f"compute ops of the first {cfg.trace_steps} steps only; "
+        "the later steps hold their step and collective spans (phantora run --trace-steps N, 0: every step)",
+    }
+
+
 def scenario_trace_events(section: dict[str, Any]) -> list[dict[str, Any]]:
     from phantora.results.scenario_live import trace_events
 
@@ -308,6 +328,8 @@ def launch(cfg: RunConfig) -> RunReport:
     if not script.is_file():
         raise InputError("training script not found", file=str(cfg.script))
     check_trace_level(cfg.trace)
+    if cfg.trace_steps < 0:
+        raise InputError(f"expected a step count >= 0 (0: every step), got {cfg.trace_steps}", field="--trace-steps")
     algo = run_algo(cfg)  # checked before anything is written
     topo = resolve_topology(cfg.topology, cfg.gpu, "phantora run")
     gpu_name = topo.gpu_model or "h100"
@@ -364,7 +386,7 @@ def launch(cfg: RunConfig) -> RunReport:
             watcher.stop()
         if keep:
             steps = rd.merge_steps(range(live))
-            trace = rd.merge_trace(partial=True)
+            trace = rd.merge_trace(partial=True, notes=_trace_notes(cfg, len(steps)))
             traced = {"trace": f"partial: {trace.name} holds the steps each rank finished"} if trace else {}
             rd.failed(exc, steps_finished=len(steps), **traced)
         else:
@@ -418,7 +440,8 @@ def launch(cfg: RunConfig) -> RunReport:
             extra_trace = scenario_trace_events(summary["scenario"])
         if keep:
             write_results(rd.results, summary)
-            rd.merge_trace(comm_args=nccl_args(cosim.collectives), extra_events=extra_trace)
+            notes = _trace_notes(cfg, len(steps))
+            rd.merge_trace(comm_args=nccl_args(cosim.collectives), extra_events=extra_trace, notes=notes)
             rd.complete(steps_finished=len(steps), wall_s=cosim.wall_s)
         return RunReport(summary, cosim.logs, out if keep else None, cosim)
     except BaseException as exc:  # the run ended but its results could not be written

@@ -13,6 +13,10 @@ from phantora.errors import InputError
 
 DEFAULT_LAUNCH_NS = 1000  # per-kernel launch overhead charged on top of the roofline time
 COMPUTE_MODELS = ("calibrated", "roofline")  # phantora.runtime.compute; the first is the default
+# A long run's compute ops in trace.json: the first N steps' (`phantora run --trace-steps`); a step of a small model
+# records thousands, about 1 MB of trace a second of wall, so a run of hours wrote gigabytes that the launcher copied
+# when it ended and that Perfetto cannot open
+DEFAULT_TRACE_STEPS = 200
 TRACE_LEVELS = ("ops", "coarse", "none")  # phantora.runtime.trace: every op, merged blocks, steps and comms only
 # The options a rank reads at import, before its script (simcuda.preload: the simulated device's C++ part loads before
 # torch); the others are read when the rank starts its script, so a fork server's start-up does not include them
@@ -37,6 +41,7 @@ class Options:
     gpu: str = "h100"
     launch_ns: int = DEFAULT_LAUNCH_NS
     trace: str = "ops"
+    trace_steps: int = 0  # compute ops traced for the first N steps only, later steps' steps and comms (0: all)
     out_dir: str | None = None
     time_patch: bool = True
     network: str = "flow"
@@ -61,6 +66,7 @@ class Options:
             gpu=env.get("PHANTORA_GPU", "h100"),
             launch_ns=int(env.get("PHANTORA_LAUNCH_NS", DEFAULT_LAUNCH_NS)),
             trace=env.get("PHANTORA_TRACE", "ops"),
+            trace_steps=int(env.get("PHANTORA_TRACE_STEPS", "0")),
             out_dir=env.get("PHANTORA_OUT") or None,
             time_patch=env.get("PHANTORA_TIME_PATCH", "1") not in ("0", "false", "no"),
             network=env.get("PHANTORA_NETWORK", "flow"),
@@ -87,6 +93,8 @@ class Options:
             "PHANTORA_TIME_PATCH": "1" if self.time_patch else "0",
             "PHANTORA_REPORT_US": str(self.report_us),
         }
+        if self.trace_steps:
+            env["PHANTORA_TRACE_STEPS"] = str(self.trace_steps)
         if self.out_dir:
             env["PHANTORA_OUT"] = str(self.out_dir)
         env["PHANTORA_COMPUTE_MODEL"] = self.compute_model

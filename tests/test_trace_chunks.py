@@ -103,3 +103,38 @@ def test_merge_trace_of_a_recorders_steps_removes_its_chunks(tmp_path: Path):
     assert len(spans) == 2 * 3 * 3 and "otherData" not in doc
     assert sorted(e["dur"] for e in spans if e["cat"] == "comm") == [5.0] * 6
     assert not (out / "trace").exists() and run_dir.merge_trace(out) is None
+
+
+def test_trace_steps_keeps_the_first_steps_ops_and_every_steps_span(tmp_path: Path):
+    """A rank session with `trace_steps=2` over 5 steps of 3 ops: the compute spans of steps 0-1 (6), the step
+    spans of all 5; a session with 0 keeps all 15 ops."""
+    from phantora.perfmodel.gpus import get_gpu
+    from phantora.runtime.compute import OpCost, Roofline
+    from phantora.runtime.nonet import NoNetworkClient
+    from phantora.runtime.session import RankSession
+
+    for cap, ops in ((2, 6), (0, 15), (9, 15)):
+        out = tmp_path / f"cap{cap}"
+        s = RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), out_dir=out, trace_steps=cap)
+        for _ in range(5):
+            for _ in range(3):
+                s.charge("aten.mm", OpCost(flops=0, nbytes=0, dtype="", ns=1_000))
+            s.step()
+        doc = json.loads(run_dir.merge_trace(out).read_text())
+        spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+        assert sum(e["cat"] == "compute" for e in spans) == ops, cap
+        assert sum(e["cat"] == "step" for e in spans) == 5
+        assert max(e["ts"] for e in spans if e["cat"] == "compute") < (cap or 5) * 3.0  # 1 us ops, 3 a step
+
+
+def test_a_negative_trace_steps_is_refused_naming_the_option(tmp_path: Path):
+    from phantora.errors import InputError
+    from phantora.launcher import RunConfig, launch
+
+    cfg = RunConfig(script="examples/cuda_ddp.py", topology="testbed16", nproc=2, trace_steps=-1)
+    try:
+        launch(cfg)
+    except InputError as exc:
+        assert "--trace-steps" in str(exc)
+    else:
+        raise AssertionError("a negative --trace-steps ran")

@@ -23,6 +23,7 @@ from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, engine_spec_from_args
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.progress import NetworkLine
+from phantora.rank_options import DEFAULT_TRACE_STEPS
 from phantora.results.run_dir import RunDir
 from phantora.units import parse_time_ns
 
@@ -60,6 +61,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sees): phantora runs it once, on a host of --nproc GPUs, and each process it starts is a rank",
     )
     p.add_argument("--trace", choices=("ops", "coarse", "none"), default="ops", help="compute detail in trace.json")
+    p.add_argument(
+        "--trace-steps",
+        type=int,
+        default=DEFAULT_TRACE_STEPS,
+        metavar="N",
+        help=f"compute ops in trace.json for the first N steps, then only the steps and collectives (default "
+        f"{DEFAULT_TRACE_STEPS}; 0: every step)",
+    )
     p.add_argument("--launch-overhead", default="1us", help="per-kernel launch overhead (default 1us)")
     p.add_argument(
         "--collective-model",
@@ -184,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
         nproc=args.nproc,
         spawn=args.spawn,
         trace=args.trace,
+        trace_steps=args.trace_steps,
         time_patch=not args.no_time_patch,
         launch_ns=parse_time_ns(args.launch_overhead),
         compute_model=args.compute_model,

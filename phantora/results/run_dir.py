@@ -161,8 +161,9 @@ class RunDir:
         partial: bool = False,
         comm_args: Mapping[CommKey, Mapping[str, Any]] | None = None,
         extra_events: Sequence[Mapping[str, Any]] = (),
+        notes: Mapping[str, Any] | None = None,
     ) -> Path | None:
-        return merge_trace(self.root, partial=partial, comm_args=comm_args, extra_events=extra_events)
+        return merge_trace(self.root, partial=partial, comm_args=comm_args, extra_events=extra_events, notes=notes)
 
     def step_watcher(self, live: int, on_step: Callable[[dict[str, Any]], None]) -> StepWatcher:
         return StepWatcher(self.root, live, on_step)
@@ -332,13 +333,14 @@ def merge_trace(
     partial: bool = False,
     comm_args: Mapping[CommKey, Mapping[str, Any]] | None = None,
     extra_events: Sequence[Mapping[str, Any]] = (),
+    notes: Mapping[str, Any] | None = None,
 ) -> Path | None:
     """trace.json from the ranks' trace chunks, which are then removed; None if there are none.
 
     A `partial` trace (of a run that failed) holds the steps each rank finished, and says so in
     `otherData` (the Chrome trace format's place for notes): `partial` and `steps_traced` per rank.
     `comm_args` adds arguments to the ranks' collective spans, by (rank, name, group): NCCL's choice (`nccl_args`);
-    `extra_events` go in after the ranks' (a scenario's instant events). The merge streams
+    `extra_events` go in after the ranks' (a scenario's instant events); `notes` in `otherData`. The merge streams
     (`trace_chunks.write_merged`): it costs about a copy of the bytes, whatever the run's length."""
     from phantora.results.write import atomic_text
 
@@ -350,7 +352,7 @@ def merge_trace(
     path = out / TRACE_JSON
     with atomic_text(path) as f:
         extra = (lambda ev: comm_extra(args, ev)) if args else None
-        write_merged(f, files, comm_extra=extra, extra_events=extra_events, partial=partial)
+        write_merged(f, files, comm_extra=extra, extra_events=extra_events, partial=partial, notes=notes)
     for p in files.values():  # only our files: the user may have put something else there
         p.unlink(missing_ok=True)
     with contextlib.suppress(OSError):

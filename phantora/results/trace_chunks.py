@@ -87,11 +87,13 @@ def write_merged(
     comm_extra: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
     extra_events: Sequence[Mapping[str, Any]] = (),
     partial: bool = False,
+    notes: Mapping[str, Any] | None = None,
 ) -> dict[int, int]:
     """Write the Chrome trace of the ranks' `files` (rank -> its chunk file) to `f`, rank by rank.
 
     `comm_extra(span)` gives arguments to add to a collective span (or None); `extra_events` go in after the
-    ranks'. A `partial` trace says so in `otherData`, with the steps each rank finished. Returns that count."""
+    ranks'. A `partial` trace says so in `otherData`, with the steps each rank finished; `notes` go there too.
+    Returns the steps each rank finished."""
     steps: dict[int, int] = {}
     f.write('{"traceEvents": [')
     sep = ""
@@ -110,8 +112,10 @@ def write_merged(
         f.write(sep + json.dumps(dict(other)))
         sep = ", "
     f.write('], "displayTimeUnit": "ns"')
+    other = dict(notes or {})
     if partial:
-        traced = {str(r): n for r, n in steps.items()}
-        f.write(', "otherData": ' + json.dumps({"partial": True, "steps_traced": traced}))
+        other.update(partial=True, steps_traced={str(r): n for r, n in steps.items()})
+    if other:
+        f.write(', "otherData": ' + json.dumps(other))
     f.write("}")
     return steps

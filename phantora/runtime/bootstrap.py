@@ -80,6 +80,7 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
         client,
         model,
         trace_level=opts.trace,
+        trace_steps=opts.trace_steps,
         out_dir=opts.out_dir,
         network=opts.network,
         report_every_us=opts.report_us,

@@ -243,6 +243,7 @@ class RankSession:
         model: Roofline,
         *,
         trace_level: str = "ops",
+        trace_steps: int = 0,
         out_dir: str | Path | None = None,
         network: str = "",
         report_every_us: float = 200.0,
@@ -264,6 +265,7 @@ class RankSession:
         self.clock = VirtualClock(compute_ns=start_ns, comm_ns=start_ns)
         self.trace = TraceRecorder(rank, trace_level)
         self._trace_ops = self.trace.op if trace_level != "none" else None  # an op's event, unless no trace
+        self.trace_steps = trace_steps  # ops traced for this many steps, then steps and collectives only (0: all)
         self.out_dir = Path(out_dir) if out_dir else None
         self.pending: dict[int, Pending] = {}
         self.streams: StreamDeps[Pending] = StreamDeps()  # what each simulated CUDA stream's next collective follows
@@ -1019,6 +1021,9 @@ class RankSession:
         if self.out_dir is not None:  # before the step's line in steps/: a step listed there has its trace
             self.trace.append_to(RunDir(self.out_dir).rank_trace(self.rank), len(self.step_ends))
         self.step_ends.append(end)
+        if len(self.step_ends) == self.trace_steps and self._trace_ops is not None:
+            self._trace_ops = None  # the later steps: their step and collective spans only (--trace-steps)
+            self.trace.stop_ops()
         self.step_flops.append(sum(self.flops_by_dtype.values()))
         self.step_busy.append(self.clock.compute_busy_ns)
         self.step_storage.append(sum(v[1] for v in self.storage.values()))

@@ -52,6 +52,11 @@ class TraceRecorder:
                 self._close_block()
                 self._block = [start, end, 1]
 
+    def stop_ops(self) -> None:
+        """Record no more compute ops (steps, collectives and checkpoint I/O still): `--trace-steps` reached."""
+        self._close_block()
+        self.level = "none"
+
     def _close_block(self) -> None:
         if self._block is not None:
             start, end, count = self._block
