@@ -68,6 +68,8 @@ static Py_ssize_t g_off_cat[2], g_off_changed[2], g_off_key[2], g_off_site[2], g
 static PyObject *g_tracker_type;  /* memory.MemoryTracker */
 static PyObject *g_session_type;  /* session.RankSession */
 static PyObject *g_device;        /* the dict of simcuda/device.py (its `_installed`) */
+static PyObject *g_tensor_module; /* the dict of simcuda/tensor.py (its `_seen`: a CUDA program's CPU tensors are host data) */
+static PyObject *g_plain_tail;    /* fastpath._plain_tail: a plain-tensor op's output that is not one plain tensor */
 static PyObject *g_fastpath;      /* the dict of simcuda/fastpath.py (its `device_op`: replaced, the mode's Python runs) */
 static PyObject *g_get_mode;      /* torch._C._get_dispatch_mode */
 static PyObject *g_fake_key;      /* torch._C._TorchDispatchModeKey.FAKE */
@@ -83,7 +85,7 @@ static PyObject *s_elem, *s_is_meta, *s_shape, *s_dtype, *s_sim_index, *s_intern
     *s_peak_by_cat, *s_peak_event, *s_value, *s_scenario, *s_trace_ops, *s_listeners, *s_ops, *s_flops,
     *s_flops_by_dtype, *s_ns, *s_launch_ns, *s_tier_ns, *s_tier, *s_clock, *s_compute_ns, *s_compute_busy_ns,
     *s_report_in, *s_report_check, *s_requires_grad, *s_layout, *s_storage_offset, *s_stride, *s_device,
-    *s_strides, *s_thread, *s_session, *s_installed, *s_general, *s_get, *s_device_op, *s_free, *s_free_c, *s_lost_cb, *s_kw_dd, *s_kw_sdd;
+    *s_strides, *s_thread, *s_session, *s_installed, *s_general, *s_get, *s_device_op, *s_free, *s_free_c, *s_lost_cb, *s_kw_dd, *s_kw_sdd, *s_seen;
 
 static int intern_all(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1;
@@ -105,7 +107,7 @@ static int intern_all(void) {
   I(s_layout, "layout") I(s_storage_offset, "storage_offset") I(s_stride, "stride") I(s_device, "device")
   I(s_strides, "strides") I(s_thread, "thread") I(s_session, "session") I(s_installed, "_installed")
   I(s_general, "_general") I(s_get, "get") I(s_device_op, "device_op") I(s_free, "free") I(s_free_c, "_free_c")
-  I(s_lost_cb, "_lost_cb") I(s_history, "_history") I(s_free_py, "_free")
+  I(s_lost_cb, "_lost_cb") I(s_history, "_history") I(s_free_py, "_free") I(s_seen, "_seen")
 #undef I
   if (!(s_kw_dd = PyTuple_Pack(2, s_dtype, s_device))) return -1;
   if (!(s_kw_sdd = PyTuple_Pack(3, s_strides, s_dtype, s_device))) return -1;
@@ -605,7 +607,9 @@ static PyObject *sig(PyObject *x) {
   return PyObject_CallOneArg(g_sig, x);
 }
 
-static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, PyObject *kwargs) {
+/* An op of the simulated GPU on its cuda tensors (`plain` 0), or, with `plain` 1, an op of a program that has made no
+   cuda tensor on plain tensors, charged as GPU work (ChargeMode._charged's route): nothing unwrapped or wrapped. */
+static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, PyObject *kwargs, int plain) {
   if (!PyTuple_Check(args) || (kwargs && !PyDict_Check(kwargs))) return Py_NewRef(g_slow);
   PyObject *op = NULL, *name = NULL, *sd = NULL, *unwrapped = NULL, *key = NULL, *last = NULL, *a = NULL,
            *out = NULL, *result = NULL, *mem = NULL, *index = NULL, *opfn = NULL, *shape = NULL, *dtype = NULL,
@@ -621,17 +625,17 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
   if (internal < 0) goto done;
   if (internal) goto slow;
   Py_ssize_t n = PyTuple_GET_SIZE(args);
-  int meta = 0, data = 0;
+  int meta = 0, data = 0, kw_tensor = 0;
   if (!(unwrapped = PyTuple_New(n))) goto done;
   if (!(key = PyTuple_New(1 + n + (nkw ? 1 : 0) + 2))) goto done;
   PyTuple_SET_ITEM(key, 0, Py_NewRef(op));
   for (Py_ssize_t i = 0; i < n; i++) {
     PyObject *x = PyTuple_GET_ITEM(args, i);
-    if (PyObject_TypeCheck(x, (PyTypeObject *)g_simcuda)) {
-      PyObject *e = PyObject_GetAttr(x, s_elem);
+    if (plain ? is_plain(x) : PyObject_TypeCheck(x, (PyTypeObject *)g_simcuda)) {
+      PyObject *e = plain ? Py_NewRef(x) : PyObject_GetAttr(x, s_elem);
       if (!e) goto done;
       PyTuple_SET_ITEM(unwrapped, i, e);
-      last = x;
+      if (!plain) last = x;
       tensor_info_t ei;
       if (info(e, &ei)) {
         if (ei.is_meta) meta = 1;
@@ -655,7 +659,7 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
       if (t < 0) goto done;
       if (!t && is_seq(x)) t = has_tensor(x);
       if (t < 0) goto done;
-      if (t) goto slow;  /* a host tensor beside cuda ones (a 0-dim scalar), or tensors in a list */
+      if (t) goto slow;  /* a host tensor beside cuda ones (a 0-dim scalar), a subclass, or tensors in a list */
       PyTuple_SET_ITEM(unwrapped, i, Py_NewRef(x));
       PyObject *part = sig(x);
       if (!part) goto done;
@@ -666,6 +670,15 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
     Py_ssize_t pos = 0;
     PyObject *k, *v;
     while (PyDict_Next(kwargs, &pos, &k, &v)) {
+      if (plain && is_plain(v)) {  /* a plain op's tensor keyword (out=): its data or meta, as its arguments' */
+        PyObject *m = PyObject_GetAttr(v, s_is_meta);
+        if (!m) goto done;
+        if (m == Py_True) meta = 1;
+        else data = 1;
+        Py_DECREF(m);
+        kw_tensor = 1;
+        continue;
+      }
       int t = PyObject_IsInstance(v, g_tensor);
       if (t < 0) goto done;
       if (!t && is_seq(v)) t = has_tensor(v);
@@ -703,11 +716,13 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
   {
     int joined = dtruth(sd, session, s_by_storage);
     if (joined < 0) goto done;
+    if (joined && kw_tensor) goto slow;  /* the general route joins the keywords' tensors too */
     if (joined) {
       PyObject *elems = PyList_New(0);
       if (!elems) goto done;
       for (Py_ssize_t i = 0; i < n; i++) {
-        if (PyObject_TypeCheck(PyTuple_GET_ITEM(args, i), (PyTypeObject *)g_simcuda) &&
+        PyObject *x = PyTuple_GET_ITEM(args, i);
+        if ((plain ? is_plain(x) : PyObject_TypeCheck(x, (PyTypeObject *)g_simcuda)) &&
             PyList_Append(elems, PyTuple_GET_ITEM(unwrapped, i)) < 0) {
           Py_DECREF(elems);
           goto done;
@@ -731,6 +746,10 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
     if (!(index = PyObject_GetAttr(last, s_sim_index))) goto done;
   } else if (!(index = PyLong_FromLong(0))) goto done;
   if (!kw && !(kw = kwargs ? Py_NewRef(kwargs) : PyDict_New())) goto done;
+  if (!is_plain(out) && plain) {
+    result = PyObject_CallFunctionObjArgs(g_plain_tail, session, name, func, a, kw, out, NULL);
+    goto done;
+  }
   if (!is_plain(out)) {
     result = PyObject_CallFunctionObjArgs(g_tail, session, name, func, a, kw, out, args, index,
                                           phantom ? Py_True : Py_False, NULL);
@@ -774,6 +793,10 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
     if (!cost && !(cost = PyObject_CallMethodObjArgs(model, s_cost_for, key, func, a, kw, out, NULL))) goto done;
     if (charge(session, sd, name, cost) < 0) goto done;
   }
+  if (plain) {  /* the op's own output (an in-place op's is its input) */
+    result = Py_NewRef(out);
+    goto done;
+  }
   for (Py_ssize_t i = 0; i < n; i++) {
     if (PyTuple_GET_ITEM(unwrapped, i) == out) {  /* an in-place op returns its input */
       result = Py_NewRef(PyTuple_GET_ITEM(args, i));
@@ -801,7 +824,7 @@ static PyObject *py_device_op(PyObject *self, PyObject *const *argv, Py_ssize_t 
     return NULL;
   }
   PyObject *kwargs = argv[3] == Py_None ? NULL : argv[3];
-  return device_op(argv[0], argv[1], argv[2], kwargs);
+  return device_op(argv[0], argv[1], argv[2], kwargs, 0);
 }
 
 static PyObject *py_device_op(PyObject *self, PyObject *const *argv, Py_ssize_t nargs);
@@ -838,7 +861,20 @@ static PyObject *mode_dispatch(PyObject *mode, PyObject *const *argv, Py_ssize_t
   PyObject *kwargs = nargs > 3 && argv[3] != Py_None ? argv[3] : NULL;
   if (!args || !PyTuple_CheckExact(args) || (kwargs && !PyDict_CheckExact(kwargs)))
     return call_python(mode, argv, nargs, kwnames);
-  if (!PyTuple_CheckExact(types) || PyTuple_GET_SIZE(types) != 1 || PyTuple_GET_ITEM(types, 0) != g_simcuda)
+  if (!PyTuple_CheckExact(types)) return call_python(mode, argv, nargs, kwnames);
+  /* plain tensors only, in a program that has made no cuda tensor: its ops are GPU work (ChargeMode._charged) */
+  int plain = 1;  /* no subclass among the types (torch lists a plain tensor's type for some ops: detach) */
+  for (Py_ssize_t i = 0; plain && i < PyTuple_GET_SIZE(types); i++) {
+    PyObject *t = PyTuple_GET_ITEM(types, i);
+    plain = t == g_tensor || t == g_param;
+  }
+  if (plain) {
+    PyObject *seen = PyDict_GetItemWithError(g_tensor_module, s_seen);
+    if (seen != Py_False) {
+      if (PyErr_Occurred()) return NULL;
+      return call_python(mode, argv, nargs, kwnames);
+    }
+  } else if (PyTuple_GET_SIZE(types) != 1 || PyTuple_GET_ITEM(types, 0) != g_simcuda)
     return call_python(mode, argv, nargs, kwnames);
   if (kwargs) {
     int dev = PyDict_Contains(kwargs, s_device);
@@ -859,7 +895,7 @@ static PyObject *mode_dispatch(PyObject *mode, PyObject *const *argv, Py_ssize_t
     return call_python(mode, argv, nargs, kwnames);
   }
   PyObject *installed = PyDict_GetItemWithError(g_device, s_installed);
-  PyObject *fake = installed == Py_True ? PyObject_CallOneArg(g_get_mode, g_fake_key) : NULL;
+  PyObject *fake = installed == Py_True || plain ? PyObject_CallOneArg(g_get_mode, g_fake_key) : NULL;
   if (!fake) {
     Py_DECREF(md);
     if (PyErr_Occurred()) return NULL;
@@ -875,7 +911,7 @@ static PyObject *mode_dispatch(PyObject *mode, PyObject *const *argv, Py_ssize_t
   }
   Py_INCREF(session);
   Py_DECREF(md);
-  PyObject *out = device_op(session, func, args, kwargs);
+  PyObject *out = device_op(session, func, args, kwargs, plain);
   Py_DECREF(session);
   if (out != g_slow) return out;
   Py_DECREF(out);
@@ -932,7 +968,8 @@ static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
       take(kw, "contiguous", &g_contiguous) || take(kw, "contiguous_fn", &g_contiguous_fn) ||
       take(kw, "strided", &g_strided) || take(kw, "entry", &g_entry) || take(kw, "hooked", &g_hooked) ||
       take(kw, "tracker", &g_tracker_type) ||
-      take(kw, "session", &g_session_type) || take(kw, "device", &g_device) || take(kw, "get_mode", &g_get_mode) ||
+      take(kw, "session", &g_session_type) || take(kw, "device", &g_device) ||
+      take(kw, "tensor_module", &g_tensor_module) || take(kw, "plain_tail", &g_plain_tail) || take(kw, "get_mode", &g_get_mode) ||
       take(kw, "fake_key", &g_fake_key) || take(kw, "temp", &g_temp) || take(kw, "fastpath", &g_fastpath) ||
       take(kw, "small_size", &small))
     return NULL;
@@ -940,7 +977,7 @@ static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
   Py_DECREF(small);
   if (PyErr_Occurred()) return NULL;
   if (!PyDict_Check(g_plans) || !PyAnySet_Check(g_phantom_special) || !PyDict_Check(g_precision) ||
-      !PyTuple_Check(g_cuda) || !PyDict_Check(g_contiguous) || !PyDict_Check(g_device) || !PyDict_Check(g_fastpath) || !PyType_Check(g_simcuda) ||
+      !PyTuple_Check(g_cuda) || !PyDict_Check(g_contiguous) || !PyDict_Check(g_device) || !PyDict_Check(g_tensor_module) || !PyDict_Check(g_fastpath) || !PyType_Check(g_simcuda) ||
       !PyType_Check(g_tensor) || !PyType_Check(g_param) || !PyLong_Check(g_temp)) {
     PyErr_SetString(PyExc_TypeError, "_fastop.configure: an object of the wrong type");
     return NULL;

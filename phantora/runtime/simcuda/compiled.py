@@ -212,6 +212,8 @@ def _objects(fastpath: ModuleType) -> dict[str, Any]:
         "tracker": memory.MemoryTracker,
         "session": session.RankSession,
         "device": vars(device),
+        "tensor_module": vars(tensor),
+        "plain_tail": fastpath._plain_tail,
         "fastpath": vars(fastpath),
         "get_mode": torch._C._get_dispatch_mode,
         "fake_key": torch._C._TorchDispatchModeKey.FAKE,

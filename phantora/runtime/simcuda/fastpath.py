@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from phantora.runtime import precision
-from phantora.runtime.compute import _sig
+from phantora.runtime.compute import _sig, tensors_in
 from phantora.runtime.simcuda import compiled, cuda_only, kept_values, rng
 from phantora.runtime.simcuda.tensor import RESHAPED_IN_PLACE, SimCudaTensor, wrap_output
 
@@ -180,6 +180,19 @@ def _slow_wrap(
     if phantom or not any(isinstance(t, _TENSOR) and t.is_meta for t in tree_leaves(out)):
         session.charge(name, session.model.cost(func, args, kwargs, out))
     return tree_map(lambda x: _back(x, inputs, index), out)
+
+
+def _plain_tail(session: Any, name: str, func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
+    """The end of the compiled path's plain-tensor op (a program that made no cuda tensor: its ops are GPU work) for
+    an output that is not one plain tensor: count and charge it as `ChargeMode._charged` does."""
+    if session.memory.enabled:
+        session.memory.on_outputs(out, func)
+    if not session.phantom:
+        for t in tensors_in(out):
+            if t.is_meta:
+                return out
+    session.charge(name, session.model.cost(func, args, kwargs, out))
+    return out
 
 
 python_device_op = device_op  # the Python transcription, kept for the tests and the benchmark
