@@ -81,6 +81,11 @@ class SimCudaTensor(torch.Tensor):
     def __tensor_unflatten__(inner: dict[str, torch.Tensor], index: int, size: Any, stride: Any) -> SimCudaTensor:
         return SimCudaTensor(inner["elem"], index)
 
+    def data_ptr(self) -> int:
+        """The data's address, as `untyped_storage()` is the data's storage (a wrapper has none: 0 before, and
+        safetensors' `load_model` refused a tensor not covering its storage)."""
+        return self.elem.data_ptr()
+
     def untyped_storage(self) -> torch.UntypedStorage:
         """The data's storage: programs compare storage pointers to find shared storage (HF's tied weights
         when it saves a checkpoint); the wrapper itself has none."""
