@@ -443,7 +443,7 @@ static int bump(PyObject *d, PyObject *k, PyObject *v) {
 
 static int charge(PyObject *session, PyObject *sd, PyObject *name, PyObject *cost) {
   PyObject *scenario = NULL, *trace = NULL, *listeners = NULL, *tmp = NULL, *flops = NULL, *ns = NULL,
-           *clock = NULL, *cd = NULL, *end = NULL, *ri = NULL;
+           *clock = NULL, *cd = NULL, *end = NULL, *ri = NULL, *start = NULL;
   int ret = -1, simple = 0;
   if (Py_IS_TYPE(session, (PyTypeObject *)g_session_type) && !PyDict_GetItemWithError(sd, s_charge) &&
       !PyErr_Occurred()) {
@@ -452,10 +452,10 @@ static int charge(PyObject *session, PyObject *sd, PyObject *name, PyObject *cos
       goto done;
     int any = PyObject_IsTrue(listeners);
     if (any < 0) goto done;
-    simple = scenario == Py_None && trace == Py_None && !any;
+    simple = scenario == Py_None && !any;  /* a trace's recorder is called from here, as the method calls it */
   }
   if (PyErr_Occurred()) goto done;
-  if (!simple) {  /* a scenario, a trace, listeners, or a replaced charge: the Python method */
+  if (!simple) {  /* a scenario, listeners, or a replaced charge: the Python method */
     tmp = PyObject_CallMethodObjArgs(session, s_charge, name, cost, NULL);
     ret = tmp ? 0 : -1;
     goto done;
@@ -516,12 +516,18 @@ static int charge(PyObject *session, PyObject *sd, PyObject *name, PyObject *cos
     if (!(end = dadd(cd, clock, s_compute_ns, ns))) goto done;
     if (!(tmp = dadd(cd, clock, s_compute_busy_ns, ns))) goto done;
     Py_CLEAR(tmp);
+    if (trace != Py_None && !(start = PyNumber_Subtract(end, ns))) goto done;
   } else {
     PyObject *se = PyObject_CallMethodObjArgs(clock, s_charge, ns, NULL);
     if (!se) goto done;
-    end = PySequence_GetItem(se, 1);
+    start = PySequence_GetItem(se, 0);
+    end = start ? PySequence_GetItem(se, 1) : NULL;
     Py_DECREF(se);
     if (!end) goto done;
+  }
+  if (trace != Py_None) {  /* `self._trace_ops(name, start, end)` */
+    if (!(tmp = PyObject_CallFunctionObjArgs(trace, name, start, end, NULL))) goto done;
+    Py_CLEAR(tmp);
   }
   {
     PyObject *minus = PyLong_FromLong(-1);
@@ -535,7 +541,7 @@ static int charge(PyObject *session, PyObject *sd, PyObject *name, PyObject *cos
   ret = 0;
 done:
   Py_XDECREF(scenario); Py_XDECREF(trace); Py_XDECREF(listeners); Py_XDECREF(tmp); Py_XDECREF(flops);
-  Py_XDECREF(ns); Py_XDECREF(clock); Py_XDECREF(cd); Py_XDECREF(end); Py_XDECREF(ri);
+  Py_XDECREF(ns); Py_XDECREF(clock); Py_XDECREF(cd); Py_XDECREF(end); Py_XDECREF(ri); Py_XDECREF(start);
   return ret;
 }
 
