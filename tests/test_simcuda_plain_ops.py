@@ -103,3 +103,21 @@ def test_after_a_cuda_tensor_cpu_tensors_are_host_data(general: list[str], monke
         start, base = s.clock.compute_ns, s.memory.current
         torch.add(a, a)
     assert general == ["aten.add.Tensor"] and s.clock.compute_ns == start and s.memory.current == base
+
+
+def test_a_traced_op_is_recorded_from_the_compiled_charge(general: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a trace (every real run's trace.json), the compiled charge records each op's span on the compute lane
+    without the Python `RankSession.charge`: its name and its closed-form duration (an in-place scale of N fp32
+    values moves 2 x 4 N bytes), back to back."""
+    session = RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), trace_level="ops")
+    mode = ChargeMode(session)
+    python = []
+    monkeypatch.setattr(RankSession, "charge", lambda self, *a: python.append(a))  # the method, never called
+    a = torch.ones(N)
+    with mode:
+        start = session.clock.compute_ns
+        torch.add(a, a).mul_(2.0)
+    assert python == [] and general == []
+    mul_ns = math.ceil(2 * 4 * N / get_gpu("h100").mem_bw * 1e9) + DEFAULT_LAUNCH_NS  # in place: read and write
+    add_end = start + ADD_NS
+    assert session.trace._ops[-2:] == [("aten.add", start, add_end), ("aten.mul_", add_end, add_end + mul_ns)]
