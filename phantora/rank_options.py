@@ -34,6 +34,12 @@ def check_trace_level(level: str) -> None:
         raise InputError(f"trace level must be one of {', '.join(TRACE_LEVELS)}, got {level!r}", field="trace")
 
 
+def check_trace_steps(steps: int) -> None:
+    """InputError unless `steps` (`--trace-steps`: the steps whose compute ops are traced) is >= 0 (0: every step)."""
+    if steps < 0:
+        raise InputError(f"expected a step count >= 0 (0: every step), got {steps}", field="--trace-steps")
+
+
 @dataclass
 class Options:
     """GPU model, launch overhead, trace level, output directory, time patch, network ('none': no bridge)."""

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import csv
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from phantora.results import schema as S
 from phantora.results.run_dir import CommKey, nccl_args
+from phantora.results.trace_stream import TraceWriter, read_trace_events
 from phantora.topology.model import Topology
 
 
@@ -204,19 +205,29 @@ def job_trace_events(
 ) -> list[dict[str, Any]]:
     """One job's Perfetto events: its ranks as processes "<job> rank r" (pid = global rank), and a process
     "<job> network" with each collective from its start to its end (overlapping ones on extra lanes)."""
-    out: list[dict[str, Any]] = []
-    for ev in rank_events:
-        ev = dict(ev)
-        local = int(ev.get("pid", 0))
-        ev["pid"] = offset + local
-        if ev.get("ph") == "M" and ev.get("name") == "process_name":
-            ev["args"] = {"name": f"{name} rank {local}"}
-        elif ev.get("ph") == "M" and ev.get("name") == "process_sort_index":
-            ev["args"] = {"sort_index": offset + local}
-        out.append(ev)
+    return [*(job_rank_event(name, offset, ev) for ev in rank_events), *job_network_events(name, index, collectives)]
+
+
+def job_rank_event(name: str, offset: int, event: dict[str, Any]) -> dict[str, Any]:
+    """An event of the job's rank r (its pid) as the run's trace holds it: pid offset + r, process "<job> rank r"."""
+    ev = dict(event)
+    local = int(ev.get("pid", 0))
+    ev["pid"] = offset + local
+    if ev.get("ph") == "M" and ev.get("name") == "process_name":
+        ev["args"] = {"name": f"{name} rank {local}"}
+    elif ev.get("ph") == "M" and ev.get("name") == "process_sort_index":
+        ev["args"] = {"sort_index": offset + local}
+    return ev
+
+
+def job_network_events(name: str, index: int, collectives: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The process "<job> network" (pid NETWORK_PID + index): each collective from its start to its end, overlapping
+    ones on extra lanes."""
     pid = NETWORK_PID + index
-    out.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"{name} network"}})
-    out.append({"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}})
+    out: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"{name} network"}},
+        {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}},
+    ]
     lanes: list[int] = []
     for c in sorted(collectives, key=lambda c: (c["t_start"], c["end_ns"])):
         lane = next((i for i, t in enumerate(lanes) if t <= c["t_start"]), len(lanes))
@@ -237,3 +248,35 @@ def job_trace_events(
             }
         )
     return out
+
+
+@dataclass
+class JobTrace:
+    """One job's part of the run's trace: its ranks' trace.json (None: no live ranks) and its collectives."""
+
+    name: str
+    index: int  # the job's place in the spec (its network lane's pid)
+    offset: int  # its rank 0's global rank
+    ranks_trace: Path | None
+    collectives: Sequence[dict[str, Any]]
+
+
+def write_jobs_trace(
+    f: IO[str],
+    jobs: Iterable[JobTrace],
+    extra_events: Iterable[dict[str, Any]] = (),
+    notes: Mapping[str, Any] | None = None,
+) -> None:
+    """The run's trace.json to `f`: each job's rank events (read from its trace.json an event at a time) and network
+    lane, job after job, then `extra_events` (a scenario's), and `notes` as otherData. It holds one event at a time
+    and one block of the file read, never a job's document (`phantora.results.trace_stream`)."""
+    out = TraceWriter(f)
+    for job in jobs:
+        if job.ranks_trace is not None:
+            for ev in read_trace_events(job.ranks_trace):
+                out.write(job_rank_event(job.name, job.offset, ev))
+        for ev in job_network_events(job.name, job.index, job.collectives):
+            out.write(ev)
+    for ev in extra_events:
+        out.write(ev)
+    out.close(notes)

@@ -16,7 +16,6 @@ job's run alone (its own ``jobs/<name>/`` inside).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import time
@@ -34,14 +33,15 @@ from phantora.jobs.recorded import RecordedJob, load_graph, merge, plan_recorded
 from phantora.jobs.results import (
     LINK_COLUMNS,
     JobFlow,
+    JobTrace,
     channel_bytes,
     job_comm_args,
     job_time_ns,
-    job_trace_events,
     link_rows,
     pause_spans,
     pfc_by_job,
     read_pfc_rows,
+    write_jobs_trace,
 )
 from phantora.jobs.scenario import add_job_phases, live_jobs_section, load_jobs_scenario, recorded_jobs_section
 from phantora.jobs.spec import JobSpec, JobsSpec, place_jobs
@@ -49,6 +49,7 @@ from phantora.launcher import (
     PHANTOM_ABOVE,
     RANK_PRELOAD,
     RunConfig,
+    _trace_notes,
     compute_model_options,
     config_options,
     engine_warnings,
@@ -61,11 +62,10 @@ from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.scenario import Scenario
 from phantora.netsim.standalone import Alone, alone_of, flow_alone
 from phantora.perfmodel.gpus import get_gpu
-from phantora.rank_options import check_trace_level, import_time_env
+from phantora.rank_options import check_trace_level, check_trace_steps, import_time_env
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance
 from phantora.results import schema as S
-from phantora.results.read import read_document
 from phantora.results.run_dir import CommKey, RunDir
 from phantora.results.summary import summarize
 from phantora.results.write import write_csv, write_fabric_traces, write_flows_csv
@@ -196,6 +196,7 @@ def launch_jobs(
     options of every job, live and recorded (None: the defaults; a graph's, those it was recorded with).
     `live_ok=False` refuses script jobs (`phantora replay --jobs`)."""
     check_trace_level(base.trace)
+    check_trace_steps(base.trace_steps)
     topo = resolve_topology(base.topology, base.gpu, "phantora run")
     base = dataclasses.replace(base, gpu=topo.gpu_model or "h100")
     gpu = get_gpu(base.gpu or "h100")
@@ -573,20 +574,26 @@ def _traces(
     comm_args: dict[str, dict[CommKey, dict[str, Any]]] | None = None,
 ) -> None:
     """trace.json of each live job (its ranks, each collective with NCCL's choice: `comm_args` by job) and of the run
-    (every job's ranks and network lanes, and the scenario's events as a single-job run draws them)."""
-    plan = ctx.plan
-    events: list[dict[str, Any]] = []
+    (every job's ranks and network lanes, and the scenario's events as a single-job run draws them), streamed: each
+    job's trace.json is copied into the run's an event at a time. A live job past `--trace-steps` says so in both."""
+    from phantora.results.write import atomic_text
+
+    plan, parts = ctx.plan, []
+    most = 0  # the most steps of a live job: the run's note if past the cap
     for i, j in enumerate(plan.spec.jobs):
-        merged = ctx.job_dirs[j.name].merge_trace(comm_args=(comm_args or {}).get(j.name))  # -> jobs/<name>/trace.json
-        doc = read_document(ctx.job_dirs[j.name].root, S.TRACE_JSON) if merged else None
-        rank_events: list[dict[str, Any]] = list((doc or {}).get("traceEvents") or [])
-        off = plan.offsets.get(i, 0)
-        events += job_trace_events(j.name, i, off, rank_events, jobs[j.name].get("collectives") or [])
+        steps = len(jobs[j.name].get("steps") or []) if j.kind == "script" else 0
+        most = max(most, steps)
+        merged = ctx.job_dirs[j.name].merge_trace(  # -> jobs/<name>/trace.json
+            comm_args=(comm_args or {}).get(j.name), notes=_trace_notes(ctx.base, steps)
+        )
+        parts.append(JobTrace(j.name, i, plan.offsets.get(i, 0), merged, jobs[j.name].get("collectives") or []))
+    extra: list[dict[str, Any]] = []
     if scenario is not None:
         from phantora.results.scenario_live import trace_events
 
-        events += trace_events(scenario)
-    ctx.out.write_text(S.TRACE_JSON, json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
+        extra = trace_events(scenario)
+    with atomic_text(ctx.out.file(S.TRACE_JSON)) as f:
+        write_jobs_trace(f, parts, extra, _trace_notes(ctx.base, most))
 
 
 # ----- alone ------------------------------------------------------------------------------------------------
