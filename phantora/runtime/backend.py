@@ -153,6 +153,37 @@ def _finisher(tensors: Sequence[torch.Tensor], n: int, how: Any) -> Callable[[],
     return run
 
 
+def _unequal(parts: Sequence[torch.Tensor], n: int) -> bool:
+    """A list collective's parts, one a member, of unequal shapes (ProcessGroupNCCL's `check_same_size` fails)."""
+    return len(parts) == n and len({tuple(t.shape) for t in parts}) > 1
+
+
+def _host_data(t: torch.Tensor) -> torch.Tensor:
+    """The host tensor holding a simulated-GPU tensor's values in real mode (the tensor itself on the host)."""
+    return t.elem if isinstance(t, SimCudaTensor) else t
+
+
+def _copier(out: torch.Tensor, src: torch.Tensor) -> Callable[[], None]:
+    """Copy `src` into `out` (an out-of-place collective's own part, run where gloo's work is not GPU work)."""
+
+    def run() -> None:
+        out.copy_(src)
+
+    return run
+
+
+def _chain(first: Callable[[], None] | None, then: Callable[[], None] | None) -> Callable[[], None] | None:
+    """`first`, then `then` (either may be None)."""
+    if first is None or then is None:
+        return first or then
+
+    def run() -> None:
+        first()
+        then()
+
+    return run
+
+
 def _nothing() -> list[Any]:
     """The inner half of a collective in phantom mode: no data moves."""
     return []
@@ -666,12 +697,54 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def allgather(self, output_lists: list[list[torch.Tensor]], inputs: Any, opts: Any = None) -> PhantoraWork:
         inputs = _flat(inputs)
         outs = _flat(output_lists)
+        if _unequal(outs, self.size()) and len(inputs) == 1 and not self.gloo_sync:
+            return self._allgather_v(outs, inputs[0])
 
         def start() -> list[Any]:
             return [self._data.allgather(output_lists, inputs, AllgatherOptions())]
 
         values = self._values(outs + inputs, lambda: tensor_values.all_gather(self._ranks, inputs, outs, self._pg))
         return self._coll("all_gather", nbytes(outs), inputs[0], outs + inputs, start, outs, values=values)
+
+    def _allgather_v(self, outs: list[torch.Tensor], input: torch.Tensor) -> PhantoraWork:
+        """An all-gather into outputs of unequal shapes, as ProcessGroupNCCL runs it (its `allgather` when
+        `check_same_size` fails: Megatron's all-gather of unequal token counts): one NCCL group of broadcasts,
+        member i's input from root i into every member's `outs[i]`. Gloo, which moves real mode's data, refuses
+        unequal sizes, so each broadcast moves its part on its own."""
+        me = self.rank()
+        return self._group_of(
+            lambda: [self._broadcast_oop(out, input if i == me else out, i) for i, out in enumerate(outs)], outs
+        )
+
+    def _broadcast_oop(self, out: torch.Tensor, input: torch.Tensor, root: int) -> PhantoraWork:
+        """ProcessGroupNCCL's out-of-place broadcast: the root's `input` into every member's `out`."""
+        me = self.rank()
+        src = input if me == root else out
+
+        def start() -> list[Any]:
+            o = BroadcastOptions()
+            o.rootRank = root
+            return [self._data.broadcast([src], o)]
+
+        own = _copier(out, input) if me == root and out is not input else None
+        values = self._values(
+            [src], lambda: _chain(tensor_values.broadcast(self._ranks, me, root, [src], self._pg), own)
+        )
+        size = nbytes([out])
+        return self._coll("broadcast", size, out, [out, input], start, [out], root=root, finalize=own, values=values)
+
+    def _group_of(self, issue: Callable[[], list[PhantoraWork]], result: list[torch.Tensor]) -> PhantoraWork:
+        """The calls `issue` makes, in one NCCL group (ProcessGroupNCCL's startCoalescing ... endCoalescing), or in
+        the device block already open; a work that waits for them all."""
+        if self._held is not None:  # inside a `_coalescing_manager` block: its group holds them, and all their
+            work = issue()[-1]  # works wait for the one call the block sends at its end
+            work._result = result
+            return work
+        self._start_coalescing()
+        issue()
+        work = self._end_coalescing()
+        work._result = result
+        return work
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> PhantoraWork:
         def start() -> list[Any]:  # NCCL asks only that the sizes agree (accelerate gathers (1, n) into (2n,))
@@ -719,6 +792,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def reduce_scatter(self, outputs: Any, input_lists: list[list[torch.Tensor]], opts: Any = None) -> PhantoraWork:
         outputs = _flat(outputs)
         ins = _flat(input_lists)
+        if _unequal(ins, self.size()) and len(outputs) == 1 and not self.gloo_sync:
+            return self._reduce_scatter_v(outputs[0], ins, _reduce_op(opts))
         op, how = _reduction(_reduce_op(opts))
 
         def start() -> list[Any]:
@@ -730,6 +805,42 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         op_name = redop_name(_reduce_op(opts), outputs[0])
         return self._coll(
             "reduce_scatter", nbytes(ins), outputs[0], outputs + ins, start, outputs, finalize=fin, redop=op_name
+        )
+
+    def _reduce_scatter_v(self, output: torch.Tensor, ins: list[torch.Tensor], reduce_op: Any) -> PhantoraWork:
+        """A reduce-scatter of inputs of unequal shapes, as ProcessGroupNCCL runs it (its `reduce_scatter` when
+        `check_same_size` fails): one NCCL group of reductions, every member's `ins[i]` reduced into root i's
+        `output` (the backward of `_allgather_v`)."""
+        me = self.rank()
+        return self._group_of(
+            lambda: [self._reduce_oop(output if i == me else x, x, i, reduce_op) for i, x in enumerate(ins)], [output]
+        )
+
+    def _reduce_oop(self, out: torch.Tensor, input: torch.Tensor, root: int, reduce_op: Any) -> PhantoraWork:
+        """ProcessGroupNCCL's out-of-place reduce: every member's `input` reduced into the root's `out`; no
+        member's `input` changes (gloo reduces in place: it reduces a copy)."""
+        op, how = _reduction(reduce_op)
+        buf: list[torch.Tensor] = []
+
+        def start() -> list[Any]:
+            buf.append(_host_data(input).detach().clone())
+            o = ReduceOptions()
+            o.rootRank = root
+            o.reduceOp = op
+            return [self._data.reduce(buf, o)]
+
+        fin = None
+        if self.rank() == root:
+            scale = _finisher([out], self.size(), how)
+
+            def fin() -> None:
+                _host_data(out).copy_(buf[0])
+                if scale is not None:
+                    scale()
+
+        op_name = redop_name(reduce_op, input)
+        return self._coll(
+            "reduce", nbytes([input]), input, [out, input], start, [out], root=root, finalize=fin, redop=op_name
         )
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> PhantoraWork:
