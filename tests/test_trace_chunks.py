@@ -138,3 +138,44 @@ def test_a_negative_trace_steps_is_refused_naming_the_option(tmp_path: Path):
         assert "--trace-steps" in str(exc)
     else:
         raise AssertionError("a negative --trace-steps ran")
+
+
+def _span_dict(name: Any, pid: int, start: Any, end: Any) -> dict[str, Any]:
+    """A compute op's event as the trace format defines it (times in µs)."""
+    return {
+        "name": name,
+        "cat": "compute",
+        "ph": "X",
+        "pid": pid,
+        "tid": 1,
+        "ts": start / 1000,
+        "dur": (end - start) / 1000,
+    }
+
+
+def test_a_recorders_chunk_is_json_dumps_of_its_events_with_ops_formatted_as_text(tmp_path: Path):
+    """append_to formats compute ops as text (trace_json.py): the line must be json.dumps of the same events."""
+    rng = random.Random(11)
+    names = ["aten::mm", 'a "quoted" \\ name', "caf\u00e9 \u2028 \u2713", "nccl launch"]
+    for level in ("ops", "coarse"):
+        for n in (0, 1, 9, 300):
+            rec, path = TraceRecorder(3, level), tmp_path / f"r{level}{n}.jsonl"
+            ops: list[tuple[Any, Any, Any]] = []
+            t = rng.randrange(10**13)
+            for i in range(n):
+                end = t + rng.randrange(10**8)
+                ops.append((rng.choice(names), t, end if i % 50 else float(end)))  # a float time: json's own path
+                t = end + rng.randrange(3) * rng.randrange(10**4)  # some ops back to back (one coarse block)
+            for op in ops:
+                rec.op(*op)
+            rec.step(0, 0, t)
+            rec.comm("all_reduce", 5, t, {"bytes": 8})
+            rec.io("ckpt", t, t + 9, {"bytes": 1})
+            rec.append_to(path, 0)
+            line = path.read_text()
+            events = json.loads(line)["events"]
+            got_ops = [ev for ev in events if ev.get("cat") == "compute"]
+            if level == "ops":
+                assert got_ops == [_span_dict(name, 3, s, e) for name, s, e in ops]
+            want = {"rank": 3, "step": 0, "comm": json.loads(line)["comm"], "events": events}
+            assert line == json.dumps(want) + "\n"  # the encoder's own text, byte for byte

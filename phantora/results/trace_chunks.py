@@ -47,6 +47,23 @@ def chunk_line(rank: int, step: int | None, events: Sequence[Mapping[str, Any]])
     return json.dumps({"rank": rank, "step": step, "comm": comm, "events": rest}) + "\n"
 
 
+def chunk_line_parts(
+    rank: int,
+    step: int | None,
+    before: Sequence[Mapping[str, Any]],
+    middle_json: str,
+    after: Sequence[Mapping[str, Any]],
+) -> str:
+    """`chunk_line(rank, step, [*before, *middle, *after])` for events whose middle part (none of them collective
+    spans) is given as its JSON text already: the items of a JSON list without its brackets ("" if none)."""
+    comm = [ev for ev in (*before, *after) if ev.get("cat") == COMM_CAT]
+    head = [ev for ev in before if ev.get("cat") != COMM_CAT]
+    tail = [ev for ev in after if ev.get("cat") != COMM_CAT]
+    parts = [json.dumps(head)[1:-1] if head else "", middle_json, json.dumps(tail)[1:-1] if tail else ""]
+    shell = json.dumps({"rank": rank, "step": step, "comm": comm, "events": []})  # ends in '[]}'
+    return f"{shell[:-2]}{', '.join(p for p in parts if p)}]}}\n"
+
+
 def parse_chunk(line: str) -> Chunk | None:
     """The chunk of one line; None if the line was cut short (a rank killed while it wrote) or is not a chunk."""
     if not line.endswith("\n"):

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from phantora.rank_options import check_trace_level
-from phantora.results.trace_chunks import chunk_line
+from phantora.results.trace_chunks import chunk_line_parts
+from phantora.runtime.trace_json import compute_spans_json
 
 TID_STEPS, TID_COMPUTE, TID_COMM = 0, 1, 2
 TID_STORAGE = 999  # checkpoint reads and writes (runtime/storage.py), below the comm lanes
@@ -79,6 +80,13 @@ class TraceRecorder:
 
     def take_events(self) -> list[dict[str, Any]]:
         """This rank's Chrome trace events (ts and dur in microseconds) recorded since the last call."""
+        before, ops, after = self._take()
+        pid = self.rank
+        return [*before, *(_span(name, "compute", pid, TID_COMPUTE, s, e, None) for name, s, e in ops), *after]
+
+    def _take(self) -> tuple[list[dict[str, Any]], list[tuple[str, int, int]], list[dict[str, Any]]]:
+        """The events since the last call, in their order: those before the compute ops, the ops (as recorded), and
+        those after them (the comm lanes' names, the collectives, checkpoint I/O)."""
         self._close_block()
         pid = self.rank
         ev: list[dict[str, Any]] = []
@@ -92,31 +100,36 @@ class TraceRecorder:
             ]
         for index, start, end in self._steps:
             ev.append(_span(f"step {index}", "step", pid, TID_STEPS, start, end, {"step": index}))
-        for name, start, end in self._ops:
-            ev.append(_span(name, "compute", pid, TID_COMPUTE, start, end, None))
+        ops = self._ops
+        after: list[dict[str, Any]] = []
         lanes_end = self._lanes_end  # overlapping collectives go to extra comm lanes
         for name, start, end, args in sorted(self._comms, key=lambda c: (c[1], c[2])):
             lane = next((i for i, t in enumerate(lanes_end) if t <= start), len(lanes_end))
             if lane == len(lanes_end):
                 lanes_end.append(end)
                 label = "comm" if lane == 0 else f"comm.{lane}"
-                ev.append(
+                after.append(
                     {"name": "thread_name", "ph": "M", "pid": pid, "tid": TID_COMM + lane, "args": {"name": label}}
                 )
             lanes_end[lane] = end
-            ev.append(_span(name, "comm", pid, TID_COMM + lane, start, end, args))
+            after.append(_span(name, "comm", pid, TID_COMM + lane, start, end, args))
         if self._io and not self._io_named:
             self._io_named = True
-            ev.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": TID_STORAGE, "args": {"name": "storage"}})
+            after.append(
+                {"name": "thread_name", "ph": "M", "pid": pid, "tid": TID_STORAGE, "args": {"name": "storage"}}
+            )
         for name, start, end, args in self._io:
-            ev.append(_span(name, "storage", pid, TID_STORAGE, start, end, args))
+            after.append(_span(name, "storage", pid, TID_STORAGE, start, end, args))
         self._steps, self._ops, self._comms, self._io = [], [], [], []
-        return ev
+        return ev, ops, after
 
     def append_to(self, path: str | Path, step: int | None) -> None:
         """Append the events since the last call to `path` as one JSON line (`step`: the step they finish,
-        None for the rest at the end), written at once so that it survives a crash later."""
-        line = chunk_line(self.rank, step, self.take_events())
+        None for the rest at the end), written at once so that it survives a crash later. The line is
+        `chunk_line(rank, step, take_events())`'s, the compute ops' events formatted straight to their JSON text
+        (`compute_spans_json`) rather than made as dicts and encoded (about 2 µs an op less)."""
+        before, ops, after = self._take()
+        line = chunk_line_parts(self.rank, step, before, compute_spans_json(ops, self.rank, TID_COMPUTE), after)
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         with open(p, "a") as f:
