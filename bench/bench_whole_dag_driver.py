@@ -135,6 +135,10 @@ def run_replay(case: str, size: str, workers: int) -> dict[str, Any]:
     d = stats.get("decompose") if isinstance(stats, dict) else None
     if isinstance(d, dict) and d.get("helper_cpu_s"):
         out["shards_cpu"] = d["helper_cpu_s"]  # (``shards``: their critical CPU, in `crit`)
+    if isinstance(d, dict) and "overlap_cpu_s" in d:
+        # the critical path's parts: the driver between rounds, the rounds, of them the busiest workers alone
+        alone = cpu - float(d["meanwhile_cpu_s"]) - float(d.get("built_cpu_s", 0.0))
+        out["split"] = [round(alone, 3), round(float(d["overlap_cpu_s"]), 3), round(float(d["critical_cpu_s"]), 3)]
     return {**out, "crit": crit, "flows": len(comps)}
 
 

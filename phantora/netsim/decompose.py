@@ -31,7 +31,7 @@ import dataclasses
 import operator
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from itertools import compress, repeat
 from typing import Any, Protocol
 
@@ -44,7 +44,7 @@ from phantora.netsim.flow import CausalityError
 from phantora.netsim.gc_pause import Freezer
 from phantora.netsim.hybrid import SHARED_DEPS_MIN, WideDeps, topological_order  # the wide-deps rules: one for both
 from phantora.netsim.least_bounds import least_ends
-from phantora.netsim.nic_latency import JOIN_BASE, Releases, gate_key, uses_nic  # (JOIN_BASE: the gates' joins)
+from phantora.netsim.nic_latency import JOIN_BASE, Releases, gate_key, outer_key, uses_nic  # (JOIN_BASE: joins)
 from phantora.netsim.observe import (
     CnpEvent,
     Drop,
@@ -177,6 +177,10 @@ class DecomposedSimulator(RunsByCompletion):
     # Bounds pulled up the DAG where a round reads them (`pulled_bounds`: the same values), not pushed down it at every
     # rise; then neither raise above applies (False: a subclass that reads `_lb` itself or keeps its own bounds)
     pulls_bounds = True
+    # A flow may wait on deps outside the packet side, the caller's (`submit_outer`: the fluid NVLink side's), behind
+    # a gate the caller opens (`open_outer`); until then it and the flows waiting on it here are not read by the horizon
+    # (False: a subclass whose horizon reads other books, `HybridDecomposedSimulator`, `SteppedPartition`)
+    opens_outer = True
 
     def __init__(self, topology: Topology, config: PacketConfig, spawn: Spawner) -> None:
         self._check_config(config)
@@ -216,6 +220,12 @@ class DecomposedSimulator(RunsByCompletion):
         self._targets: dict[int, set[tuple[int, bool]]] | None = None
         self._hz: list[int] | None = None
         self._rel = Releases()  # gates (pseudo flows, id gate_key(flow)) and markers, waiting on their deps
+        # (`opens_outer`) the flows of the batch being submitted that wait on an outer gate; the flows deferred: not
+        # read by the horizon while an outer gate they wait on, theirs or a dep's, is closed (flow -> how many of its
+        # own gate and its deferred deps are still so); a deferred flow -> the deferred flows waiting on it
+        self._outer: Collection[int] = ()
+        self._deferred: dict[int, int] = {}
+        self._deferring: dict[int, list[int]] = {}
         self._out: list[Outbox] = [Outbox() for _ in range(n)]
         self._wnow = [0] * n  # each worker's now()
         self._next: list[int | None] = [None] * n
@@ -535,6 +545,50 @@ class DecomposedSimulator(RunsByCompletion):
             raise
         self._freezer.freeze()  # (the books)
 
+    def submit_outer(self, flows: Sequence[Flow], at: int, outer: Collection[int]) -> None:
+        """`submit`; each flow in `outer` also waits on deps outside the packet side (not among its `deps`), behind an
+        outer gate the caller opens at their last end (`open_outer`): it is posted at max(`at`, its deps' ends, that
+        ns), exactly as if it were submitted then with its deps here."""
+        if not self.opens_outer:
+            raise PhantoraError(f"internal: {type(self).__name__} takes no flow behind an outer gate")
+        self._outer = outer
+        try:
+            self.submit(flows, at)
+        finally:
+            self._outer = ()
+
+    def open_outer(self, ids: Sequence[int], at: int) -> list[int]:
+        """The outer deps of flows `ids` (`submit_outer`) have all ended by `at`: each one's gate opens once its deps
+        on other workers have ended too, and its bound is at least `at` + its step. Returns the flows the horizon
+        reads from now on: those of `ids` and the flows waiting on them whose last closed outer gate was theirs."""
+        lbs, step, owner, unfinished = self._lb, self._step, self._owner, self._unfinished
+        deferred, deferring = self._deferred, self._deferring
+        woke: list[int] = []
+        for fid in ids:
+            t = at + step[fid]
+            if t > lbs[fid]:
+                lbs[fid] = t
+            todo = [fid]
+            while todo:
+                j = todo.pop()
+                n = deferred[j] - 1
+                if n:
+                    deferred[j] = n
+                    continue
+                del deferred[j]
+                unfinished[owner[j]].add(j)
+                woke.append(j)
+                nxt = deferring.pop(j, None)
+                if nxt is not None:
+                    todo += nxt
+        self._memo, self._memo_wide = {}, {}  # (bounds rose)
+        for g, p in self._rel.ended([outer_key(fid) for fid in ids], repeat(at, len(ids))):
+            fid = -1 - g.id  # (a gate: only gates wait on an outer key)
+            self._gates_held -= 1
+            self._check_post(fid, p)
+            self._out[owner[fid]].gates.append([fid, p])
+        return woke
+
     def _hand_over(self, order: Sequence[Flow], at: int) -> None:
         """Each flow of a batch (in topological order) into its worker's outbox: its deps on that worker not done,
         its posting ns (`at` or its done deps' latest end), gated if it waits on a flow elsewhere or a marker."""
@@ -589,6 +643,11 @@ class DecomposedSimulator(RunsByCompletion):
             posts[w].append(a)
             if gated:
                 gateds[w].append(fid)
+        if self._outer:  # (flows behind an outer gate and not gated above: gated too)
+            outer, done = self._outer, set().union(*gateds)
+            for f in order:
+                if f.id in outer and f.id not in done:
+                    gateds[owner[f.id]].append(f.id)
 
     def _book(self, order: Sequence[Flow], at: int, xfer: dict[int, int], *, handed: bool) -> None:
         """The driver's books for a batch in topological order: bounds, dependents, gates and joins; markers
@@ -602,6 +661,8 @@ class DecomposedSimulator(RunsByCompletion):
         targeted: set[tuple[int, bool]] = set()  # (id of a `_SharedDeps`, no lookahead) whose targets are set
         kin, track = self.raises_dependents and not self.pulls_bounds, self.tracks_unfinished
         up = self._up if self.pulls_bounds else None
+        outer, deferred, deferring = self._outer, self._deferred, self._deferring
+        held_wide: dict[int, list[int]] = {}  # id of a `_SharedDeps` -> its deferred deps (none opens while booking)
         for f in order:
             fid = f.id
             w = owner[fid]
@@ -653,7 +714,11 @@ class DecomposedSimulator(RunsByCompletion):
                 up[fid] = f.deps if memo is None else memo.deps
             self._step[f.id] = f.delay_ns + xfer[f.id]
             self._lb[f.id] = lb + self._step[f.id]
+            mine = bool(outer) and fid in outer  # (behind an outer gate, closed)
+            shut = 1 if mine else 0
             if w == DRIVER:
+                if shut:
+                    raise PhantoraError(f"internal: marker {fid} submitted behind an outer gate")
                 bare = f if len(cross) == len(f.deps) else f.with_deps(tuple(cross))
                 for m, p in self._rel.add([bare], a):
                     c = Completion(m.id, p, p, m.size, m.src, m.dst, m.tag)
@@ -661,17 +726,30 @@ class DecomposedSimulator(RunsByCompletion):
                     released.append(c)
                 continue
             self._check_post(f.id, a)
-            if track:
+            if deferred:  # (a flow waiting on a deferred flow is deferred with it)
+                got = None if memo is None else held_wide.get(id(memo))
+                if got is not None:
+                    waits = got
+                elif memo is None:
+                    waits = [d for d in local if d in deferred] + [d for d in cross if d in deferred]
+                else:
+                    waits = held_wide[id(memo)] = [d for d in (*memo.local, *memo.cross) if d in deferred]
+                for d in waits:
+                    deferring.setdefault(d, []).append(fid)
+                shut += len(waits)
+            if shut:
+                deferred[fid] = shut
+            elif track:
                 self._unfinished[w].add(f.id)
             if not handed:
                 out = self._out[w]
                 out.flows.append((f, local))
                 out.at.append(a)
-                if cross:
+                if cross or mine:
                     out.gated.append(f.id)
-            if cross:
+            if cross or mine:
                 gate_deps = tuple(cross)
-                if memo is not None:  # the gates sharing a wide list wait on one join of it
+                if memo is not None and cross:  # the gates sharing a wide list wait on one join of it
                     j = joins.get(id(memo))
                     if j is None:
                         j = joins[id(memo)] = self._next_join
@@ -679,6 +757,8 @@ class DecomposedSimulator(RunsByCompletion):
                         self._joins_held += 1
                         self._rel.add([Flow(j, f.src, f.dst, 0, gate_deps)], a)
                     gate_deps = (j,)
+                if mine:
+                    gate_deps = (*gate_deps, outer_key(fid))
                 self._rel.add([Flow(gate_key(f.id), f.src, f.dst, 0, gate_deps)], a)
                 self._gates_held += 1
         self._arrived(released)

@@ -40,6 +40,7 @@ class HybridDecomposedSimulator(DecomposedSimulator):
     raises_dependents = False  # ... and of the flow before a chain's first unfinished one (`Chain.value`)
     tracks_unfinished = False  # its horizon reads the gating flows' arrays, its raises the chains, not the step dicts
     pulls_bounds = False  # its own pulls along chains (`_pulled`)
+    opens_outer = False  # its horizon reads its own books: a flow behind the fluid side's gates is held by the hybrid
 
     def __init__(self, topology: Topology, config: PacketConfig, spawn: Spawner) -> None:
         super().__init__(topology, config, spawn)

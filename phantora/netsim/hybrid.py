@@ -34,7 +34,7 @@ from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator, Obs
 from phantora.netsim.flow import CausalityError, FlowSimulator
 from phantora.netsim.held import Held, Waiters, add_to, one_nearer
 from phantora.netsim.idset import IdSet
-from phantora.netsim.nic_latency import JOIN_BASE, gate_key
+from phantora.netsim.nic_latency import JOIN_BASE, gate_key, outer_key
 from phantora.netsim.observe import (
     CnpEvent,
     Drop,
@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 
 PACKET, FLUID = 0, 1
 JOIN = 2  # the side of a join in `_held`: the flows sharing a wide deps list wait on it (`_join`), it on the list
+# The side of a packet flow's outer gate in `_held` (key `outer_key(id)`): the flow is on the packet side already
+# (`outer_gates`), waiting there on this entry's deps too, which open its gate when they have all arrived
+OUTER = 3
 REACTION_DEPTH = 8  # held flows `reaction_ns` looks through below a completion (markers of no delay)
 SHARED_DEPS_MIN = 16  # a flow with this many deps or more has them read once per batch (`_kept_deps`)
 
@@ -139,6 +142,14 @@ class FluidNvlinkSimulator:
         # later steps then wait there, not here, and their completions are no hand-offs.
         self._chained: dict[int, list[int]] = {}
         self.chains = packet.posts_at_dep_ends  # off: every such flow is held here
+        # A packet flow waiting on flows of the fluid side (or held) goes to the packet side when placed, gated there on
+        # them (`DecomposedSimulator.submit_outer`), and its gate is opened at their last arrival (`open_outer`), as it
+        # would have been handed over then: a ring behind an NVLink phase is booked by the packet side at the first
+        # submit, not when the phase ends (issue 38, item 2). Where the packet side offers it (`opens_outer`) and
+        # no flow is `gated` by a caller; off: such a flow is held here.
+        self.outer_gates = bool(getattr(packet, "opens_outer", False))
+        self._outer = 0  # outer gates held (`OUTER` entries of `_held`: their flows are in the packet side's in_flight)
+        self.outer_gated = 0  # packet flows handed over behind an outer gate, in all
         self._next_join = JOIN_BASE  # the next join's id (`_join`), and how many are held
         self._joins = 0
         self._fluid_flows = 0
@@ -217,6 +228,11 @@ class FluidNvlinkSimulator:
         same: dict[tuple[int, int], tuple[int, ...] | None] = {}  # what a flow of the side keeps of one (None: held)
         joins: dict[tuple[int, int], int | None] = {}  # the join its flows of the side are held on
         fchains = self.fluid_chains
+        xgate = self.outer_gates and not gated  # (packet flows waiting on the other side: out now, gated)
+        if xgate:
+            chain = False  # (no packet flow is held here: nothing chains on one)
+        outer: list[int] = []  # (`xgate`) the flows handed over behind an outer gate
+        outer_kept: dict[tuple[int, int], tuple[int, ...]] = {}  # a wide list's packet deps, by `lists` key
         shard_of = self._shard_of
         chain_lists: dict[tuple[tuple[int, int], int], tuple[tuple[int, ...], list[int]]] = {}
         routed: dict[int, list[Flow]] = {}  # (`fluid_chains`) fluid flows by submit ns, each to its own shard
@@ -282,6 +298,13 @@ class FluidNvlinkSimulator:
                 j = joins.get(key, -1)
                 if j == -1:
                     j = joins[key] = self._join(wide, side, at)
+                if xgate and side == PACKET and j is not None:  # (out now, gated on the join: `_hold_outer`)
+                    got = outer_kept.get(key)
+                    if got is None:
+                        got = outer_kept[key] = self._side_deps(wide, PACKET)
+                    self._hold_outer(f, at, [j], f if got == f.deps else f.with_deps(got), out[PACKET])
+                    outer.append(f.id)
+                    continue
                 if j is not None:
                     waiters[j].append(f.id)
                     gate += 1
@@ -293,6 +316,7 @@ class FluidNvlinkSimulator:
                 continue
             pending = gate
             ended = False
+            wid = outer_key(f.id) if xgate and side == PACKET else f.id  # (the id its waits are kept under)
             for d in dict.fromkeys(f.deps) if len(f.deps) > 1 else f.deps:
                 if d in ends:
                     ended = True
@@ -307,19 +331,25 @@ class FluidNvlinkSimulator:
                 elif d in held or sides.get(d, side) != side:
                     ws = waiters.get(d)
                     if ws is None:
-                        waiters[d] = [f.id]
+                        waiters[d] = [wid]
                     else:
-                        ws.append(f.id)
+                        ws.append(wid)
                     pending += 1
                     if d in flb:
                         heapq.heappush(self._releasers, (flb[d], d))
-            if pending:
+            if pending and wid != f.id:  # (`xgate`: out now with its packet deps, its gate held here)
+                held[wid] = (f, at, OUTER, pending)
+                self._outer += 1
+                sides[f.id] = PACKET
+                add_to(out[PACKET], at, self._same_side(f, PACKET))
+                outer.append(f.id)
+            elif pending:
                 held[f.id] = (f, at, side, pending)
             else:  # its deps not done are all known on its side (checked, ordered): it keeps them all
                 sides[f.id] = side
                 add_to(out[side], at, self._same_side(f, side) if ended else f)
         if out[PACKET]:
-            self._hand_packet(out[PACKET])
+            self._hand_packet(out[PACKET], outer)
         for t, group in sorted(out[FLUID].items()):
             self.fluid.submit(group, t)
             self._fluid_flows += len(group)
@@ -331,10 +361,28 @@ class FluidNvlinkSimulator:
                 self.fluid.submit_routed(group, t, pin)  # type: ignore[attr-defined]
             self._fluid_flows += len(group)
 
-    def _hand_packet(self, groups: dict[int, list[Flow]]) -> None:
-        """Flows for the packet side, by submit ns (one group unless `_place` got an `at_of`)."""
+    def _hand_packet(self, groups: dict[int, list[Flow]], outer: Collection[int] = ()) -> None:
+        """Flows for the packet side, by submit ns (one group unless `_place` got an `at_of`); those in `outer` wait
+        there on their outer gates too (`submit_outer`)."""
+        if outer:
+            self.outer_gated += len(outer)
+            outer = set(outer)
         for t, group in sorted(groups.items()):
-            self.packet.submit(group, t)
+            if outer:
+                self.packet.submit_outer(group, t, outer)  # type: ignore[attr-defined]
+            else:
+                self.packet.submit(group, t)
+
+    def _hold_outer(self, f: Flow, at: int, on: Sequence[int], bare: Flow, out: dict[int, list[Flow]]) -> None:
+        """(`outer_gates`) Packet flow `f`, submitted at `at`, goes out now as `bare` (its packet deps only), its gate
+        held here (`OUTER`) until each of `on` (distinct, held or of the fluid side) has arrived."""
+        waiters = self._waiters
+        for d in on:
+            add_to(waiters, d, outer_key(f.id))
+        self._held[outer_key(f.id)] = (f, at, OUTER, len(on))
+        self._outer += 1
+        self._side[f.id] = PACKET
+        add_to(out, at, bare)
 
     def _kept_deps(self, deps: tuple[int, ...], side: int) -> tuple[int, ...] | None:
         """For `submit`, read once per batch: the deps a flow of `side` waiting on `deps` keeps when none is held
@@ -511,7 +559,7 @@ class FluidNvlinkSimulator:
             v = memo.get((j, -1 - depth))  # (a fluid waiter's own step + its reaction, kept apart from reactions)
             if v is None:
                 f, _, side, _ = held[j]
-                if side == PACKET:
+                if side == PACKET or side == OUTER:
                     v = 0
                 elif side == JOIN:  # (it releases its flows the ns its last dep arrives: theirs is the reaction)
                     v = self._reaction(j, depth)
@@ -579,9 +627,9 @@ class FluidNvlinkSimulator:
             if not got:
                 continue
             self._ahead.extend(got)
-            for f in self._release(got, t):
-                if self.reacts_to(f.id):
-                    limit = min(limit, earliest_end(f.id, limit + 1) - 1)
+            for fid in self._release(got, t):
+                if self.reacts_to(fid):
+                    limit = min(limit, earliest_end(fid, limit + 1) - 1)
             if self._watch and any(c.flow_id in self._watch for c in got):
                 self._stop = t
                 return
@@ -656,7 +704,8 @@ class FluidNvlinkSimulator:
         return self.packet.now()
 
     def in_flight(self) -> int:
-        return self.packet.in_flight() + self.fluid.in_flight() + len(self._held) - self._joins + len(self._ahead)
+        held = len(self._held) - self._joins - self._outer  # (an outer gate's flow is in the packet side's)
+        return self.packet.in_flight() + self.fluid.in_flight() + held + len(self._ahead)
 
     def drain(self, limit_ns: int | None = None) -> list[Completion]:
         """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns."""
@@ -678,6 +727,8 @@ class FluidNvlinkSimulator:
         out["hybrid_steps"] = self._steps
         if self.fluid_chains:
             out["fluid_chained"] = self.fluid_chained
+        if self.outer_gated:
+            out["outer_gated"] = self.outer_gated
         if "fluid_shards" in fluid:  # (the fluid side split by host: `phantora.netsim.fluid_shards`)
             out["fluid_shards"] = fluid["fluid_shards"]
         used = out.get("approximations")
@@ -790,11 +841,13 @@ class FluidNvlinkSimulator:
         return f if deps == f.deps else f.with_deps(deps)
 
     def _idle(self) -> bool:
-        return self.packet.in_flight() == 0 and self.fluid.in_flight() == 0 and not self._ahead
+        # (flows behind outer gates are in the packet side's in_flight: with no event there and none here, stuck)
+        packet = self.packet.in_flight() == 0 or (self._outer > 0 and self.packet.next_event_time() is None)
+        return packet and self.fluid.in_flight() == 0 and not self._ahead
 
     def _check_stuck(self) -> None:
         if self._held:
-            n = len(self._held) - self._joins  # (a join is no flow)
+            n = len(self._held) - self._joins  # (a join is no flow; an outer gate's flow counts here)
             raise PhantoraError(f"{n} flows can never start: they wait on flows that never complete")
 
     def _step(self, until: int) -> list[Completion]:
@@ -829,9 +882,10 @@ class FluidNvlinkSimulator:
             self._release(got, now)
         return got + early
 
-    def _release(self, completions: list[Completion], now: int) -> list[Flow]:
+    def _release(self, completions: list[Completion], now: int) -> list[int]:
         """Record arrivals (at `now`); hand every held flow whose last outstanding dep arrived to its engine, at
-        `now`. Returns the flows handed to the packet side."""
+        `now`, and open the outer gates whose last dep arrived. Returns the ids of the flows handed to the packet
+        side and of those an opened gate let its horizon read (`open_outer`)."""
         ready: dict[tuple[int, int], list[Flow]] = {}
         flb, held, sides, chained = self._flb, self._held, self._side, self._chained
         kept = WideDeps()  # wide deps lists, filtered once a call (`_same_side`)
@@ -866,6 +920,9 @@ class FluidNvlinkSimulator:
                 if side == JOIN:
                     self._arrive_join(j, now, ready, kept)
                     continue
+                if side == OUTER:  # (its flow is on the packet side: its gate opens below)
+                    add_to(ready, (max(at, now), OUTER), f)
+                    continue
                 sides[j] = side
                 at = max(at, now)
                 ready.setdefault((at, side), []).append(self._same_side(f, side, kept))
@@ -877,14 +934,18 @@ class FluidNvlinkSimulator:
         if len(heap) > 2 * len(self._waiters) + 64:  # (lazy entries of completed flows: only `submit_floor` pops them)
             heap[:] = [e for e in heap if e[1] in flb and e[1] in self._waiters]
             heapq.heapify(heap)
-        packet: list[Flow] = []
+        packet: list[int] = []
         for (at, side), batch in sorted(ready.items()):
+            if side == OUTER:
+                self._outer -= len(batch)
+                packet += self.packet.open_outer([f.id for f in batch], at)  # type: ignore[attr-defined]
+                continue
             self._engine(side).submit(batch, at)
             if side == FLUID:
                 self._fluid_flows += len(batch)
                 self._fluid_bounds(batch, at)
             else:
-                packet.extend(batch)
+                packet += [f.id for f in batch]
         return packet
 
     def _arrived(self, arrived: dict[int, list[int]], now: int) -> None:
@@ -941,6 +1002,9 @@ class FluidNvlinkSimulator:
             if entry is None:
                 continue
             f, at, side, _ = entry
+            if side == OUTER:  # (its flow is on the packet side: its gate opens in `_release`)
+                add_to(ready, (max(at, t), OUTER), f)
+                continue
             self._side[k] = side
             at = max(at, t)
             ready.setdefault((at, side), []).append(self._same_side(f, side, kept))

@@ -47,6 +47,14 @@ def gate_key(fid: int) -> int:
     return -1 - fid
 
 
+def outer_key(fid: int) -> int:
+    """The pseudo dependency a flow handed to a decomposition's workers waits on for its deps outside the packet side
+    (the fluid NVLink side's, `DecomposedSimulator.open_outer`): below every gate key, never a flow id or a join."""
+    return OUTER_BASE - fid
+
+
+OUTER_BASE = -(1 << 64) - 1
+
 # Pseudo flows that the flows sharing one wide deps list wait on together (a join: one entry per dep, not one per dep
 # and flow), in a decomposition's driver and in a hybrid worker: ids from here on, beyond any flow id (< 2^64) and
 # gate key (< 0).

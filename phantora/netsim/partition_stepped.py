@@ -97,6 +97,7 @@ class SteppedPartition(DecomposedSimulator):
     # (`_horizon`), not at this driver's bounds, so raising each of them at every dep's new bound bought nothing
     raises_wide = False
     pulls_bounds = False  # its horizon and reactions read `_lb` itself: bounds pushed down as they rise
+    opens_outer = False  # its horizon reads its own books: a flow behind the fluid side's gates is held by the hybrid
 
     def _check_config(self, config: PacketConfig) -> None:
         if config.partition < 1:
