@@ -1,18 +1,23 @@
 """Shared fixtures. `zygotes`: every live run of the session forks its fork server from a zygote kept across
 runs (bridge/zygote.py; tests that need a run's own fork server unset `PHANTORA_ZYGOTE`). `ns3_lib` imports ns-3
 and loads the phantora fabric library once per test session; `solver_calls` counts the flow engine's max-min
-solver calls; `zmq_pair` gives a bound ROUTER and a DEALER connected to it, as a bridge server and its peer. The
-longest files are collected first (`LONGEST_FIRST`)."""
+solver calls; `zmq_pair` gives a bound ROUTER and a DEALER connected to it, as a bridge server and its peer;
+`charge_mode` is a rank's charge mode in the test's process (ops on the simulated GPU). The longest files are
+collected first (`LONGEST_FIRST`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from bridge.zygote import ZygoteHome
+
+if TYPE_CHECKING:
+    from phantora.runtime.dispatch import ChargeMode
 
 # The files that took longest in the lead's `.ci/run` at d59f6366 with `--durations=0 --durations-min=0.3`
 # (2026-12-03, zygotes on, load 4-7 on 2 cores beside a helper's runs: the sums of their tests of 0.3 s or more,
@@ -84,6 +89,21 @@ def ns3_lib():
     runtime = load_ns3()
     runtime.include_model_headers()
     return runtime
+
+
+@pytest.fixture
+def charge_mode(monkeypatch: pytest.MonkeyPatch) -> Iterator[ChargeMode]:
+    """A rank's ChargeMode in this process (an H100 under the roofline, no network, no trace): `with charge_mode:`
+    runs ops on the simulated GPU. simcuda counts as installed, as in a rank, but no device guard is set up."""
+    from phantora.perfmodel.gpus import get_gpu
+    from phantora.runtime.compute import Roofline
+    from phantora.runtime.dispatch import ChargeMode
+    from phantora.runtime.nonet import NoNetworkClient
+    from phantora.runtime.session import RankSession
+    from phantora.runtime.simcuda import device
+
+    monkeypatch.setattr(device, "_installed", True)  # what simcuda.install sets in a rank
+    yield ChargeMode(RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), trace_level="none"))
 
 
 @pytest.fixture

@@ -11,28 +11,15 @@ saving amongst: {'bert.embeddings.word_embeddings.weight'}. None is covering the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
-from phantora.perfmodel.gpus import get_gpu
-from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
-from phantora.runtime.nonet import NoNetworkClient
-from phantora.runtime.session import RankSession
-from phantora.runtime.simcuda import device
 from phantora.runtime.simcuda.tensor import SimCudaTensor
 
 
-@pytest.fixture
-def mode(monkeypatch: pytest.MonkeyPatch) -> Iterator[ChargeMode]:
-    monkeypatch.setattr(device, "_installed", True)  # what simcuda.install sets in a rank (no device guard here)
-    yield ChargeMode(RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), trace_level="none"))
-
-
-def test_data_ptr_is_the_datas_address_and_a_view_is_offset_into_it(mode: ChargeMode) -> None:
-    with mode:
+def test_data_ptr_is_the_datas_address_and_a_view_is_offset_into_it(charge_mode: ChargeMode) -> None:
+    with charge_mode:
         data = torch.arange(40, dtype=torch.float32).reshape(10, 4)
         t, row = SimCudaTensor(data, 0), SimCudaTensor(data[3], 0)
         assert t.data_ptr() != 0 and t.data_ptr() == t.untyped_storage().data_ptr()
@@ -40,12 +27,12 @@ def test_data_ptr_is_the_datas_address_and_a_view_is_offset_into_it(mode: Charge
         assert row.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
 
 
-def test_safetensors_finds_each_tensor_of_a_state_dict_whole(mode: ChargeMode) -> None:
+def test_safetensors_finds_each_tensor_of_a_state_dict_whole(charge_mode: ChargeMode) -> None:
     """safetensors' check of a state dict before `load_model` loads it (and `save_model` saves it): every tensor covers
     its storage. (A tied pair's check slices the tensors, which needs a rank's device guard: docs/runtime.md's user
     trials resume such a model.)"""
     st = pytest.importorskip("safetensors.torch")
-    with mode:
+    with charge_mode:
         state = {"embed.weight": SimCudaTensor(torch.randn(16, 8), 0), "head.bias": SimCudaTensor(torch.zeros(16), 0)}
         assert all(st._is_complete(t) for t in state.values())
         assert st._remove_duplicate_names(state) == {}  # before: "None is covering the entire storage"

@@ -10,17 +10,12 @@ it held the bytes of tensors freed earlier, not zeros). The fill is not a kernel
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
 
-from phantora.perfmodel.gpus import get_gpu
-from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
-from phantora.runtime.nonet import NoNetworkClient
-from phantora.runtime.session import RankSession
-from phantora.runtime.simcuda import device
 from phantora.runtime.simcuda.tensor import SimCudaTensor
 
 aten = torch.ops.aten
@@ -35,16 +30,10 @@ MAKERS: dict[str, Callable[[int, torch.Tensor], torch.Tensor]] = {
 }
 
 
-@pytest.fixture
-def mode(monkeypatch: pytest.MonkeyPatch) -> Iterator[ChargeMode]:
-    monkeypatch.setattr(device, "_installed", True)  # what simcuda.install sets in a rank (no device guard here)
-    yield ChargeMode(RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), trace_level="none"))
-
-
 @pytest.mark.parametrize("name", MAKERS)
-def test_an_empty_tensor_on_the_simulated_gpu_holds_zeros_in_real_mode(mode: ChargeMode, name: str) -> None:
-    s, made = mode.session, []
-    with mode:
+def test_an_empty_tensor_on_the_simulated_gpu_holds_zeros_in_real_mode(charge_mode: ChargeMode, name: str) -> None:
+    s, made = charge_mode.session, []
+    with charge_mode:
         for n in (256, 1024, 4096):
             like = SimCudaTensor(torch.ones(n), 0)
             stale = aten.full.default([n], 7.0, device=CUDA0)

@@ -8,28 +8,15 @@ string passed to SimCudaTensor.__format__". On a GPU that line prints the number
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
-from phantora.perfmodel.gpus import get_gpu
-from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
-from phantora.runtime.nonet import NoNetworkClient
-from phantora.runtime.session import RankSession
-from phantora.runtime.simcuda import device
 from phantora.runtime.simcuda.tensor import SimCudaTensor
 
 
-@pytest.fixture
-def mode(monkeypatch: pytest.MonkeyPatch) -> Iterator[ChargeMode]:
-    monkeypatch.setattr(device, "_installed", True)  # what simcuda.install sets in a rank (no device guard here)
-    yield ChargeMode(RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), trace_level="none"))
-
-
-def test_a_scalar_on_the_simulated_gpu_formats_as_its_number(mode: ChargeMode) -> None:
-    with mode:
+def test_a_scalar_on_the_simulated_gpu_formats_as_its_number(charge_mode: ChargeMode) -> None:
+    with charge_mode:
         loss = SimCudaTensor(torch.tensor(2.718281828), 0)
         half = SimCudaTensor(torch.tensor(0.5, dtype=torch.bfloat16), 0)
         count = SimCudaTensor(torch.tensor(42), 0)
@@ -38,8 +25,8 @@ def test_a_scalar_on_the_simulated_gpu_formats_as_its_number(mode: ChargeMode) -
         assert f"{loss}" == str(torch.tensor(2.718281828).item())  # a plain tensor's, no spec: the number too
 
 
-def test_a_tensor_of_more_elements_still_refuses_a_spec_as_torch_does(mode: ChargeMode) -> None:
-    with mode:
+def test_a_tensor_of_more_elements_still_refuses_a_spec_as_torch_does(charge_mode: ChargeMode) -> None:
+    with charge_mode:
         t = SimCudaTensor(torch.ones(3), 0)
         with pytest.raises(TypeError):
             format(t, "0.4f")

@@ -22,28 +22,17 @@ _LIBRARY: list[torch.library.Library] = []
 _inside = threading.local()
 
 
-def _kernel(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    *,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> Any:
-    """The op on the simulated GPU: `F.scaled_dot_product_attention` (phantora's choice), which may call torch's
-    own function, and so the op again: that inner call runs torch's composite."""
+def _kernel(*args: Any, **kwargs: Any) -> Any:
+    """The op on the simulated GPU: `F.scaled_dot_product_attention` (phantora's choice, whose signature is the op's:
+    phantom_mode.py's `sdpa` spells it out), which may call torch's own function, and so the op again: that inner call
+    runs torch's composite. The dispatcher passes the schema's arguments as given, handed on unchanged."""
     if getattr(_inside, "on", False):
-        return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+        return _SDPA.decompose(*args, **kwargs)
     import torch.nn.functional as F
 
     _inside.on = True
     try:
-        return F.scaled_dot_product_attention(
-            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
-        )
+        return F.scaled_dot_product_attention(*args, **kwargs)
     finally:
         _inside.on = False
 
