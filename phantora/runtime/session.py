@@ -14,6 +14,7 @@ import functools
 import itertools
 import json
 import resource
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -268,6 +269,7 @@ class RankSession:
         self.trace_steps = trace_steps  # ops traced for this many steps, then steps and collectives only (0: all)
         self.out_dir = Path(out_dir) if out_dir else None
         self.pending: dict[int, Pending] = {}
+        self.thread = threading.get_ident()  # the program's thread: it alone talks to the coordinator
         self.streams: StreamDeps[Pending] = StreamDeps()  # what each simulated CUDA stream's next collective follows
         self.by_storage: dict[int, set[int]] = {}
         self.aborted: dict[int, str] = {}  # NCCL stream (a communicator) -> why it was aborted (`abort`)

@@ -13,6 +13,7 @@ collective in flight, as a host that waits for the GPU does.
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any
 
 import torch
@@ -30,9 +31,11 @@ def _session() -> Any:
 
 
 def synchronize(device: Any = None) -> None:
-    """Wait for the simulated GPU: join every lane and collective in flight."""
+    """Wait for the simulated GPU: join every lane and collective in flight. From a thread other than the
+    program's (DCP's `async_save` writer syncs its CUDA stream in its own), nothing: that thread's ops are host
+    work, not charged (dispatch.py), and only the program's thread may wait on the coordinator."""
     s = _session()
-    if s is not None:
+    if s is not None and threading.get_ident() == s.thread:
         s.sync()
 
 
