@@ -12,7 +12,8 @@ compiled path built, ab_trees.py) and this one run alternately, `--launches` tim
 
 Programs: gpt_ddp (examples/gpt_ddp.py --steps 20: CPU tensors, charged as GPU work), cuda_ddp (examples/cuda_ddp.py
 --steps 200: cuda tensors of the simulated GPU), llama_phantom (examples/llama_train.py --model tiny --steps 5 in
---phantom mode: meta tensors), hf_trainer (examples/hf_trainer.py --max_steps 10, a Trainer with the HF extra),
+--phantom mode: meta tensors), gpt_fsdp (examples/gpt_fsdp.py --steps 20: FSDP2, its parameters and optimizer
+state DTensors over CPU tensors), hf_trainer (examples/hf_trainer.py --max_steps 10, a Trainer with the HF extra),
 cpu_add (20,000 torch.add of 4-element CPU tensors: the per-op path of a program on CPU tensors, almost alone).
 """
 
@@ -35,6 +36,7 @@ PROGRAMS: dict[str, tuple[list[str], list[str]]] = {  # name -> (run options, sc
     "gpt_ddp": ([], ["examples/gpt_ddp.py", "--steps", "20"]),
     "cuda_ddp": ([], ["examples/cuda_ddp.py", "--steps", "200"]),
     "llama_phantom": (["--phantom"], ["examples/llama_train.py", "--model", "tiny", "--steps", "5"]),
+    "gpt_fsdp": ([], ["examples/gpt_fsdp.py", "--steps", "20"]),
     "hf_trainer": ([], ["examples/hf_trainer.py", "--output_dir", "{tmp}/hf", "--max_steps", "10"]),
     "cpu_add": ([], ["{tmp}/cpu_add.py"]),
 }
@@ -69,7 +71,9 @@ def run_once(tree: Path, name: str) -> dict[str, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--programs", default="cpu_add,gpt_ddp,cuda_ddp,llama_phantom", help=f"of {', '.join(PROGRAMS)}")
+    p.add_argument(
+        "--programs", default="cpu_add,gpt_ddp,cuda_ddp,llama_phantom,gpt_fsdp", help=f"of {', '.join(PROGRAMS)}"
+    )
     p.add_argument("--baseline", help="a git revision to run beside this tree")
     p.add_argument("--launches", type=int, default=2)
     a = p.parse_args()
