@@ -24,8 +24,7 @@ from phantora.replay import replay_inprocess
 from phantora.topology.loader import load_topology
 from phantora.topology.model import Topology
 from phantora.workload import load_workload
-from tests.random_dags import random_dag
-from tests.test_decompose_pulled_bounds import _hosts, _on_rails, _tiny
+from tests.random_dags import rail_batches, run_batches, tiny_rails
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT / "workloads" / "rail_allreduce.toml"  # README's workers=2 line: 2 rail all-reduces of 8 MiB
@@ -69,10 +68,7 @@ def _run(topo: Topology, config: PacketConfig, first: list[Flow], second: list[F
     """Two batches (the second 30 us in, after an advance), drained; every flow's (id, start, end)."""
     sim = make_engine(EngineSpec("ns3", config), topo, spawner=spawn_workers)
     try:
-        sim.submit(first, 0)
-        done = list(sim.advance(30_000))
-        sim.submit(second, 30_000)
-        done += sim.drain()
+        done = run_batches(sim, first, second)
     finally:
         sim.close()
     return sorted((c.flow_id, c.start_ns, c.end_ns) for c in done)
@@ -81,12 +77,9 @@ def _run(topo: Topology, config: PacketConfig, first: list[Flow], second: list[F
 @pytest.mark.slow  # per seed one engine, then 2 workers and 2 shard processes (about 10 CPU s)
 @pytest.mark.parametrize("seed", range(2))
 def test_workers_with_fluid_shard_processes_equal_one_engine_on_random_dags(seed: int) -> None:
-    topo = _tiny()
-    hosts = _hosts(topo)
-    rng = random.Random(300 + seed)
-    first = _on_rails(random_dag(rng, hosts, 0, 80, (), markers=0.1, wide=0.1), hosts)
-    second = _on_rails(random_dag(rng, hosts, 80, 80, [f.id for f in first], markers=0.1, wide=0.1), hosts)
-    one = _run(_tiny(), BASE, first, second)
+    topo = tiny_rails()
+    first, second = rail_batches(random.Random(300 + seed), 80)
+    one = _run(tiny_rails(), BASE, first, second)
     split = _run(topo, replace(BASE, workers=2, fluid_shards=2, fluid_procs="on", fluid_chains="on"), first, second)
     assert len(one) == len(first) + len(second)
     assert split == one

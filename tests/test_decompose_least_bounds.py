@@ -17,8 +17,8 @@ from phantora.netsim.decompose import DecomposedSimulator
 from phantora.netsim.least_bounds import least_ends
 from phantora.netsim.pulled_bounds import pull
 from phantora.topology.generators import rail_optimized
-from tests.random_dags import random_dag
-from tests.test_decompose_pulled_bounds import Books, _hosts, _on_rails, _run, _tiny
+from tests.random_dags import gpus_by_host, rail_batches, random_dag, tiny_rails
+from tests.test_decompose_pulled_bounds import Books, _run
 
 
 def full_scan(
@@ -53,7 +53,7 @@ def _copy(books: Books) -> tuple[Any, ...]:
 @pytest.mark.parametrize("seed", range(6))
 def test_least_ends_equal_the_exact_least_bounds_and_the_full_scan(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(seed)
-    hosts = _hosts(rail_optimized(4, 4, 1))
+    hosts = gpus_by_host(rail_optimized(4, 4, 1))
     books = Books()
     now = 0
     reads = checked = stepped = 0
@@ -110,11 +110,8 @@ def test_least_ends_equal_the_exact_least_bounds_and_the_full_scan(seed: int, mo
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(3))
 def test_every_rounds_horizon_equals_the_full_scans_and_one_engine(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    topo = _tiny()
-    hosts = _hosts(topo)
-    rng = random.Random(200 + seed)
-    first = _on_rails(random_dag(rng, hosts, 0, 80, (), markers=0.1, wide=0.1), hosts)
-    second = _on_rails(random_dag(rng, hosts, 80, 80, [f.id for f in first], markers=0.1, wide=0.1), hosts)
+    topo = tiny_rails()
+    first, second = rail_batches(random.Random(200 + seed), 80)
     read = [0]
 
     def scanned(self: DecomposedSimulator, ids: set[int], floor: int) -> tuple[int, int]:
@@ -131,7 +128,7 @@ def test_every_rounds_horizon_equals_the_full_scans_and_one_engine(seed: int, mo
         scanned_flows, scanned_rounds = _run(topo, 2, True, first, second)
     monkeypatch.setattr(decompose, "least_ends", counted)
     quick, quick_rounds = _run(topo, 2, True, first, second)
-    one, _ = _run(_tiny(), 0, True, first, second)
+    one, _ = _run(tiny_rails(), 0, True, first, second)
     assert read[0] > 0  # (the new reading ran)
     assert len(quick_rounds) > 3
     assert quick_rounds == scanned_rounds

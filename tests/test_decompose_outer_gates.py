@@ -22,8 +22,7 @@ from phantora.replay import replay_inprocess
 from phantora.topology.loader import load_topology
 from phantora.topology.model import Topology
 from phantora.workload import load_workload
-from tests.random_dags import random_dag
-from tests.test_decompose_pulled_bounds import _hosts, _on_rails, _tiny
+from tests.random_dags import rail_batches, run_batches, tiny_rails
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT / "workloads" / "rail_allreduce.toml"  # 2 hierarchical all-reduces: rings behind NVLink phases
@@ -37,10 +36,7 @@ def _run(topo: Topology, config: PacketConfig, first: list[Flow], second: list[F
     try:
         if isinstance(sim, FluidNvlinkSimulator):
             sim.outer_gates = sim.outer_gates and outer
-        sim.submit(first, 0)
-        done = list(sim.advance(30_000))
-        sim.submit(second, 30_000)
-        done += sim.drain()
+        done = run_batches(sim, first, second)
         stats = sim.stats()
     finally:
         sim.close()
@@ -50,12 +46,9 @@ def _run(topo: Topology, config: PacketConfig, first: list[Flow], second: list[F
 @pytest.mark.slow  # per seed one engine, then 2 workers twice (about 12 CPU s)
 @pytest.mark.parametrize("seed", range(3))
 def test_outer_gates_equal_one_engine_on_random_dags(seed: int) -> None:
-    topo = _tiny()
-    hosts = _hosts(topo)
-    rng = random.Random(700 + seed)
-    first = _on_rails(random_dag(rng, hosts, 0, 90, (), markers=0.1, wide=0.1), hosts)
-    second = _on_rails(random_dag(rng, hosts, 90, 90, [f.id for f in first], markers=0.1, wide=0.1), hosts)
-    one, _ = _run(_tiny(), BASE, first, second)
+    topo = tiny_rails()
+    first, second = rail_batches(random.Random(700 + seed), 90)
+    one, _ = _run(tiny_rails(), BASE, first, second)
     gated, stats = _run(topo, replace(BASE, workers=2), first, second)
     held, held_stats = _run(topo, replace(BASE, workers=2), first, second, outer=False)
     assert len(one) == len(first) + len(second)

@@ -4,7 +4,6 @@ every round's horizon, rounds and completions on two ns-3 workers (and one engin
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from typing import Any
 
@@ -20,7 +19,7 @@ from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.pulled_bounds import Wide, pull
 from phantora.topology.generators import rail_optimized
 from phantora.topology.model import Topology
-from tests.random_dags import random_dag
+from tests.random_dags import gpus_by_host, rail_batches, random_dag, run_batches, tiny_rails
 
 
 class Books:
@@ -80,22 +79,10 @@ class Books:
         return pull(fid, self.c, self.ends, self.up, self.step, self.memo, self.wide, need)
 
 
-def _tiny() -> Topology:
-    return rail_optimized(3, 2, 1, nic_rate="100Gbps", uplink_rate="100Gbps", latency="1us", name="rail-3x2")
-
-
-def _hosts(topo: Topology) -> list[list[int]]:
-    hosts: dict[int, list[int]] = {}
-    for v, n in enumerate(topo.nodes):
-        if n.kind == "gpu" and n.host is not None:
-            hosts.setdefault(n.host, []).append(v)
-    return [hosts[h] for h in sorted(hosts)]
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_pulled_bounds_equal_the_pushed_walk_after_every_event(seed: int) -> None:
     rng = random.Random(seed)
-    hosts = _hosts(rail_optimized(4, 4, 1))
+    hosts = gpus_by_host(rail_optimized(4, 4, 1))
     books = Books()
     flows: list[Flow] = []
     now = 0
@@ -134,16 +121,6 @@ L_NS = 1000
 SETTINGS = {"cc": "dcqcn", "nvlink": "fluid", "nic_latency": L_NS, "payload_bytes": 4096, "header_bytes": 62}
 
 
-def _on_rails(flows: list[Flow], hosts: list[list[int]]) -> list[Flow]:
-    """`flows` with each fabric flow's destination moved to its source's rail (one decomposition piece a rail)."""
-    where = {g: (h, r) for h, gs in enumerate(hosts) for r, g in enumerate(gs)}
-    out = []
-    for f in flows:
-        (hs, rs), (hd, _) = where[f.src], where[f.dst]
-        out.append(f if hs == hd else dataclasses.replace(f, dst=hosts[hd][rs]))
-    return out
-
-
 def _run(topo: Topology, workers: int, pulls: bool, first: list[Flow], second: list[Flow]) -> tuple[list, list]:
     """Two batches (the second 30 us in) on `workers` decomposition workers; (completions, every round's (horizon,
     least end the caller reacts to))."""
@@ -161,10 +138,7 @@ def _run(topo: Topology, workers: int, pulls: bool, first: list[Flow], second: l
                 return h
 
             packet._horizon = recorded
-        sim.submit(first, 0)
-        done = list(sim.advance(30_000))
-        sim.submit(second, 30_000)
-        done += sim.drain()
+        done = run_batches(sim, first, second)
     finally:
         sim.close()
     return sorted((c.flow_id, c.start_ns, c.end_ns) for c in done), rounds
@@ -175,11 +149,8 @@ def _run(topo: Topology, workers: int, pulls: bool, first: list[Flow], second: l
 def test_every_rounds_horizon_pulled_equals_the_pushed_walks_and_one_engine(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topo = _tiny()
-    hosts = _hosts(topo)
-    rng = random.Random(100 + seed)
-    first = _on_rails(random_dag(rng, hosts, 0, 80, (), markers=0.1, wide=0.1), hosts)
-    second = _on_rails(random_dag(rng, hosts, 80, 80, [f.id for f in first], markers=0.1, wide=0.1), hosts)
+    topo = tiny_rails()
+    first, second = rail_batches(random.Random(100 + seed), 80)
     count = [0]
 
     def counted(*args: Any) -> int:
@@ -190,7 +161,7 @@ def test_every_rounds_horizon_pulled_equals_the_pushed_walks_and_one_engine(
     pulled, pulled_rounds = _run(topo, 2, True, first, second)
     assert count[0] > 0  # (the pulled runs pulled)
     pushed, pushed_rounds = _run(topo, 2, False, first, second)
-    one, _ = _run(_tiny(), 0, True, first, second)
+    one, _ = _run(tiny_rails(), 0, True, first, second)
     assert len(pulled_rounds) > 3
     assert pulled_rounds == pushed_rounds
     assert pulled == pushed == one
