@@ -1,7 +1,8 @@
 """Which whole-DAG driver `--set workers=N` should build (issue 38 item 2, `factory.WHOLE_DAG_DRIVER`): the plain
 `DecomposedSimulator` or route (a)'s `HybridDecomposedSimulator`, side by side, and one engine (``one``: workers=0)
 as the base of the 1.7x goal; ``shards``: the plain driver with its fluid NVLink side in shard processes, one a worker
-(`factory.WHOLE_DAG_FLUID = "procs"`). Prints figures only.
+(`factory.WHOLE_DAG_FLUID = "procs"`); ``held``: the plain driver without outer gates (`factory.OUTER_GATES = False`:
+the hybrid holds a packet flow behind the fluid side until it is released). Prints figures only.
 
 Cases (each run is a fresh process, nvlink=fluid, wire=roce4k, nic_latency=1us, DCQCN, rail128, workers=2):
 
@@ -57,6 +58,9 @@ def force_driver(driver: str, everywhere: bool) -> None:
 
     if driver == "shards":
         factory.WHOLE_DAG_FLUID = "procs"
+        driver = "plain"
+    if driver == "held":  # plain, the packet flows behind the fluid side held by the hybrid (no outer gates)
+        factory.OUTER_GATES = False
         driver = "plain"
     factory.WHOLE_DAG_DRIVER = driver
     if everywhere:
@@ -210,7 +214,7 @@ def main() -> None:
         "--order",
         nargs="+",
         default=["plain", "hybrid", "hybrid", "plain"],
-        choices=["one", "plain", "hybrid", "shards"],
+        choices=["one", "plain", "hybrid", "shards", "held"],
     )
     ap.add_argument("--timeout", type=float, default=600.0, help="wall seconds a run may take (default 600)")
     ap.add_argument("--one", nargs=2, metavar=("CASE", "DRIVER"), help=argparse.SUPPRESS)
@@ -226,7 +230,7 @@ def main() -> None:
     print(f"load {os.getloadavg()[0]:.1f} at {time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
     summary = []
     for case in a.cases:
-        runs: dict[str, list[dict[str, Any] | None]] = {"one": [], "plain": [], "hybrid": [], "shards": []}
+        runs: dict[str, list[dict[str, Any] | None]] = {d: [] for d in ("one", "plain", "hybrid", "shards", "held")}
         for driver in a.order:
             r = spawn(case, driver, a.timeout)
             show(case, driver, r, a.timeout)
@@ -250,7 +254,7 @@ def main() -> None:
             print(f"{case:14} no finished run of {' or '.join(unrun)}; keys equal {same}")
         if done["one"]:
             one_cpu = min(r["driver_cpu"] for r in done["one"])
-            for d in ("plain", "hybrid", "shards"):
+            for d in ("plain", "hybrid", "shards", "held"):
                 crits = [r["crit"] for r in done[d] if r.get("crit")]
                 if crits:
                     print(

@@ -38,6 +38,10 @@ WHOLE_DAG_DRIVER = "plain"  # "hybrid": route (a)'s driver for whole-DAG runs
 # own, the fluid releases in the shards: `fluid_chains`), unless the user set fluid_shards. The same completions
 # either way (tests/test_decompose_fluid_procs.py); docs/packet-model.md, "The fluid NVLink side out of the driver".
 WHOLE_DAG_FLUID = "driver"
+# Whether the plain driver takes a packet flow waiting on the fluid NVLink side at the first submit, behind an outer
+# gate the fluid side opens (`FluidNvlinkSimulator.outer_gates`), or the hybrid holds it until then (issue 38, item 2).
+# The same completions either way (tests/test_decompose_outer_gates.py); docs/packet-model.md, "Outer gates".
+OUTER_GATES = True
 
 
 def make_engine(
@@ -116,6 +120,7 @@ def make_engine(
         shards = getattr(engine, "fluid", None)
         if getattr(fluid_config, "fluid_procs", "off") == "on" and shards is not None:  # (its CPU off the driver's)
             decomposed.helper_cpu = lambda: float(shards.critical_cpu_s)
+        engine.outer_gates = engine.outer_gates and OUTER_GATES  # type: ignore[attr-defined]
         decomposed.reacts = engine.reacts_to  # type: ignore[attr-defined]
         decomposed.meanwhile = engine.run_ahead  # type: ignore[attr-defined]  # asynchronous rounds (issue 38)
         # (decomposed.floor = engine.submit_floor: opt-in, issue 38; unexplained slowdown on a 64 MiB run)

@@ -34,7 +34,7 @@ from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator, Obs
 from phantora.netsim.flow import CausalityError, FlowSimulator
 from phantora.netsim.held import Held, Waiters, add_to, one_nearer
 from phantora.netsim.idset import IdSet
-from phantora.netsim.nic_latency import JOIN_BASE, gate_key, outer_key
+from phantora.netsim.nic_latency import JOIN_BASE, OUTER_BASE, gate_key, outer_key
 from phantora.netsim.observe import (
     CnpEvent,
     Drop,
@@ -316,7 +316,7 @@ class FluidNvlinkSimulator:
                 continue
             pending = gate
             ended = False
-            wid = outer_key(f.id) if xgate and side == PACKET else f.id  # (the id its waits are kept under)
+            wid = OUTER_BASE - f.id if xgate and side == PACKET else f.id  # (its waits kept under it: `outer_key`)
             for d in dict.fromkeys(f.deps) if len(f.deps) > 1 else f.deps:
                 if d in ends:
                     ended = True
@@ -348,8 +348,10 @@ class FluidNvlinkSimulator:
             else:  # its deps not done are all known on its side (checked, ordered): it keeps them all
                 sides[f.id] = side
                 add_to(out[side], at, self._same_side(f, side) if ended else f)
-        if out[PACKET]:
-            self._hand_packet(out[PACKET], outer)
+        if outer:
+            self._hand_outer(out[PACKET], outer)
+        elif out[PACKET]:
+            self._hand_packet(out[PACKET])
         for t, group in sorted(out[FLUID].items()):
             self.fluid.submit(group, t)
             self._fluid_flows += len(group)
@@ -361,17 +363,17 @@ class FluidNvlinkSimulator:
                 self.fluid.submit_routed(group, t, pin)  # type: ignore[attr-defined]
             self._fluid_flows += len(group)
 
-    def _hand_packet(self, groups: dict[int, list[Flow]], outer: Collection[int] = ()) -> None:
-        """Flows for the packet side, by submit ns (one group unless `_place` got an `at_of`); those in `outer` wait
-        there on their outer gates too (`submit_outer`)."""
-        if outer:
-            self.outer_gated += len(outer)
-            outer = set(outer)
+    def _hand_packet(self, groups: dict[int, list[Flow]]) -> None:
+        """Flows for the packet side, by submit ns (one group unless `_place` got an `at_of`)."""
         for t, group in sorted(groups.items()):
-            if outer:
-                self.packet.submit_outer(group, t, outer)  # type: ignore[attr-defined]
-            else:
-                self.packet.submit(group, t)
+            self.packet.submit(group, t)
+
+    def _hand_outer(self, groups: dict[int, list[Flow]], outer: list[int]) -> None:
+        """(`outer_gates`) `_hand_packet`, the flows of `outer` each behind its outer gate there (`submit_outer`)."""
+        self.outer_gated += len(outer)
+        gated = set(outer)
+        for t, group in sorted(groups.items()):
+            self.packet.submit_outer(group, t, gated)  # type: ignore[attr-defined]
 
     def _hold_outer(self, f: Flow, at: int, on: Sequence[int], bare: Flow, out: dict[int, list[Flow]]) -> None:
         """(`outer_gates`) Packet flow `f`, submitted at `at`, goes out now as `bare` (its packet deps only), its gate
