@@ -72,6 +72,30 @@ def test_mixture_of_experts_with_expert_parallelism(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_the_alltoall_dispatcher_with_tensor_parallelism_in_real_mode(tmp_path: Path) -> None:
+    """TP 2 with sequence parallelism x EP 2 (expert TP 2), the alltoall dispatcher, real mode: each TP rank holds
+    its own tokens' routing, so the dispatcher all-gathers the TP pair's tokens into a list of unequal parts
+    (`_gather_along_first_dim` with `output_split_sizes`) and its backward reduce-scatters them. ProcessGroupNCCL
+    runs those as one NCCL group of broadcasts and of reductions, one a root; gloo, which moves real mode's data,
+    refused the unequal list before 51e5186f ("ProcessGroupGloo::allgather: invalid tensor size"). The run trains
+    (Megatron's timer is phantora's step), and rank 0's trace has the reductions on its TP pair (Megatron calls
+    no `dist.reduce` itself) and the broadcasts beside its data's."""
+    workdir = tmp_path / "Megatron-LM"
+    shutil.copytree(PROGRAMS / UPSTREAM, workdir)
+    args = [*MODEL, "--num-layers", "2", *RUN, *DATA, *NO_APEX_NO_TE, *MOE, *MIXTRAL]
+    args += ["--moe-token-dispatcher-type", "alltoall", "--tensor-model-parallel-size", "2", "--sequence-parallel"]
+    run = run_program(workdir, "pretrain_gpt.py", args, tmp_path / "out", 4, env=ENV)
+    trains(run)
+    logged = {m[1]: m[2] for m in re.finditer(r"^  (\w+) \.+ (\S+)$", run.log(0), flags=re.M)}
+    assert (logged["expert_tensor_parallel_size"], logged["moe_token_dispatcher_type"]) == ("2", "alltoall")
+    events = json.loads((tmp_path / "out" / "trace.json").read_text())["traceEvents"]
+    comm = [e for e in events if e.get("pid") == 0 and e.get("cat") == "comm"]
+    reductions = [e for e in comm if str(e["name"]).startswith("reduce#")]
+    assert reductions and all(e["args"]["group"] == [0, 1] for e in reductions)
+    assert any(str(e["name"]).startswith("broadcast#") and e["args"]["group"] == [0, 1] for e in comm)
+
+
+@pytest.mark.slow
 def test_mixture_of_experts_in_phantom_mode(tmp_path: Path) -> None:
     """The same run with `--phantom`. The router's top-k over phantom scores takes the balanced routing
     (runtime/simcuda/kept_values.py), named once on screen and in results.json, so the all-gather dispatcher's
