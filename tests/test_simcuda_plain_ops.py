@@ -121,3 +121,50 @@ def test_a_traced_op_is_recorded_from_the_compiled_charge(general: list[str], mo
     mul_ns = math.ceil(2 * 4 * N / get_gpu("h100").mem_bw * 1e9) + DEFAULT_LAUNCH_NS  # in place: read and write
     add_end = start + ADD_NS
     assert session.trace._ops[-2:] == [("aten.add", start, add_end), ("aten.mul_", add_end, add_end + mul_ns)]
+
+
+def test_a_coarse_trace_merges_the_compiled_charges_ops_into_one_block(general: list[str]) -> None:
+    """At the "coarse" level the compiled charge hands each op to the recorder's method (only "ops" is appended in
+    C): two back-to-back ops are one block from the first's start to the second's end."""
+    session = RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), trace_level="coarse")
+    a = torch.ones(N)
+    with ChargeMode(session):
+        start = session.clock.compute_ns
+        torch.add(a, a).mul_(2.0)
+    assert general == []
+    mul_ns = math.ceil(2 * 4 * N / get_gpu("h100").mem_bw * 1e9) + DEFAULT_LAUNCH_NS
+    session.trace.stop_ops()  # closes the open block
+    assert session.trace._ops == [("compute (2 ops)", start, start + ADD_NS + mul_ns)]
+
+
+class _Reports(NoNetworkClient):
+    """The stand-in network, keeping the clocks the rank reported."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reports: list[int] = []
+
+    def advance_clock(self, t_ns: int) -> None:
+        self.reports.append(t_ns)
+        super().advance_clock(t_ns)
+
+
+def test_the_compiled_charge_reports_the_clock_as_report_every_us_says(general: list[str]) -> None:
+    """The clock report (`_report_check`, done in C by the compiled charge): with report_every_us=0 each op reports
+    its end; with an interval longer than the test, none does, and the real clock is read every REPORT_CHECK_OPS
+    ops (`_report_in` counts down from it)."""
+    from phantora.runtime.session import REPORT_CHECK_OPS
+
+    a = torch.ones(N)
+    every = RankSession(0, 1, _Reports(), Roofline(get_gpu("h100")), trace_level="none", report_every_us=0)
+    with ChargeMode(every):
+        start = every.clock.compute_ns
+        for _ in range(3):
+            torch.add(a, a)
+    assert general == [] and every.client.reports == [start + k * ADD_NS for k in (1, 2, 3)]  # type: ignore[attr-defined]
+    rare = RankSession(0, 1, _Reports(), Roofline(get_gpu("h100")), trace_level="none", report_every_us=1e12)
+    rare._last_report = 1 << 62  # the last report "now": none is due for the test's length
+    with ChargeMode(rare):
+        for _ in range(1 + REPORT_CHECK_OPS + 3):  # the first op checks at once (a session starts at 1)
+            torch.add(a, a)
+    assert rare.client.reports == [] and rare._report_in == REPORT_CHECK_OPS - 3  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
+#include <time.h>
 
 /* A tensor's metadata as simcuda/tensorinfo.cc reads it from the C++ tensor (its struct, field for field); the
  * function's address is given by compiled.py, or none: then every field is read through torch's Python bindings. */
@@ -75,6 +76,8 @@ static PyObject *g_get_mode;      /* torch._C._get_dispatch_mode */
 static PyObject *g_fake_key;      /* torch._C._TorchDispatchModeKey.FAKE */
 static long long g_small_size;    /* caching_allocator.SMALL_SIZE */
 static PyObject *g_temp;          /* memory.TEMP */
+static PyObject *g_trace_op;      /* trace.TraceRecorder.op (the function): its "ops" level is done here */
+static long long g_report_check_ops; /* session.REPORT_CHECK_OPS */
 static int g_ready = 0;
 
 static PyObject *s_elem, *s_is_meta, *s_shape, *s_dtype, *s_sim_index, *s_internal, *s_phantom, *s_by_storage,
@@ -85,7 +88,8 @@ static PyObject *s_elem, *s_is_meta, *s_shape, *s_dtype, *s_sim_index, *s_intern
     *s_peak_by_cat, *s_peak_event, *s_value, *s_scenario, *s_trace_ops, *s_listeners, *s_ops, *s_flops,
     *s_flops_by_dtype, *s_ns, *s_launch_ns, *s_tier_ns, *s_tier, *s_clock, *s_compute_ns, *s_compute_busy_ns,
     *s_report_in, *s_report_check, *s_requires_grad, *s_layout, *s_storage_offset, *s_stride, *s_device,
-    *s_strides, *s_thread, *s_session, *s_installed, *s_general, *s_get, *s_device_op, *s_free, *s_free_c, *s_lost_cb, *s_kw_dd, *s_kw_sdd, *s_seen;
+    *s_strides, *s_thread, *s_session, *s_installed, *s_general, *s_get, *s_device_op, *s_free, *s_free_c, *s_lost_cb, *s_kw_dd, *s_kw_sdd, *s_seen,
+    *s_level, *s_ops_list, *s_ops_level, *s_report_every_ns, *s_last_report, *s_client, *s_advance_clock;
 
 static int intern_all(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1;
@@ -108,6 +112,8 @@ static int intern_all(void) {
   I(s_strides, "strides") I(s_thread, "thread") I(s_session, "session") I(s_installed, "_installed")
   I(s_general, "_general") I(s_get, "get") I(s_device_op, "device_op") I(s_free, "free") I(s_free_c, "_free_c")
   I(s_lost_cb, "_lost_cb") I(s_history, "_history") I(s_free_py, "_free") I(s_seen, "_seen")
+  I(s_level, "level") I(s_ops_list, "_ops") I(s_ops_level, "ops") I(s_report_every_ns, "report_every_ns")
+  I(s_last_report, "_last_report") I(s_client, "client") I(s_advance_clock, "advance_clock")
 #undef I
   if (!(s_kw_dd = PyTuple_Pack(2, s_dtype, s_device))) return -1;
   if (!(s_kw_sdd = PyTuple_Pack(3, s_strides, s_dtype, s_device))) return -1;
@@ -441,12 +447,67 @@ static int bump(PyObject *d, PyObject *k, PyObject *v) {
   return r;
 }
 
+/* `trace(name, start, end)`, the session's `_trace_ops`: TraceRecorder.op at its "ops" level is done here (the
+   tuple appended to the recorder's `_ops`, as the method does); any other level or callable is called. */
+static int trace_op(PyObject *trace, PyObject *name, PyObject *start, PyObject *end) {
+  if (g_trace_op && PyMethod_Check(trace) && PyMethod_GET_FUNCTION(trace) == g_trace_op) {
+    PyObject *rd = dict_of(PyMethod_GET_SELF(trace));
+    if (!rd) return -1;
+    PyObject *level = PyDict_GetItemWithError(rd, s_level), *ops = NULL;
+    int here = level && PyUnicode_CheckExact(level) && PyUnicode_Compare(level, s_ops_level) == 0;
+    if (here && (ops = PyDict_GetItemWithError(rd, s_ops_list)) && PyList_CheckExact(ops)) {
+      PyObject *ev = PyTuple_Pack(3, name, start, end);
+      int r = ev ? PyList_Append(ops, ev) : -1;
+      Py_XDECREF(ev);
+      Py_DECREF(rd);
+      return r;
+    }
+    Py_DECREF(rd);
+    if (PyErr_Occurred()) return -1;
+  }
+  PyObject *tmp = PyObject_CallFunctionObjArgs(trace, name, start, end, NULL);
+  Py_XDECREF(tmp);
+  return tmp ? 0 : -1;
+}
+
+/* The real clock in ns: time.perf_counter_ns's (CLOCK_MONOTONIC), which `_report_check` reads. */
+static long long real_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* RankSession._report_check(end), here: every REPORT_CHECK_OPS ops the real clock is read, and the clock `end` is
+   reported to the bridge (`client.advance_clock(end)`) if `report_every_ns` of real time passed since the last. */
+static int report_check(PyObject *session, PyObject *sd, PyObject *end) {
+  PyObject *every = dget(sd, session, s_report_every_ns), *last = NULL, *n = NULL, *client = NULL, *tmp = NULL;
+  int ret = -1;
+  if (!every) goto done;
+  long long ev = PyLong_AsLongLong(every), wall = real_ns();
+  if (ev == -1 && PyErr_Occurred()) goto done;
+  if (!(n = PyLong_FromLongLong(ev ? g_report_check_ops : 1)) || PyDict_SetItem(sd, s_report_in, n) < 0) goto done;
+  if (!(last = dget(sd, session, s_last_report))) goto done;
+  long long lr = PyLong_AsLongLong(last);
+  if (lr == -1 && PyErr_Occurred()) goto done;
+  if (wall - lr >= ev) {
+    Py_CLEAR(n);
+    if (!(n = PyLong_FromLongLong(wall)) || PyDict_SetItem(sd, s_last_report, n) < 0) goto done;
+    if (!(client = dget(sd, session, s_client))) goto done;
+    if (!(tmp = PyObject_CallMethodOneArg(client, s_advance_clock, end))) goto done;
+  }
+  ret = 0;
+done:
+  Py_XDECREF(every); Py_XDECREF(last); Py_XDECREF(n); Py_XDECREF(client); Py_XDECREF(tmp);
+  return ret;
+}
+
 static int charge(PyObject *session, PyObject *sd, PyObject *name, PyObject *cost) {
   PyObject *scenario = NULL, *trace = NULL, *listeners = NULL, *tmp = NULL, *flops = NULL, *ns = NULL,
            *clock = NULL, *cd = NULL, *end = NULL, *ri = NULL, *start = NULL;
-  int ret = -1, simple = 0;
+  int ret = -1, simple = 0, own_check = 0;
   if (Py_IS_TYPE(session, (PyTypeObject *)g_session_type) && !PyDict_GetItemWithError(sd, s_charge) &&
       !PyErr_Occurred()) {
+    own_check = !PyDict_GetItemWithError(sd, s_report_check) && !PyErr_Occurred();  /* not replaced on the session */
     if (!(scenario = dget(sd, session, s_scenario)) || !(trace = dget(sd, session, s_trace_ops)) ||
         !(listeners = dget(sd, session, s_listeners)))
       goto done;
@@ -525,10 +586,7 @@ static int charge(PyObject *session, PyObject *sd, PyObject *name, PyObject *cos
     Py_DECREF(se);
     if (!end) goto done;
   }
-  if (trace != Py_None) {  /* `self._trace_ops(name, start, end)` */
-    if (!(tmp = PyObject_CallFunctionObjArgs(trace, name, start, end, NULL))) goto done;
-    Py_CLEAR(tmp);
-  }
+  if (trace != Py_None && trace_op(trace, name, start, end) < 0) goto done;  /* `self._trace_ops(name, start, end)` */
   {
     PyObject *minus = PyLong_FromLong(-1);
     ri = minus ? dadd(sd, session, s_report_in, minus) : NULL;
@@ -536,7 +594,8 @@ static int charge(PyObject *session, PyObject *sd, PyObject *name, PyObject *cos
     if (!ri) goto done;
     int left = PyObject_IsTrue(ri);
     if (left < 0) goto done;
-    if (!left && !(tmp = PyObject_CallMethodObjArgs(session, s_report_check, end, NULL))) goto done;
+    if (!left && own_check && report_check(session, sd, end) < 0) goto done;
+    if (!left && !own_check && !(tmp = PyObject_CallMethodObjArgs(session, s_report_check, end, NULL))) goto done;
   }
   ret = 0;
 done:
@@ -977,9 +1036,12 @@ static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
       take(kw, "session", &g_session_type) || take(kw, "device", &g_device) ||
       take(kw, "tensor_module", &g_tensor_module) || take(kw, "plain_tail", &g_plain_tail) || take(kw, "get_mode", &g_get_mode) ||
       take(kw, "fake_key", &g_fake_key) || take(kw, "temp", &g_temp) || take(kw, "fastpath", &g_fastpath) ||
-      take(kw, "small_size", &small))
+      take(kw, "small_size", &small) || take(kw, "trace_op", &g_trace_op))
     return NULL;
   g_small_size = PyLong_AsLongLong(small);
+  Py_DECREF(small);
+  if (PyErr_Occurred() || take(kw, "report_check_ops", &small)) return NULL;
+  g_report_check_ops = PyLong_AsLongLong(small);
   Py_DECREF(small);
   if (PyErr_Occurred()) return NULL;
   if (!PyDict_Check(g_plans) || !PyAnySet_Check(g_phantom_special) || !PyDict_Check(g_precision) ||

@@ -183,7 +183,7 @@ def _objects(fastpath: ModuleType) -> dict[str, Any]:
     """What `_fastop.configure` takes: the objects and functions the C code reads, calls or hands work back to."""
     import torch
 
-    from phantora.runtime import compute, memory, precision, session
+    from phantora.runtime import compute, memory, precision, session, trace
     from phantora.runtime.caching_allocator import SMALL_SIZE
     from phantora.runtime.simcuda import device, kept_values, tensor
 
@@ -219,6 +219,8 @@ def _objects(fastpath: ModuleType) -> dict[str, Any]:
         "fake_key": torch._C._TorchDispatchModeKey.FAKE,
         "temp": memory.TEMP,
         "small_size": SMALL_SIZE,
+        "trace_op": trace.TraceRecorder.op,
+        "report_check_ops": session.REPORT_CHECK_OPS,
     }
 
 
