@@ -137,6 +137,8 @@ def run_replay(case: str, size: str, workers: int) -> dict[str, Any]:
     crit = critical_of(stats, cpu) if workers else cpu
     out = {"cls": type(sim).__name__, "driver_cpu": cpu, "wall": wall, "rounds": rounds_of(stats), "key": key}
     d = stats.get("decompose") if isinstance(stats, dict) else None
+    if isinstance(stats, dict) and stats.get("outer_gated"):
+        out["outer_gated"] = stats["outer_gated"]  # (packet flows handed over behind an outer gate)
     if isinstance(d, dict) and d.get("helper_cpu_s"):
         out["shards_cpu"] = d["helper_cpu_s"]  # (``shards``: their critical CPU, in `crit`)
     if isinstance(d, dict) and "overlap_cpu_s" in d:

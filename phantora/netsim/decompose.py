@@ -224,6 +224,7 @@ class DecomposedSimulator(RunsByCompletion):
         # read by the horizon while an outer gate they wait on, theirs or a dep's, is closed (flow -> how many of its
         # own gate and its deferred deps are still so); a deferred flow -> the deferred flows waiting on it
         self._outer: Collection[int] = ()
+        self._outer_at: dict[int, int] = {}  # a flow behind its outer gate alone (no dep on another worker) -> its ns
         self._deferred: dict[int, int] = {}
         self._deferring: dict[int, list[int]] = {}
         self._out: list[Outbox] = [Outbox() for _ in range(n)]
@@ -582,11 +583,20 @@ class DecomposedSimulator(RunsByCompletion):
                 if nxt is not None:
                     todo += nxt
         self._memo, self._memo_wide = {}, {}  # (bounds rose)
-        for g, p in self._rel.ended([outer_key(fid) for fid in ids], repeat(at, len(ids))):
+        alone, outs, keyed = self._outer_at, self._out, []
+        for fid in ids:
+            a = alone.pop(fid, None)
+            if a is None:  # (a gate in `_rel`: on its deps on other workers too)
+                keyed.append(outer_key(fid))
+                continue
+            p = a if a > at else at
+            self._check_post(fid, p)
+            outs[owner[fid]].gates.append([fid, p])
+        for g, p in self._rel.ended(keyed, repeat(at, len(keyed))):
             fid = -1 - g.id  # (a gate: only gates wait on an outer key)
             self._gates_held -= 1
             self._check_post(fid, p)
-            self._out[owner[fid]].gates.append([fid, p])
+            outs[owner[fid]].gates.append([fid, p])
         return woke
 
     def _hand_over(self, order: Sequence[Flow], at: int) -> None:
@@ -747,7 +757,9 @@ class DecomposedSimulator(RunsByCompletion):
                 out.at.append(a)
                 if cross or mine:
                     out.gated.append(f.id)
-            if cross or mine:
+            if mine and not cross:  # (its outer gate alone: opened at max(a, the caller's ns), no pseudo flow)
+                self._outer_at[fid] = a
+            elif cross or mine:
                 gate_deps = tuple(cross)
                 if memo is not None and cross:  # the gates sharing a wide list wait on one join of it
                     j = joins.get(id(memo))
