@@ -253,8 +253,8 @@ class ProcShardedFluid(ShardedFluid):
             for fid, start, end in rows:
                 f = sent.pop(fid)
                 del where[fid]
-                done.add(fid)  # (the shards share no done set with the hybrid: its `_ended` is this one)
                 got.append(completion(fid, start, end, f.size, f.src, f.dst, f.tag))
+            done.update([r[0] for r in rows])  # (the shards share no done set with the hybrid: `_ended` is this one)
         self.exchanges += 1
         return got
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 import msgpack
@@ -36,6 +37,12 @@ if TYPE_CHECKING:
     from phantora.topology.model import Topology
 
 _COUNTERS_MAX = ("max_component",)  # stats the shards merge by their largest, not their sum
+# A flow as a row of `_rows` (and `_unpack_flows`, `fluid_proc_server._flows`): its fields in `Flow`'s order
+_ROW = attrgetter(
+    *("id", "src", "dst", "size", "deps", "delay_ns", "tag", "priority", "key", "loss_budget", "rate_bps", "conn"),
+    *("queue", "via_nic"),
+)
+_ID = attrgetter("id")
 T = TypeVar("T")
 
 
@@ -170,10 +177,19 @@ class ShardedFluid:
         if at < self._now:
             raise CausalityError(f"flows submitted at {at} ns but the network is already at {self._now} ns")
         node_shard, where = self._node_shard, self._where
+        shard_of = (pinned or {}).get
         per: dict[int, list[Flow]] = {}
-        for f in flows:
-            s = where[f.id] = pinned[f.id] if pinned and f.id in pinned else node_shard[f.src]
-            add_to(per, s, f)
+        for f in flows:  # (`add_to`, inline)
+            fid = f.id
+            s = shard_of(fid)
+            if s is None:
+                s = node_shard[f.src]
+            where[fid] = s
+            group = per.get(s)
+            if group is None:
+                per[s] = [f]
+            else:
+                group.append(f)
         self._to_shards(per, at, routed=True)
 
     def arrive_by_shard(self, arrived: dict[int, list[int]], t: int) -> None:
@@ -218,6 +234,9 @@ class ShardedFluid:
         whose ends elsewhere it tells the shard), a shared deps list filtered once."""
         where, held, sent, done = self._where, self._held, self._sent, self._done
         fresh = routed and not len(done)  # (nothing done yet, a replay's first submit of its whole DAG: keep them all)
+        if fresh:  # (every field as it is, read at C speed: msgpack packs the deps tuple as the list it would be)
+            sent.update(zip(map(_ID, group), group, strict=True))
+            return list(map(_ROW, group))
         kept: dict[int, list[int]] = {}
         rows: list[tuple[object, ...]] = []
         for f in group:
@@ -226,9 +245,7 @@ class ShardedFluid:
             own = kept.get(id(deps))
             if own is None:
                 own = (
-                    list(deps)
-                    if fresh
-                    else [d for d in deps if d not in done]
+                    [d for d in deps if d not in done]
                     if routed
                     else [d for d in deps if where.get(d) == s or (d in held and held[d][2] == s)]
                 )

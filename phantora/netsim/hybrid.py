@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
@@ -237,8 +237,14 @@ class FluidNvlinkSimulator:
         chain_lists: dict[tuple[tuple[int, int], int], tuple[tuple[int, ...], list[int]]] = {}
         routed: dict[int, list[Flow]] = {}  # (`fluid_chains`) fluid flows by submit ns, each to its own shard
         pin: dict[int, int] = {}  # (`fluid_chains`) a marker of the batch -> its shard, where not its node's
+        placed: dict[int, int] = {}  # (`fluid_chains`) a fluid flow of the batch put in its engine -> its shard
+        ext, ext_step, took, where = self._ext, self._ext_step, self._took, self._where
+        no_step = fchains and (self.fluid.stretch is not None or self.fluid._multi)  # (`_fluid_step` is 0 then)
+        n_chained = 0
+        last_at, last = -1, list[Flow]()  # (`routed`'s list of the last submit ns met: `add_to` inline)
         for f in topological_order(flows, batch):  # (per dependency edge: kept lean, no calls)
-            side = flow_side(f, nvswitch)
+            fluid_side = f.size == 0 or f.src == f.dst or (not f.via_nic and nvswitch(f.src, f.dst) is not None)
+            side = FLUID if fluid_side else PACKET  # (`flow_side`, inline)
             if at_of is not None:
                 at = at_of[f.id]
             gate = 0
@@ -253,37 +259,60 @@ class FluidNvlinkSimulator:
                     s = self._marker_shard(deps, mine, batch, pin)
                     if s != mine:
                         pin[f.id] = mine = s
+                out_deps = None
                 if len(deps) >= SHARED_DEPS_MIN:
                     wide, key = lists.key(deps, side)
                     ck = (key, mine)
                     parts = chain_lists.get(ck)
                     if parts is None:
-                        parts = chain_lists[ck] = self._chain_deps(wide, mine, batch, pin)
+                        parts = chain_lists[ck] = self._chain_deps(wide, mine, batch, pin, placed, ends)
                     if parts[0] is not wide:
                         f = f.with_deps(parts[0])
-                    if parts[1]:
-                        self._ext_waits(f, parts[1])
-                elif deps and not (
-                    len(deps) == 1
-                    and (
-                        deps[0] in ends
-                        or (
-                            sides.get(deps[0]) == FLUID
-                            and (
-                                shard_of is None
-                                or (
-                                    deps[0] in batch
-                                    and (pin[deps[0]] if deps[0] in pin else shard_of[batch[deps[0]].src]) == mine
-                                )
-                            )
-                        )
-                    )
-                ):  # (one dep, done or of its own shard: nothing to tell)
-                    out_deps = self._chain_deps(deps, mine, batch, pin)[1]
-                    if out_deps:
-                        self._ext_waits(f, out_deps)
+                    out_deps = parts[1]
+                elif deps and not (len(deps) == 1 and placed.get(deps[0]) == mine):
+                    # (`_chain_deps`'s external deps, inline; a dep listed twice is listed twice here, which changes
+                    # nothing: `_ext` takes a shard once, `_ext_step` a least step)
+                    out_deps = []
+                    for d in deps:
+                        ds = placed.get(d)
+                        if ds is not None:
+                            if ds == mine:
+                                continue
+                        elif d in ends:
+                            continue
+                        elif sides.get(d) == FLUID:
+                            if shard_of is None:
+                                continue
+                            g = batch.get(d)
+                            if (pin[d] if d in pin else shard_of[g.src] if g is not None else where.get(d)) == mine:
+                                continue
+                        ws = ext.get(d)
+                        if ws is None:
+                            ext[d] = [mine]
+                        elif mine not in ws:
+                            ws.append(mine)
+                        out_deps.append(d)
+                if out_deps:  # (`_ext_waits`, inline: each external dep's reaction is at most this flow's step)
+                    n_chained += 1
+                    if no_step:
+                        step = 0
+                    elif f.size and f.src != f.dst:
+                        t = took.get((f.src, f.dst, f.size))
+                        step = self._fluid_step(f) if t is None else f.delay_ns + t
+                    else:
+                        step = f.delay_ns
+                    if len(out_deps) >= SHARED_DEPS_MIN and step < INF_NS and ext_step.keys().isdisjoint(out_deps):
+                        ext_step.update(dict.fromkeys(out_deps, step))  # (the loop below, at C speed)
+                    else:
+                        for d in out_deps:
+                            if step < ext_step.get(d, INF_NS):
+                                ext_step[d] = step
                 sides[f.id] = FLUID
-                add_to(routed, at, f)
+                placed[f.id] = mine
+                if at != last_at:
+                    last_at = at
+                    last = routed.setdefault(at, [])
+                last.append(f)
                 continue
             if len(f.deps) >= SHARED_DEPS_MIN:
                 wide, key = lists.key(f.deps, side)
@@ -359,9 +388,10 @@ class FluidNvlinkSimulator:
         for t, group in sorted(routed.items()):
             if shard_of is None:
                 self.fluid.submit(group, t)
-            else:  # (shards: each to its own, as placed, a marker to its shard in `pin`)
-                self.fluid.submit_routed(group, t, pin)  # type: ignore[attr-defined]
+            else:  # (shards: each to its own, as placed: `placed` has it, a marker's in `pin` too)
+                self.fluid.submit_routed(group, t, placed)  # type: ignore[attr-defined]  # (each one's shard)
             self._fluid_flows += len(group)
+        self.fluid_chained += n_chained
 
     def _hand_packet(self, groups: dict[int, list[Flow]]) -> None:
         """Flows for the packet side, by submit ns (one group unless `_place` got an `at_of`)."""
@@ -421,17 +451,30 @@ class FluidNvlinkSimulator:
         return sorted(seen)[(self._dealt - 1) % len(seen)]
 
     def _chain_deps(
-        self, deps: tuple[int, ...], mine: int, batch: Mapping[int, Flow], pin: Mapping[int, int]
+        self,
+        deps: tuple[int, ...],
+        mine: int,
+        batch: Mapping[int, Flow],
+        pin: Mapping[int, int],
+        placed: Mapping[int, int],
+        ends: IdSet | tuple[()],
     ) -> tuple[tuple[int, ...], list[int]]:
         """For `_place` (`fluid_chains`): what a fluid flow of shard `mine` waiting on `deps` takes into its engine,
         `deps` (or those not done, when some are and the list is wide), and its external deps (of the packet side or
         another shard, or held here), whose ends are then told to its shard (`_ext`). Flows of `batch` are not in
-        their engines yet (`pin`: a marker's shard, where not its node's)."""
-        ends, sides, where, ext = _ends_or_none(self._ended), self._side, self._where, self._ext
+        their engines yet (`pin`: a marker's shard, where not its node's; `placed`: the shard of each fluid flow of
+        the batch put in its engine so far); `ends`: `_ends_or_none(self._ended)`."""
+        sides, where, ext = self._side, self._where, self._ext
         shard = self._shard_of
+        uniq = dict.fromkeys(deps) if len(deps) > 1 else deps
         out: list[int] = []
+        rest: Iterable[int] = uniq
+        if len(deps) >= SHARED_DEPS_MIN:  # (the deps among this batch's fluid flows in their engines, at C speed)
+            shards = list(map(placed.get, uniq))
+            out = [d for d, s in zip(uniq, shards, strict=True) if s is not None and s != mine]
+            rest = [d for d, s in zip(uniq, shards, strict=True) if s is None] if None in shards else ()
         done = False
-        for d in dict.fromkeys(deps) if len(deps) > 1 else deps:
+        for d in rest:
             if d in ends:
                 done = True
                 continue
@@ -441,24 +484,19 @@ class FluidNvlinkSimulator:
                 g = batch.get(d)
                 if (pin[d] if d in pin else shard[g.src] if g is not None else where.get(d)) == mine:
                     continue
-            ws = ext.get(d)
-            if ws is None:
-                ext[d] = [mine]
-            elif mine not in ws:
-                ws.append(mine)
             out.append(d)
+        if ext.keys().isdisjoint(out):  # (each told to `mine`: in order, as the loop below would)
+            ext.update({d: [mine] for d in out})
+        else:
+            for d in out:
+                ws = ext.get(d)
+                if ws is None:
+                    ext[d] = [mine]
+                elif mine not in ws:
+                    ws.append(mine)
         if done and len(deps) >= SHARED_DEPS_MIN:
             return tuple([d for d in deps if d not in ends]), out
         return deps, out
-
-    def _ext_waits(self, f: Flow, out: list[int]) -> None:
-        """Fluid flow `f` waits in its engine on the external deps `out` (`fluid_chains`): each one's reaction is at
-        most `f`'s step."""
-        self.fluid_chained += 1
-        step, ext_step = self._fluid_step(f), self._ext_step
-        for d in out:
-            if step < ext_step.get(d, INF_NS):
-                ext_step[d] = step
 
     def _join(self, deps: tuple[int, ...], side: int, at: int) -> int | None:
         """For `_place`, once per batch: a join of wide list `deps` for the flows of `side` held on it, which wait on
@@ -900,8 +938,12 @@ class FluidNvlinkSimulator:
             if fid in ext:  # (`fluid_chains`: its end told to the shards waiting on it, below)
                 if arrived is None:
                     arrived = {}
-                for s in ext.pop(fid):
-                    add_to(arrived, s, fid)
+                for s in ext.pop(fid):  # (`add_to`, inline)
+                    group = arrived.get(s)
+                    if group is None:
+                        arrived[s] = [fid]
+                    else:
+                        group.append(fid)
                 del self._ext_step[fid]
             side = sides.pop(fid, None)
             if side != FLUID:  # (the fluid engine marked its own in `_ended`, its done set, as they completed)
