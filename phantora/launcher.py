@@ -29,6 +29,7 @@ from phantora.rank_options import (
     DEFAULT_TRACE_STEPS,
     Options,
     check_trace_level,
+    check_trace_steps,
     import_time_env,
 )
 from phantora.resources import examples_dir, shipped_file
@@ -328,8 +329,7 @@ def launch(cfg: RunConfig) -> RunReport:
     if not script.is_file():
         raise InputError("training script not found", file=str(cfg.script))
     check_trace_level(cfg.trace)
-    if cfg.trace_steps < 0:
-        raise InputError(f"expected a step count >= 0 (0: every step), got {cfg.trace_steps}", field="--trace-steps")
+    check_trace_steps(cfg.trace_steps)
     algo = run_algo(cfg)  # checked before anything is written
     topo = resolve_topology(cfg.topology, cfg.gpu, "phantora run")
     gpu_name = topo.gpu_model or "h100"

@@ -456,5 +456,9 @@ def test_a_live_job_killed_mid_run_ends_alone(tmp_path: Path, capsys: pytest.Cap
     a_trace = json.loads((out / "jobs" / "a" / "trace.json").read_text())["traceEvents"]
     assert {ev["pid"] for ev in a_trace if ev.get("ph") == "X"} == {0, 1}
     assert not (out / "jobs" / "a" / "trace").exists()
+    # the failed job's trace says it is partial, and how many steps each rank finished (rank 1 died in step 2)
+    b_other = json.loads((out / "jobs" / "b" / "trace.json").read_text()).get("otherData") or {}
+    assert b_other.get("partial") is True and int(b_other["steps_traced"]["1"]) == 2, b_other
+    assert "partial" not in (json.loads((out / "jobs" / "a" / "trace.json").read_text()).get("otherData") or {})
     run_trace = json.loads((out / "trace.json").read_text())["traceEvents"]
     assert len(run_trace) > len(a_trace)

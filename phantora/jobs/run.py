@@ -575,7 +575,8 @@ def _traces(
 ) -> None:
     """trace.json of each live job (its ranks, each collective with NCCL's choice: `comm_args` by job) and of the run
     (every job's ranks and network lanes, and the scenario's events as a single-job run draws them), streamed: each
-    job's trace.json is copied into the run's an event at a time. A live job past `--trace-steps` says so in both."""
+    job's trace.json is copied into the run's an event at a time. A live job past `--trace-steps` says so in both;
+    a failed job's trace is marked partial, with the steps each of its ranks finished, as a failed run's is."""
     from phantora.results.write import atomic_text
 
     plan, parts = ctx.plan, []
@@ -583,8 +584,9 @@ def _traces(
     for i, j in enumerate(plan.spec.jobs):
         steps = len(jobs[j.name].get("steps") or []) if j.kind == "script" else 0
         most = max(most, steps)
+        failed = (jobs[j.name].get("job") or {}).get("status") == "failed"  # its trace says which steps it holds
         merged = ctx.job_dirs[j.name].merge_trace(  # -> jobs/<name>/trace.json
-            comm_args=(comm_args or {}).get(j.name), notes=_trace_notes(ctx.base, steps)
+            partial=failed, comm_args=(comm_args or {}).get(j.name), notes=_trace_notes(ctx.base, steps)
         )
         parts.append(JobTrace(j.name, i, plan.offsets.get(i, 0), merged, jobs[j.name].get("collectives") or []))
     extra: list[dict[str, Any]] = []
