@@ -565,10 +565,14 @@ class DecomposedSimulator(RunsByCompletion):
         lbs, step, owner, unfinished = self._lb, self._step, self._owner, self._unfinished
         deferred, deferring = self._deferred, self._deferring
         woke: list[int] = []
+        pushes = self.raises_dependents and not self.pulls_bounds  # (the pushed walk: the rise down its dependents)
         for fid in ids:
             t = at + step[fid]
             if t > lbs[fid]:
-                lbs[fid] = t
+                if pushes:
+                    self._raise(fid, t)
+                else:
+                    lbs[fid] = t
             todo = [fid]
             while todo:
                 j = todo.pop()

@@ -228,7 +228,9 @@ class FluidNvlinkSimulator:
         same: dict[tuple[int, int], tuple[int, ...] | None] = {}  # what a flow of the side keeps of one (None: held)
         joins: dict[tuple[int, int], int | None] = {}  # the join its flows of the side are held on
         fchains = self.fluid_chains
-        xgate = self.outer_gates and not gated  # (packet flows waiting on the other side: out now, gated)
+        # (packet flows waiting on the other side: out now, gated; as chains, only where the packet side posts a flow
+        # at its deps' ends however early it got it)
+        xgate = self.outer_gates and self.chains and not gated
         if xgate:
             chain = False  # (no packet flow is held here: nothing chains on one)
         outer: list[int] = []  # (`xgate`) the flows handed over behind an outer gate
