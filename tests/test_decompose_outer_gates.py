@@ -67,7 +67,9 @@ def test_a_whole_dag_replay_with_outer_gates_equals_one_engine() -> None:
     config = PacketConfig(cc="dcqcn", nvlink="fluid", payload_bytes=4096, header_bytes=62, nic_latency=1000)
     got: list[Run] = []
     for workers in (0, 2):
-        sim = make_engine(EngineSpec("ns3", replace(config, workers=workers)), topo, spawner=spawn_workers, whole_dag=True)
+        sim = make_engine(
+            EngineSpec("ns3", replace(config, workers=workers)), topo, spawner=spawn_workers, whole_dag=True
+        )
         try:
             res = replay_inprocess(load_workload(WORKLOAD, world=topo.num_ranks), topo, sim)
             got.append((sorted((c.flow_id, c.start_ns, c.end_ns) for c in res.completions), sim.stats()))
