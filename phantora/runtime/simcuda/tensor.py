@@ -418,7 +418,9 @@ def run_op(
     if func is _PIN:
         return args[0]
     kwargs, to_index = _device_kwargs(kwargs)
-    moved_off = func is _TO_COPY and "device" in kwargs and to_index is None and kwargs["device"] is not None
+    # A device other than the GPU asked for (`.cpu()`, `.to("cpu")`, `x.new_empty(n, device="cpu")`,
+    # `torch.empty_like(x, device="cpu")`: DCP's staging of a state dict) gives a host tensor, as on a GPU.
+    moved_off = "device" in kwargs and to_index is None and kwargs["device"] is not None
     # Phantom mode: integer data copied from the host keeps its values (token ids, labels), so that what a
     # program reads from them (a count of valid tokens) exists; an op that mixes them with phantom tensors
     # runs on meta.
