@@ -14,7 +14,8 @@ busiest shard, summed); the key must be the one engine's. `--chains` hands a flu
 its own shard to its flow engine when placed (`fluid_chains=on`), so their releases run in the shards. `--procs` runs
 each shard in a process of its own (`fluid_procs=on`, `phantora.netsim.fluid_procs`): the shards' CPU is then read
 from their processes (each answer carries its request's), and "the rest in this process" is the driver's own, its
-sockets' sends and receives included.
+sockets' sends and receives included. With `--shards`, "of it the placement" is the first submit's CPU (the whole
+DAG placed, less the stand-in's submits in it; the in-process shards' submits in it without `--procs`).
 """
 
 from __future__ import annotations
