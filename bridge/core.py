@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -319,11 +320,12 @@ class CoordinatorCore:
         rs = self.ranks[rank]
         if rs.state == DONE:
             return
-        exc = RunFailed(E_PEER, f"rank {rs.rank} exited (code {code}) without calling finish()")
+        how = f"code {code}" + (f": {_signal_name(-code)}" if code < 0 else "")  # -9: killed by SIGKILL
+        exc = RunFailed(E_PEER, f"rank {rs.rank} exited ({how}) without calling finish()")
         if not self.isolate:
             raise exc
         assert self.jobs is not None
-        text = f"{self.jobs.label(rank)} exited (code {code}) without calling finish()"
+        text = f"{self.jobs.label(rank)} exited ({how}) without calling finish()"
         self.fail_job(self.jobs.job_of(rank), exc.code, text, global_ranks=False)
 
     def failed_job_of(self, rank: int) -> dict[str, str] | None:
@@ -1258,3 +1260,11 @@ def _scalar(v: object) -> bool:
 def _plain(v: object) -> bool:
     """A stat results.json keeps: a scalar or a list of scalars (e.g. the approximations used)."""
     return _scalar(v) or isinstance(v, list) and all(map(_scalar, v))
+
+
+def _signal_name(number: int) -> str:
+    """SIGKILL for 9; "signal N" for a number with no name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

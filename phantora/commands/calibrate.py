@@ -8,6 +8,7 @@ class, the leave-one-out error of every row (predicted by a fit on its die's oth
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -27,7 +28,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse an --out / --errors path whose directory is missing or not writable before any fitting (minutes)."""
+    for flag, path in (("--out", args.out), ("--errors", args.errors)):
+        if path is None:
+            continue
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            raise InputError(f"cannot write it: no directory {str(parent)!r}", file=str(path), field=flag)
+        if not os.access(parent, os.W_OK) or path.is_dir():
+            raise InputError("cannot write it: not a writable file path", file=str(path), field=flag)
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_outputs(args)
     if args.public:
         if args.tables:
             raise InputError("--public reads the public data file (--data), not tables", field="tables")

@@ -149,8 +149,11 @@ def _with_run_dir(body: Callable[[argparse.Namespace], int]) -> Callable[[argpar
 def _topology(spec: str | None, gpu: str | None = None) -> Any:
     """The topology to run on: `spec`, or one DGX-like server of 8 `gpu` (default H100); `gpu` replaces a loaded
     topology's GPU model (its link rates stay the file's)."""
+    from phantora.perfmodel.gpus import get_gpu
     from phantora.topology import dgx_host, load_topology
 
+    if gpu is not None:
+        get_gpu(gpu.strip())  # an unknown name is refused (field 'gpu'), as `phantora run --gpu` refuses it
     if spec is None:
         return dgx_host(8, gpu=gpu or "h100")
     topo = load_topology(spec)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -653,7 +654,7 @@ def format_jobs(summary: dict[str, Any]) -> str:
             + f" {f.get('bytes', 0) / 1e9:>8.3f} {pauses:>22}"
         )
         if j.get("error"):
-            lines.append(f"    failed ({j['error']['code']}): {j['error']['text'].splitlines()[0]}")
+            lines += _failure_lines(j["name"], j["error"])
     note = "the steady step time (mean over the steps after the first)"
     one = [j["name"] for j in summary["jobs"] if j.get("steps") == 1]
     if one:
@@ -669,6 +670,18 @@ def format_jobs(summary: dict[str, Any]) -> str:
 
         lines.append(format_scenario(summary["scenario"]))
     return "\n".join(lines)
+
+
+def _failure_lines(name: str, error: dict[str, str]) -> list[str]:
+    """A failed job's lines in the table: the failure, then its rank's own verdict on the cause (the exception and
+    where the script raised it, from the rank's log), when the rank wrote one."""
+    text = error["text"].splitlines()
+    lines = [f"    failed ({error['code']}): {text[0]}"]
+    verdict = next((ln for ln in reversed(text[1:]) if re.match(r"phantora: rank \d+ failed", ln)), None)
+    if verdict is not None:  # "phantora: rank 0 failed (at train.py:12 in <module>): RuntimeError: ..."
+        rank, _, rest = verdict.removeprefix("phantora: ").partition(" failed")
+        lines.append(f"    {rank} of job {name} failed{rest}")
+    return lines
 
 
 def _as_flows(

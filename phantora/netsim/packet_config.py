@@ -14,6 +14,7 @@ with the fabric") are given as the attribute's 0, which the C++ scales the same 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -720,11 +721,17 @@ def _field_value(kind: object, value: str, args: list[str]) -> object:
         except ValueError:
             pass
         if value[-1] == "s" and any(c.isdigit() for c in value):
-            return parse_time_ns(value)
+            try:
+                return parse_time_ns(value)
+            except InputError as exc:  # a ValueError, so that the caller names the file, line and field
+                raise ValueError(exc.message) from None
         try:
-            return parse_size_bytes(value) if value[-1:].lower() == "b" else int(float(value))
+            number = parse_size_bytes(value) if value[-1:].lower() == "b" else float(value)
         except (ValueError, InputError):
             raise ValueError(f"expected an integer (or a size like 4MB, a time like 10us), got {value!r}") from None
+        if not math.isfinite(number) or number != int(number):
+            raise ValueError(f"expected a whole number, got {value!r}")
+        return int(number)
     return value
 
 
