@@ -113,3 +113,13 @@ def test_a_rank_killed_by_a_signal_names_the_signal() -> None:
     h = Jobs([0, 2, 1, 3])
     h.core.rank_exited(3, -9)
     assert h.failed == [1] and "rank 1 of job j1 exited (code -9: SIGKILL) without" in h.sent[2][-1]["text"]
+
+
+def test_a_named_jobs_early_errors_name_it(tmp_path: Path) -> None:
+    """Before: "job #0: unknown key" for a job named 'a' (its later errors said job 'a')."""
+    from phantora.jobs.spec import parse_jobs
+
+    body = '[[job]]\nname = "a"\nscript = "x.py"\nranks = 2\nrank = 2\n'
+    with pytest.raises(InputError) as err:
+        parse_jobs(body, str(tmp_path / "jobs.toml"), tmp_path)
+    assert str(err.value).startswith(f"{tmp_path / 'jobs.toml'}:1: field 'rank': job 'a': unknown key")

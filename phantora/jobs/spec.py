@@ -109,8 +109,11 @@ def _int(raw: dict[str, Any], key: str, err: Any, lo: int, hi: int | None = None
 
 
 def _one_job(raw: Any, i: int, line: int | None, source: str, base: Path) -> JobSpec:
+    named = raw.get("name") if isinstance(raw, dict) else None
+    who = f"job {named!r}" if isinstance(named, str) and _NAME.match(named) else f"job #{i}"  # as later errors say
+
     def err(msg: str, key: str) -> InputError:
-        return InputError(f"job #{i}: {msg}", file=source, line=line, field=key)
+        return InputError(f"{who}: {msg}", file=source, line=line, field=key)
 
     if not isinstance(raw, dict):
         raise InputError(f"job #{i} must be a table ([[job]])", file=source, line=line)
