@@ -342,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                 startup_timeout_s=STARTUP_TIMEOUT_S,
                 call_timeout_s=spec.server_timeout_s,
                 on_wait=coord.heartbeat,
+                silence_s=spec.peer_timeout_s,  # a stopped server ends the run as a stopped coordinator does
             )
             coord.warnings = list(engine.info.get("warnings") or [])
         else:

@@ -20,8 +20,9 @@ import zmq
 
 from bridge.curve import ClientCurve, HandshakeWatch
 from bridge.errors import BridgeError, ProtocolError
+from bridge.liveness import Silence
 from bridge.protocol import E_AUTH, E_TIMEOUT, Message, completion_from_wire, decode, encode, flows_to_wire
-from bridge.transport import HEARTBEAT_S, connect_dealer, send_heartbeat
+from bridge.transport import HEARTBEAT_S, beyond_loopback, connect_dealer, send_heartbeat
 from phantora.netsim.base import Completion, Flow
 from phantora.progress import Beat
 
@@ -39,6 +40,7 @@ class RemoteSimulator:
         call_timeout_s: float,
         on_wait: Callable[[], None] | None = None,
         curve: ClientCurve | None = None,
+        silence_s: float | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.sock = connect_dealer(ctx, endpoint, curve=curve, connect=False)
@@ -47,6 +49,8 @@ class RemoteSimulator:
         self.watch = HandshakeWatch(self.sock, endpoint, curve is not None) if tcp else None
         self.sock.connect(endpoint)
         self.call_timeout_s = call_timeout_s
+        self.silence_s: float | None = None  # (set from the welcome: the hello itself has the start-up timeout)
+        self.server_pid: int | None = None
         self.on_wait = on_wait
         self._now = 0
         self._in_flight = 0
@@ -68,15 +72,31 @@ class RemoteSimulator:
             self.sock.close(0)
             raise
         self.info: dict[str, Any] = dict(welcome["info"])
+        # a server on this machine that stays silent this long while doing no work (stopped, blocked for good)
+        # ends a call; one that works (a long ns-3 call gains CPU time) is waited for up to call_timeout_s
+        pid = self.info.get("pid")
+        local = isinstance(pid, int) and not beyond_loopback(endpoint)
+        self.silence_s = silence_s if local else None
+        self.server_pid = pid if local else None
 
     # ----- transport -------------------------------------------------------------------------
     def _call(self, raw: bytes, timeout_s: float, want: str) -> Message:
         self.send(raw)
         deadline = waited = time.monotonic()
         deadline += timeout_s
+        silence = Silence(self.server_pid) if self.silence_s is not None else None
         while True:
-            if self.sock.poll(int(HEARTBEAT_S * 1000)) and (msg := self.take(want)) is not None:
-                break
+            if self.sock.poll(int(HEARTBEAT_S * 1000)):
+                if silence is not None:
+                    silence.heard()
+                if (msg := self.take(want)) is not None:
+                    break
+            if silence is not None and self.silence_s is not None and silence.silent_s() > self.silence_s:
+                raise BridgeError(
+                    f"the network server (pid {self.server_pid}) has been silent for {self.silence_s:.0f} s without "
+                    "working (no message, no CPU time): stopped or blocked",
+                    code=E_TIMEOUT,
+                )
             if self.watch is not None and (why := self.watch.failure()) is not None:
                 raise BridgeError(f"cannot talk to the network server: {why}", code=E_AUTH)
             now = time.monotonic()

@@ -525,3 +525,29 @@ def test_a_failed_childs_report_keeps_phantoras_verdict_line(tmp_path: Path) -> 
     assert tail.splitlines()[0] == "  frame 25"  # the last 15 lines first
     log.write_text("\n".join(["start", verdict]) + "\n")
     assert Child("rank", 0, None, log).log_tail(15).splitlines() == ["start", verdict]  # type: ignore[arg-type]
+
+
+def test_a_stopped_network_server_is_silent(rank_script: Path) -> None:
+    """A network server that is alive but does nothing (SIGSTOP) ends the run after the silence limit, naming it,
+    with no process left. Before, the coordinator waited for its reply up to `server_timeout_s` (an hour): the run
+    hung (`phantora run --network ns3`, the server stopped 12 s in: still running 200 s later, 2026-12-03 audit)."""
+    limit = 2.0
+    cmd = [sys.executable, str(rank_script), "slow"]
+    run = CosimRun(star(2), engine_in_coordinator=False, rank_cmd=cmd, peer_timeout_s=limit, timeout_s=60)
+    stopped: dict[str, float] = {}
+
+    def stopper() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len([c for c in run.children if c.role == "rank"]) < 2:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        stopped["t"] = time.monotonic()
+        os.kill(next(c for c in run.children if c.role == "server").pid, signal.SIGSTOP)
+
+    th = threading.Thread(target=stopper)
+    th.start()
+    with pytest.raises(BridgeError, match=r"the network server \(pid \d+\) has been silent for 2 s without working"):
+        run.run()
+    th.join()
+    assert limit - 1.0 <= time.monotonic() - stopped["t"] < limit + 6.0
+    assert alive_pids([c.pid for c in run.children]) == []
