@@ -29,6 +29,7 @@ from pathlib import Path
 from ab_trees import export_revision
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's phantora, not another install
 NAMES = ("aten::add.Tensor", "aten::mm", "aten::_foreach_add_.List", "aten::native_layer_norm")
 
 
