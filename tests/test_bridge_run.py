@@ -343,12 +343,8 @@ def test_a_busy_coordinator_is_not_silent(rank_script: Path) -> None:
     assert all(ring <= t <= ring * 1.01 for t in res.finish_ns.values()), (ring, res.finish_ns)
 
 
-def test_a_stopped_coordinator_is_silent(rank_script: Path) -> None:
-    """A coordinator that is alive but does nothing (SIGSTOP: no message, no CPU time) is still found silent after
-    the limit, and the run stops naming it, with no process left."""
-    limit = 2.0
-    run = CosimRun(star(2), rank_cmd=[sys.executable, str(rank_script), "idle"], peer_timeout_s=limit, timeout_s=60)
-    stopped: dict[str, float] = {}
+def _stop_when_ranks_run(run: CosimRun, role: str, stopped: dict[str, float]) -> threading.Thread:
+    """A started thread that SIGSTOPs `run`'s child of `role` 1 s after both ranks are up; `stopped["t"]`: when."""
 
     def stopper() -> None:
         deadline = time.monotonic() + 60
@@ -356,10 +352,20 @@ def test_a_stopped_coordinator_is_silent(rank_script: Path) -> None:
             time.sleep(0.05)
         time.sleep(1.0)
         stopped["t"] = time.monotonic()
-        os.kill(next(c for c in run.children if c.role == "coordinator").pid, signal.SIGSTOP)
+        os.kill(next(c for c in run.children if c.role == role).pid, signal.SIGSTOP)
 
     th = threading.Thread(target=stopper)
     th.start()
+    return th
+
+
+def test_a_stopped_coordinator_is_silent(rank_script: Path) -> None:
+    """A coordinator that is alive but does nothing (SIGSTOP: no message, no CPU time) is still found silent after
+    the limit, and the run stops naming it, with no process left."""
+    limit = 2.0
+    run = CosimRun(star(2), rank_cmd=[sys.executable, str(rank_script), "idle"], peer_timeout_s=limit, timeout_s=60)
+    stopped: dict[str, float] = {}
+    th = _stop_when_ranks_run(run, "coordinator", stopped)
     with pytest.raises(
         BridgeError, match=r"the coordinator \(pid \d+\) has been silent for 2 s without working"
     ) as err:
@@ -535,17 +541,7 @@ def test_a_stopped_network_server_is_silent(rank_script: Path) -> None:
     cmd = [sys.executable, str(rank_script), "slow"]
     run = CosimRun(star(2), engine_in_coordinator=False, rank_cmd=cmd, peer_timeout_s=limit, timeout_s=60)
     stopped: dict[str, float] = {}
-
-    def stopper() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len([c for c in run.children if c.role == "rank"]) < 2:
-            time.sleep(0.05)
-        time.sleep(1.0)
-        stopped["t"] = time.monotonic()
-        os.kill(next(c for c in run.children if c.role == "server").pid, signal.SIGSTOP)
-
-    th = threading.Thread(target=stopper)
-    th.start()
+    th = _stop_when_ranks_run(run, "server", stopped)
     with pytest.raises(BridgeError, match=r"the network server \(pid \d+\) has been silent for 2 s without working"):
         run.run()
     th.join()
