@@ -28,6 +28,7 @@ import zmq
 from bridge.columns import completion_columns, flows_to_columns
 from bridge.curve import ClientCurve, KeyPair
 from bridge.errors import BridgeError
+from bridge.liveness import Silence
 from bridge.protocol import E_TIMEOUT, encode, records_from_wire
 from bridge.ray_workers import RayPlacement, last_words
 from bridge.remote import RemoteSimulator
@@ -41,6 +42,7 @@ from phantora.topology.model import Topology
 
 WORKER_PEER_TIMEOUT_S = 120.0  # a worker exits after this much silence from us (we also heartbeat it)
 CALL_TIMEOUT_S = 3600.0  # one round may legitimately run this long
+WORKER_SILENCE_S = 30.0  # a local worker silent this long in a round while doing no work (stopped, blocked) ends it
 
 
 def worker_spec(topology: Topology, config: PacketConfig, side: str = "packet") -> RunSpec:
@@ -265,9 +267,12 @@ class ServerPool:
         return self._replies(set(posts))
 
     def _replies(self, pending: set[int]) -> Iterator[tuple[int, RoundReply]]:
-        """The replies of the workers in `pending`, as they come."""
+        """The replies of the workers in `pending`, as they come. A local worker that stays silent for
+        `WORKER_SILENCE_S` while it does no work (bridge/liveness.py: stopped, or blocked for good) ends the round
+        naming it; one inside a long ns-3 call gains CPU time, and is waited for."""
         last_check = time.monotonic()
         self._pending = pending
+        silences = {i: Silence(self.workers[i].pid) for i in pending if self.workers[i].proc is not None}
         while pending:
             ready = dict(self._poller.poll(int(HEARTBEAT_S * 1000)))
             for i in sorted(pending):
@@ -275,6 +280,8 @@ class ServerPool:
                 remote = w.link()
                 if remote.sock not in ready:
                     continue
+                if i in silences:
+                    silences[i].heard()
                 try:
                     msg = remote.take("posted")
                 except BridgeError as exc:
@@ -293,8 +300,18 @@ class ServerPool:
                 for w in self.workers:
                     if w.index in pending:
                         w.check()
+                        self._check_silence(w, silences.get(w.index))
                     else:
                         w.link().keepalive()
+
+    @staticmethod
+    def _check_silence(w: Worker, silence: Silence | None) -> None:
+        """WorkerDiedError naming worker `w` if it has been silent and idle for `WORKER_SILENCE_S`."""
+        if silence is not None and silence.silent_s() > WORKER_SILENCE_S:
+            raise WorkerDiedError(
+                f"decomposition worker {w.index} (pid {w.pid}, pieces {w.pieces}) has been silent for "
+                f"{WORKER_SILENCE_S:.0f} s mid-round without working (no message, no CPU time): stopped or blocked"
+            )
 
     def stats(self, index: int) -> dict[str, object]:
         self._ready()

@@ -275,6 +275,30 @@ def test_a_killed_worker_ends_the_run_within_seconds_naming_it(two_workers: Any)
     assert all(w.proc is not None and w.proc.poll() is not None for w in packet.workers)
 
 
+@pytest.mark.slow
+def test_a_stopped_worker_ends_the_run_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker stopped mid-run (SIGSTOP: alive, no message, no CPU time) ends the round after the silence limit,
+    named, and close() leaves no worker behind. Before, the driver waited for its reply without end."""
+    import bridge.workers
+
+    monkeypatch.setattr(bridge.workers, "WORKER_SILENCE_S", 2.0)
+    topo = tiny()
+    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
+    packet = sim.packet
+    try:
+        sim.submit(rail_dag(topo, stages=40), 0)
+        sim.advance(20_000)
+        victim = packet.workers[1]
+        os.kill(victim.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerDiedError, match=f"worker 1 \\(pid {victim.pid}.*silent for 2 s"):
+            sim.drain()
+        assert 1.0 <= time.monotonic() - t0 < 10.0
+    finally:
+        sim.close()
+    assert all(w.proc is not None and w.proc.poll() is not None for w in packet.workers)
+
+
 def ring_chains(topo: Topology, laps: int = 4, size: int = 256 << 10) -> list[Flow]:
     """On each rail a ring over the 3 hosts, `laps` times round, each flow after the previous one: every dep is
     inside one piece, so the workers resolve them without a round."""
