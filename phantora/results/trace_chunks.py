@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from phantora.results.trace_stream import TraceWriter
+
 COMM_CAT = "comm"  # the category of a collective's span (runtime/trace.py)
 _HEAD = re.compile(r'\{"rank": (-?\d+), "step": (null|-?\d+), "comm": ')
 _EVENTS = ', "events": ['
@@ -112,27 +114,20 @@ def write_merged(
     ranks'. A `partial` trace says so in `otherData`, with the steps each rank finished; `notes` go there too.
     Returns the steps each rank finished."""
     steps: dict[int, int] = {}
-    f.write('{"traceEvents": [')
-    sep = ""
+    out = TraceWriter(f)
     for rank in sorted(files):
         steps[rank] = 0
         for chunk in read_chunks(files[rank]):
             steps[rank] += chunk.step is not None
             if chunk.rest:
-                f.write(sep + chunk.rest)
-                sep = ", "
+                out.write_json(chunk.rest)
             for ev in chunk.comm:
                 extra = comm_extra(ev) if comm_extra else None
-                f.write(sep + json.dumps({**ev, "args": {**ev.get("args", {}), **extra}} if extra else ev))
-                sep = ", "
+                out.write({**ev, "args": {**ev.get("args", {}), **extra}} if extra else ev)
     for other in extra_events:
-        f.write(sep + json.dumps(dict(other)))
-        sep = ", "
-    f.write('], "displayTimeUnit": "ns"')
-    other = dict(notes or {})
+        out.write(dict(other))
+    other_data = dict(notes or {})
     if partial:
-        other.update(partial=True, steps_traced={str(r): n for r, n in steps.items()})
-    if other:
-        f.write(', "otherData": ' + json.dumps(other))
-    f.write("}")
+        other_data.update(partial=True, steps_traced={str(r): n for r, n in steps.items()})
+    out.close(other_data)
     return steps

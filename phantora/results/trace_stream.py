@@ -74,7 +74,11 @@ class TraceWriter:
         f.write('{"traceEvents": [')
 
     def write(self, event: Mapping[str, Any]) -> None:
-        self._f.write(self._sep + json.dumps(event))
+        self.write_json(json.dumps(event))
+
+    def write_json(self, text: str) -> None:
+        """Events already in JSON text: one event, or several as a list's items without its brackets."""
+        self._f.write(self._sep + text)
         self._sep = ", "
 
     def close(self, notes: Mapping[str, Any] | None = None) -> None:
