@@ -25,6 +25,7 @@ from typing import Any
 import msgpack
 import zmq
 
+from bridge import rank_beat
 from bridge.errors import BridgeError, ProtocolError, WaitTimedOut
 from bridge.liveness import Silence
 from bridge.protocol import INF_NS, Message, decode, encode
@@ -100,6 +101,8 @@ class RankClient:
             raise BridgeError("RANK and WORLD_SIZE must be integers") from None
         timeout = float(os.environ.get("PHANTORA_PEER_TIMEOUT_S", PEER_TIMEOUT_S))
         job = os.environ.get("PHANTORA_JOB")
+        if os.environ.get("PHANTORA_RUN_DIR"):  # the launcher's sign that this process lives (bridge/rank_watch.py)
+            rank_beat.start(os.environ["PHANTORA_RUN_DIR"], rank)
         return cls(
             os.environ["PHANTORA_ENDPOINT"],
             os.environ["PHANTORA_TOKEN"],

@@ -38,6 +38,7 @@ from bridge.protocol import (
     flows_to_wire,
     transport_from_rows,
 )
+from bridge.rank_watch import RankWatch, kill
 from bridge.runspec import RunSpec, options_to_dict
 from bridge.supervisor import Child, spawn, stop_all
 from bridge.transport import (
@@ -420,6 +421,8 @@ class CosimRun:
         joined = False  # every live rank has connected to the coordinator: start-up is over
         victim_until: dict[int, float] = {}  # pid of a rank that exited with PEER_LOST_EXIT -> when to blame it
         isolate = self.job_table is not None and not self.spec.all_or_nothing
+        assert self.run_dir is not None
+        watch = RankWatch(self.run_dir, self.spec.peer_timeout_s)  # stopped or wedged ranks (bridge/rank_watch.py)
         while True:
             if sock.poll(100):
                 msg = self._recv(sock)
@@ -474,6 +477,7 @@ class CosimRun:
                 if welcomed_at is not None:  # the coordinator serves: it may know the real cause
                     self._check_error_first(sock, c, died)
                 raise BridgeError(died, code="peer-died", rank=c.rank if c.role == "rank" else None)
+            self._check_ranks_live(watch, isolate)
             if now - last_beat >= HEARTBEAT_S:
                 send_heartbeat(sock, encode("heartbeat", 0))
                 last_beat = now
@@ -486,6 +490,21 @@ class CosimRun:
                 )
             if self.timeout_s is not None and now - t0 > self.timeout_s:
                 raise BridgeError(self._timed_out(sock, welcomed_at is not None), code="timeout")
+
+    def _check_ranks_live(self, watch: RankWatch, isolate: bool) -> None:
+        """BridgeError naming a rank stopped or wedged for the peer timeout (its pid and state); with `isolate`, kill
+        it instead, so only its job ends, saying why."""
+        live = [c for c in self.children if c.role == "rank" and not c.reported and c.proc.poll() is None]
+        stuck = watch.check(live, others=self.spawner_cmd is not None)
+        if stuck is None:
+            return
+        pid, rank, why = stuck
+        if isolate and rank is not None:
+            assert self.job_table is not None
+            self._deaths.setdefault(self.job_table.job_of(rank), f"{why}; it was killed (SIGKILL)")
+            kill(pid)  # its death is then handled as any other: only its job ends
+            return
+        raise BridgeError(f"{why}; the run was stopped", code="timeout", rank=rank)
 
     def _timed_out(self, sock: zmq.Socket, serving: bool) -> str:
         """The one line of a run past its bound: the ranks still running, where the coordinator saw each (asked for
