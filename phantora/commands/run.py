@@ -64,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--trace-steps",
         type=int,
-        default=DEFAULT_TRACE_STEPS,
+        default=None,  # DEFAULT_TRACE_STEPS unless given: given with --trace none, it is refused (trace_steps)
         metavar="N",
         help=f"compute ops in trace.json for the first N steps, then only the steps and collectives (default "
         f"{DEFAULT_TRACE_STEPS}; 0: every step)",
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         nproc=args.nproc,
         spawn=args.spawn,
         trace=args.trace,
-        trace_steps=args.trace_steps,
+        trace_steps=trace_steps(args),
         time_patch=not args.no_time_patch,
         launch_ns=parse_time_ns(args.launch_overhead),
         compute_model=args.compute_model,
@@ -255,6 +255,22 @@ def run(args: argparse.Namespace) -> int:
         print("nothing saved: pass --out DIR to keep results.json, steps, the trace and the logs")
     sys.stdout.flush()
     return 0
+
+
+def trace_steps(args: argparse.Namespace) -> int:
+    """`--trace-steps` (DEFAULT_TRACE_STEPS unless given); InputError when given with `--trace none`, which traces no
+    compute op for it to cap (the user meant one or the other)."""
+    from phantora.errors import InputError
+
+    if args.trace_steps is None:
+        return DEFAULT_TRACE_STEPS
+    if args.trace == "none":
+        raise InputError(
+            f"{args.trace_steps} caps the compute ops in trace.json, which --trace none leaves out: "
+            "give one or the other",
+            field="--trace-steps",
+        )
+    return int(args.trace_steps)
 
 
 def check_rank_env() -> None:

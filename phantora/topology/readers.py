@@ -311,6 +311,13 @@ def write_simai(topo: Topology, dest: str | Path | TextIO | None = None, gpu_typ
     return _emit(head + ids + "\n" + "\n".join(_link_lines(topo, new_id)) + "\n", dest)
 
 
+# the formats as sniff_format tells them apart (phantora.topology.loader.FORMATS, for a user)
+FORMATS_TOLD = (
+    "toml (a .toml file, or a first line `key = value` or `[table]`), hpcc (a first line of 3 fields: nodes, "
+    "switches, links) and simai (6 or 7 fields)"
+)
+
+
 def sniff_format(path: str | Path) -> str:
     """'toml', 'hpcc' or 'simai' from the file suffix or its first line."""
     if str(path).endswith(".toml"):
@@ -324,6 +331,12 @@ def sniff_format(path: str | Path) -> str:
                     break
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read topology file: {exc}", file=str(path)) from None
+    if str(path).endswith(".json") or (words and words[0].startswith("{")):
+        raise InputError(
+            f"JSON is not a topology format; the formats are {FORMATS_TOLD} (`phantora topo --json` prints a "
+            "summary, not a topology)",
+            file=str(path),
+        )
     if len(words) == 3:
         return "hpcc"
     if len(words) in (6, 7):
@@ -331,7 +344,8 @@ def sniff_format(path: str | Path) -> str:
     if words and ("=" in " ".join(words) or words[0].startswith("[")):
         return "toml"
     raise InputError(
-        f"cannot tell the topology format from the first line ({len(words)} fields); pass --format",
+        f"cannot tell the topology format from the first line ({len(words)} fields): the formats are {FORMATS_TOLD}; "
+        "`phantora topo FILE --format NAME` reads a file as one",
         file=str(path),
         line=1,
     )
