@@ -23,7 +23,7 @@ from typing import Any
 
 import zmq
 
-from bridge import warm_start
+from bridge import torchrun_env, warm_start
 from bridge.client import PEER_LOST_EXIT
 from bridge.completion_log import alone_from
 from bridge.errors import BridgeError, ProtocolError
@@ -131,6 +131,11 @@ SPAWNER_LOG = "spawner"  # logs/spawner.log: the output of a program that starts
 def _module_form(cmd: Sequence[str], python: str) -> bool:
     """Is `cmd` `python -m MODULE ...` with this interpreter (so a fork server can run it)?"""
     return len(cmd) >= 3 and cmd[0] == python and cmd[1] == "-m"
+
+
+def _rank_hosts(topo: Topology, world: int, offset: int = 0) -> list[Any]:
+    """The host of each of the ranks offset..offset+world-1 (a job's), None where the topology names none."""
+    return [topo.nodes[topo.node_of_rank(offset + r)].host for r in range(world)]
 
 
 def _local_ranks(topo: Topology, world: int, offset: int = 0) -> list[tuple[int, int]]:
@@ -314,8 +319,13 @@ class CosimRun:
         }
 
     @staticmethod
-    def _rank_env(common: dict[str, str], rank: int, local: tuple[int, int]) -> dict[str, str]:
-        return {**common, "RANK": str(rank), "LOCAL_RANK": str(local[0]), "LOCAL_WORLD_SIZE": str(local[1])}
+    def _rank_env(
+        common: dict[str, str], rank: int, local: tuple[int, int], node: tuple[int, int] = (0, 1)
+    ) -> dict[str, str]:
+        """A rank's environment as torchrun's worker has it (node: GROUP_RANK, GROUP_WORLD_SIZE; torchrun_env)."""
+        world = int(common["WORLD_SIZE"])
+        ids = {"RANK": str(rank), "LOCAL_RANK": str(local[0]), "LOCAL_WORLD_SIZE": str(local[1])}
+        return {**common, **torchrun_env.worker_env(rank, world, node), **ids}
 
     def _start(self, token: str, logs: RunDir) -> str:
         """Start server (if any) and coordinator; return the coordinator's endpoint."""
@@ -383,8 +393,9 @@ class CosimRun:
             self.children.append(child)
             return
         local = _local_ranks(self.spec.topology, self.spec.world)
+        nodes = torchrun_env.node_ranks(_rank_hosts(self.spec.topology, self.spec.world))
         for r, cmd in enumerate(cmds):
-            env, log = self._rank_env(common, r, local[r]), logs.log(f"rank{r}")
+            env, log = self._rank_env(common, r, local[r], nodes[r]), logs.log(f"rank{r}")
             self.children.append(self._start_rank(r, cmd, env, log, cmds[0][0], tick))
 
     def _start_rank(
@@ -404,9 +415,10 @@ class CosimRun:
             base = {**common, **job.env, "WORLD_SIZE": str(job.ranks), "MASTER_PORT": str(_free_port())}
             base["PHANTORA_JOB"] = str(j)
             local = _local_ranks(self.spec.topology, job.ranks, info.offset)
+            nodes = torchrun_env.node_ranks(_rank_hosts(self.spec.topology, job.ranks, info.offset))
             for r in range(job.ranks):
                 g = info.offset + r
-                env, log = self._rank_env(base, r, local[r]), logs.log(f"{job.name}.rank{r}")
+                env, log = self._rank_env(base, r, local[r], nodes[r]), logs.log(f"{job.name}.rank{r}")
                 child = self._start_rank(g, cmds[g], env, log, cmds[0][0], tick)
                 child.job, child.local = job.name, r
                 self.children.append(child)
