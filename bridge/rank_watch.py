@@ -25,23 +25,9 @@ from pathlib import Path
 from bridge.liveness import LOOK_S, Silence
 from bridge.rank_beat import BEATS_DIR, beat_file
 from bridge.supervisor import Child
+from phantora.netsim.proc_watch import STOPPED, proc_state
 
-STOPPED = {
-    "T": "stopped (state T: SIGSTOP or SIGTSTP; nothing resumed it)",
-    "t": "held by a debugger or tracer (state t)",
-}
 STATES = {"S": "S, sleeping", "D": "D, in an uninterruptible wait", "R": "R, running", "I": "I, idle"}
-
-
-def proc_state(pid: int) -> str | None:
-    """The state letter of process `pid`'s main thread (/proc/PID/task/PID/stat field 3), None if it is gone, a
-    zombie, or the system has no /proc."""
-    try:
-        stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
-    except OSError:
-        return None
-    state = stat.rsplit(")", 1)[1].split()[0]
-    return None if state in ("Z", "X") else state
 
 
 @dataclass

@@ -63,6 +63,7 @@ IDLE_FILE = "idle_s"  # how long the home's zygotes stay unused before they exit
 KEY_IGNORES = frozenset({"PYTEST_CURRENT_TEST", "PHANTORA_RECORD_DIR"})
 IDLE_S = 30.0  # a zygote no run has used for this long exits
 HELLO_TIMEOUT_S = 10.0  # a fork waits this long for its launcher's first message
+CLOSE_WAIT_S = 5.0  # a home's close gives its zygotes this long to exit on SIGTERM, then SIGKILLs them
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 
 
@@ -113,10 +114,25 @@ class ZygoteHome:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + CLOSE_WAIT_S
         for pid in pids:  # reaped here if this process started it (its CPU then counts as this process's children's)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+            _reap_within(pid, deadline)
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _reap_within(pid: int, deadline: float) -> None:
+    """Reap the child `pid`, told to exit, by `deadline`; then SIGKILL it (a stopped zygote holds a SIGTERM until it
+    is resumed: a close that waited for it hung) and reap it. Nothing if it is not this process's child."""
+    try:
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return
+            time.sleep(0.01)
+    except ChildProcessError:
+        pass
 
 
 def usable_home(env: Mapping[str, str]) -> Path | None:

@@ -66,7 +66,12 @@ def _registry_json(lib: Path, extra: Path | None) -> str:
         return cache.read_text()
     ns3_abi.check_runner(runner)  # about to run it: one of another interface would list another registry
     cmd = [str(ns3_build.runner_path()), *(["--load", str(extra)] if extra else []), "--list-cc"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=ns3_abi.QUERY_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise PhantoraError(
+            f"listing the congestion controls ({' '.join(cmd)}) took more than {ns3_abi.QUERY_TIMEOUT_S:.0f} s"
+        ) from None
     if proc.returncode != 0:
         raise PhantoraError(f"listing the congestion controls failed ({' '.join(cmd)}): {proc.stderr.strip()}")
     try:

@@ -21,6 +21,7 @@ from phantora.netsim import ns3_build
 INTERFACE_VERSION = 1
 SYMBOL = "PhantoraInterfaceVersion"  # C linkage: found by name in a library of any version
 LIB_ENV = "PHANTORA_NS3_LIB"
+QUERY_TIMEOUT_S = 120.0  # a question to the runner (its interface version, its CCs): it answers in milliseconds
 _RUNNERS: dict[tuple[Path, int], int] = {}  # a runner checked in this process: (path, mtime_ns) -> its version
 
 
@@ -77,9 +78,15 @@ def check_runner(runner: Path) -> int:
     if key in _RUNNERS:
         return _RUNNERS[key]
     try:
-        proc = subprocess.run([str(runner), "--interface-version"], capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [str(runner), "--interface-version"], capture_output=True, text=True, check=False, timeout=QUERY_TIMEOUT_S
+        )
     except OSError as exc:
         raise PhantoraError(f"cannot start the ns-3 runner {runner}: {exc.strerror}: {_fix()}") from None
+    except subprocess.TimeoutExpired:
+        raise PhantoraError(
+            f"the ns-3 runner {runner} did not answer --interface-version within {QUERY_TIMEOUT_S:.0f} s"
+        ) from None
     text = proc.stdout.strip()
     found = int(text) if proc.returncode == 0 and text.isdigit() else None
     if found is None:

@@ -22,6 +22,7 @@ from phantora.netsim.base import CausalityError, Flow
 from phantora.netsim.ns3_calls import RecordedNetwork
 from phantora.netsim.packet import check_packet_batch, finalize_field, ns3_key
 from phantora.netsim.packet_config import PacketConfig, field_of_param
+from phantora.netsim.proc_watch import watched_lines
 from phantora.netsim.runner_records import OnEffective, RecordParser, RunnerRecords, Tick
 from phantora.topology.model import Topology
 
@@ -121,8 +122,8 @@ class RunnerNetwork:
             proc = subprocess.Popen([*cmd, str(self.script)], stdout=subprocess.PIPE, stderr=err, text=True)
             try:
                 assert proc.stdout is not None
-                for line in proc.stdout:
-                    parser.feed(line.rstrip("\n"))
+                for line in watched_lines(proc, "the ns-3 runner"):  # one stopped for good ends the run (proc_watch)
+                    parser.feed(line)
                 code = proc.wait()
             finally:
                 if proc.poll() is None:  # interrupted (Ctrl-C, SIGTERM): stop the runner too

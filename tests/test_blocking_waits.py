@@ -1,0 +1,80 @@
+"""Waits the 2026-12-04 audit of blocking receives bounded (docs/status.md "Bad input and failure audit"): the ns-3
+runner's output read while it may be stopped for good, a zygote home closed while a zygote is stopped, and the
+questions put to the runner. Real processes and signals throughout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bridge import zygote
+from bridge.supervisor import alive_pids
+from phantora.errors import PhantoraError
+from phantora.netsim import ns3_abi
+from phantora.netsim.proc_watch import proc_state, watched_lines
+
+
+def _printer(code: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+
+
+def test_a_silent_process_that_is_not_stopped_is_read_to_its_end() -> None:
+    """Silent for three limits (sleeping: state S), then more lines, the last without a newline: every line."""
+    proc = _printer("import sys, time; print('a\\nb', flush=True); time.sleep(3); sys.stdout.write('c\\nd')")
+    try:
+        assert list(watched_lines(proc, "the printer", stopped_s=1.0)) == ["a", "b", "c", "d"]
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_a_stopped_process_ends_the_reading_named_with_its_pid_and_state() -> None:
+    proc = _printer("import time; print('a', flush=True); time.sleep(60)")
+    try:
+        lines = watched_lines(proc, "the printer", stopped_s=1.0)
+        assert next(lines) == "a"
+        os.kill(proc.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(PhantoraError) as err:
+            next(lines)
+        assert 1.0 < time.monotonic() - t0 < 4.0  # the limit, plus a look every second
+        assert str(err.value) == (
+            f"the printer (pid {proc.pid}) has been stopped (state T: SIGSTOP or SIGTSTP; nothing resumed it) for 1 s"
+        )
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_a_home_closes_with_a_stopped_zygote(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stopped zygote holds the home's SIGTERM until resumed: the close waited for it without end; now it SIGKILLs
+    it after CLOSE_WAIT_S and reaps it."""
+    monkeypatch.setattr(zygote, "CLOSE_WAIT_S", 0.5)
+    home = zygote.ZygoteHome()
+    stand_in = subprocess.Popen(["sleep", "60"])  # a process of the home's, as its zygotes are
+    (home.path / "z.pid").write_text(str(stand_in.pid))
+    os.kill(stand_in.pid, signal.SIGSTOP)
+    assert proc_state(stand_in.pid) == "T"
+    t0 = time.monotonic()
+    home.close()
+    assert time.monotonic() - t0 < 3.0
+    assert alive_pids([stand_in.pid]) == [] and not home.path.exists()
+
+
+def test_a_runner_that_does_not_answer_its_interface_question_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ns3_abi, "QUERY_TIMEOUT_S", 0.5)
+    runner = tmp_path / "phantora-ns3-runner"
+    runner.write_text("#!/bin/sh\nexec sleep 30\n")
+    runner.chmod(0o755)
+    t0 = time.monotonic()
+    with pytest.raises(PhantoraError, match=r"did not answer --interface-version within 0 s"):
+        ns3_abi.check_runner(runner)
+    assert time.monotonic() - t0 < 5.0
