@@ -25,6 +25,7 @@ from phantora.runtime import (
     backend,
     gloo_store,
     hostmem,
+    hostwork,
     phantom_mode,
     rank_exit,
     stop_stacks,
@@ -99,6 +100,9 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
         from phantora.runtime.simcuda import device as simcuda
 
         simcuda.install(get_gpu(opts.gpu), int(os.environ.get("LOCAL_WORLD_SIZE", "1")), opts.phantom)
+        if hostwork.enabled():  # host ops and PCIe copies timed on the target host (PHANTORA_HOST_COMPUTE=on)
+            s.host = hostwork.from_env(get_gpu(opts.gpu))
+            hostwork.install(_session.current)
         from phantora.runtime import autostep
 
         autostep.install()

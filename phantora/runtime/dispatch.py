@@ -21,7 +21,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from phantora.runtime import flex_attention, functional, phantom_mode
+from phantora.runtime import flex_attention, functional, hostwork, phantom_mode
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.session import RankSession
 from phantora.runtime.simcuda import compiled, fastpath, kept_values, pinned
@@ -126,6 +126,7 @@ class ChargeMode(TorchDispatchMode):
         self.session = session
         _without_dynamo_guard()
         self.thread: int | None = threading.get_ident()  # None: detached, every op runs as plain torch
+        self._link: hostwork.HostCopy | None = None  # the host<->GPU copy being dispatched (charged over PCIe)
         if type(self) is ChargeMode:  # the same checks and fast path, compiled (torch finds the instance's first)
             fast = compiled.mode_dispatch(self, ChargeMode.__dict__["__torch_dispatch__"])
             if fast is not None:
@@ -163,6 +164,18 @@ class ChargeMode(TorchDispatchMode):
     def _general(self, func: Any, types: tuple[type, ...], args: tuple, kwargs: dict) -> Any:
         """Every op the fast path does not take (the compiled entry, simcuda/_fastop.c, comes here directly)."""
         s = self.session
+        if func in hostwork.COPIES and self._link is None and s.host is not None and simcuda.active():
+            link = hostwork.transfer(func, args, kwargs)
+            if link is not None:  # a copy between host and GPU: its kernel is charged as the transfer (`_charged`)
+                self._link = link
+                try:
+                    out = self._general(func, types, args, kwargs)
+                except BaseException:
+                    self._link = None
+                    raise
+                if out is not NotImplemented:  # else the cuda tensors' dispatch sends the copy back here at once
+                    self._link = None
+                return out
         mem = s.memory  # simulated device memory: every op's outputs, real or meta (memory.py)
         if simcuda.active():
             if SimCudaTensor in types:
@@ -225,7 +238,10 @@ class ChargeMode(TorchDispatchMode):
         if kind == "other":
             return NotImplemented
         if simcuda.active() and simcuda.cuda_seen() and not simcuda.on_device():
-            return pinned.host_op(func, args, kwargs)  # host work: a CUDA program's CPU tensors are not the GPU's
+            out = pinned.host_op(func, args, kwargs)  # host work: a CUDA program's CPU tensors are not the GPU's
+            if s.host is not None:  # timed on the target host (runtime/hostwork.py)
+                s.host_work(_name(func), s.host.op_ns(func, args, kwargs, out))
+            return out
         leaves = tensors_in(args)
         if kwargs:
             tensors_in(kwargs, leaves)
@@ -256,6 +272,11 @@ class ChargeMode(TorchDispatchMode):
             for t in tensors_in(out):
                 if t.is_meta:
                     return out
+        link = self._link
+        if link is not None and func in hostwork.COPIES and s.host is not None:
+            self._link = None
+            s.host_copy(link, s.host.copy_ns(link))
+            return out
         s.charge(_name(func), s.model.cost(func, args, kwargs, out))
         return out
 

@@ -43,6 +43,7 @@ from phantora.runtime.traffic import TrafficMarker, zero_ranges
 from phantora.units import plural
 
 if TYPE_CHECKING:
+    from phantora.runtime.hostwork import HostCopy, HostModel
     from phantora.runtime.rank_scenario import RankScenario
 
 BARRIER_BYTES = 4  # the float ProcessGroupNCCL::barrier all-reduces (at::zeros({1}), kFloat)
@@ -52,6 +53,7 @@ SYNC_WIRE = ("all_reduce", 0, "uint8")  # a plain gloo group's call: no network 
 # inside the report's 200 us period, and a clock read fewer on the other ops.
 REPORT_CHECK_OPS = 8
 NCCL_LAUNCH = "nccl:host_launch"  # the trace's name of the host's launch of an NCCL call (nccl_launch.py)
+HOST_WORK = "host:"  # the trace's name prefix of the GPU's idle wait for a host op (runtime/hostwork.py)
 
 
 class StorageLike(Protocol):
@@ -301,6 +303,11 @@ class RankSession:
         self.nccl_launches = 0  # the host launches charged so far ...
         self.nccl_launch_total_ns = 0  # ... their host time ...
         self.nccl_launch_idle_ns = 0  # ... and the compute lane's idle time waiting for them (the exposed part)
+        self.host: HostModel | None = None  # the target host, which times host ops and copies (runtime/hostwork.py)
+        self.host_ops = 0  # host ops charged so far ...
+        self.host_work_ns = 0  # ... their host time ...
+        self.host_idle_ns = 0  # ... and the compute lane's idle time waiting for them
+        self.pcie: dict[str, list[int]] = {}  # "h2d" | "d2h" -> [copies, bytes, ns] over the GPU's PCIe link
         self.comm: dict[str, CommStats] = {}
         self.step_ends: list[int] = []
         self.step_flops: list[int] = []  # counted FLOPs so far, at each step end
@@ -737,6 +744,34 @@ class RankSession:
             if self._trace_ops is not None:
                 self._trace_ops(NCCL_LAUNCH, start, end)
 
+    def host_work(self, name: str, ns: int) -> None:
+        """The host ran an op of `ns` (a CPU tensor op, DeepSpeed's CPU Adam: runtime/hostwork.py). The host's clock
+        runs on by it (from its last launch, op or wait, as `_host_launches`); the GPU runs no later work before its
+        end: the compute lane moves up to it if behind (an idle gap, traced as `host:NAME`)."""
+        if ns <= 0:
+            return
+        self.host_ops += 1
+        self.host_work_ns += ns
+        self.host_ns = end = self.host_ns + ns
+        clock = self.clock
+        start = clock.compute_ns
+        if end > start:  # the GPU waits for the host
+            clock.compute_ns = end
+            self.host_idle_ns += end - start
+            if self._trace_ops is not None:
+                self._trace_ops(HOST_WORK + name, start, end)
+
+    def host_copy(self, t: HostCopy, ns: int) -> None:
+        """A copy between host memory and the GPU over its PCIe link, `ns` long: on the compute lane (stream order);
+        a blocking one (runtime/hostwork.py) makes the host wait for its end."""
+        self.charge(t.name, OpCost(0, t.nbytes, "", ns))
+        entry = self.pcie.setdefault(t.kind, [0, 0, 0])
+        entry[0] += 1
+        entry[1] += t.nbytes
+        entry[2] += ns
+        if t.blocking:
+            self.host_waits()
+
     def _nccl_prior(self, stream: int | None) -> list[Pending]:
         """The calls of the last launch on NCCL stream `stream` (None: on none), which a call launched there next
         starts after (NCCL runs a communicator's kernels in turn)."""
@@ -1117,10 +1152,22 @@ class RankSession:
                 if self.storage
                 else {}
             ),
+            **({"host_work": self.host_results()} if self.host_ops or self.pcie else {}),
             **({"scenario": self.scenario_results()} if self.scenario is not None else {}),
             **({"moe_routing": routing} if (routing := kept_values.routing()) is not None else {}),
             **({"moe_routing_sites": sites} if (sites := kept_values.sites()) is not None else {}),
             **({"simulated_packages": pk} if (pk := simapex.simulated_packages()) is not None else {}),
+        }
+
+    def host_results(self) -> dict[str, Any]:
+        """This rank's host work: its host ops (count, host time, the compute lane's wait for them), its copies over
+        PCIe by direction, and the host they were timed on."""
+        return {
+            "host": self.host.host.name if self.host is not None else None,
+            "ops": self.host_ops,
+            "host_ns": self.host_work_ns,
+            "idle_ns": self.host_idle_ns,
+            "pcie": {k: {"copies": v[0], "bytes": v[1], "ns": v[2]} for k, v in sorted(self.pcie.items())},
         }
 
     def scenario_results(self) -> dict[str, Any]:

@@ -2,12 +2,13 @@
 
 This torch build has no CUDA to page-lock memory with, so a pinned allocation (DataLoader's
 pin_memory, DDP's reducer staging its unused-parameter map) is an ordinary CPU tensor remembered
-here, and `is_pinned` says what the program asked for. Copies from it cost what any host-to-device
-copy costs.
+here, and `is_pinned` says what the program asked for. A copy between it and the GPU runs at the PCIe
+link's DMA rate, one from pageable memory slower (runtime/hostwork.py).
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
@@ -18,16 +19,39 @@ _IS_PINNED = torch.ops.aten.is_pinned.default
 _PIN = torch.ops.aten._pin_memory.default
 
 
+_storages: dict[int, weakref.ref[torch.Tensor]] = {}  # by storage address: a view of a pinned buffer is pinned memory
+
+
 def mark(t: torch.Tensor) -> torch.Tensor:
     """Remember `t` as pinned; return it."""
     key = id(t)
     _pinned[key] = weakref.ref(t, lambda _: _pinned.pop(key, None))
+    ptr = 0 if t.is_meta else t.untyped_storage().data_ptr()
+    if ptr:
+        _storages[ptr] = weakref.ref(t, functools.partial(_forget_storage, ptr))
     return t
+
+
+def _forget_storage(ptr: int, ref: weakref.ref[torch.Tensor]) -> None:
+    if _storages.get(ptr) is ref:  # not a later pinned buffer at the same address
+        del _storages[ptr]
 
 
 def is_pinned(t: torch.Tensor) -> bool:
     ref = _pinned.get(id(t))
     return ref is not None and ref() is t
+
+
+def in_pinned_memory(t: torch.Tensor) -> bool:
+    """Is `t` (or the buffer it views) pinned? What a copy's speed over PCIe depends on (runtime/hostwork.py)."""
+    if is_pinned(t):
+        return True
+    if t.is_meta:
+        return False
+    ptr = t.untyped_storage().data_ptr()
+    ref = _storages.get(ptr) if ptr else None
+    owner = ref() if ref is not None else None
+    return owner is not None and owner.untyped_storage().data_ptr() == ptr
 
 
 def host_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
