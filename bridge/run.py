@@ -505,8 +505,11 @@ class CosimRun:
 
     def _check_ranks_live(self, watch: RankWatch, isolate: bool) -> None:
         """BridgeError naming a rank stopped or wedged for the peer timeout (its pid and state); with `isolate`, kill
-        it instead, so only its job ends, saying why."""
-        live = [c for c in self.children if c.role == "rank" and not c.reported and c.proc.poll() is None]
+        it instead, so only its job ends, saying why. The ranks' fork server and a program that starts its ranks
+        itself are judged too: they never beat, so only a stop counts (a stopped fork server reaps no rank, and the
+        death of one would go unseen)."""
+        watched = ("rank", "forkserver", "spawner")
+        live = [c for c in self.children if c.role in watched and not c.reported and c.proc.poll() is None]
         stuck = watch.check(live, others=self.spawner_cmd is not None)
         if stuck is None:
             return

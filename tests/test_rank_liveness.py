@@ -112,6 +112,32 @@ def test_a_stopped_rank_ends_the_run_named_with_its_state(rank_script: Path) -> 
     assert alive_pids([c.pid for c in run.children]) == []
 
 
+def test_a_stopped_fork_server_ends_the_run(tmp_path: Path) -> None:
+    """The ranks' fork server stopped mid-run (it would reap no rank, so a rank's death would go unseen): named."""
+    (tmp_path / "liverank.py").write_text(RANK)
+    cmd = [sys.executable, "-m", "liverank", "loop", "2.0"]
+    run = CosimRun(
+        star2(), rank_cmd=cmd, rank_preload=("json",), env={"PYTHONPATH": str(tmp_path)}, peer_timeout_s=2.0,
+        timeout_s=120,
+    )  # fmt: skip
+
+    def stopper() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len([c for c in run.children if c.role == "rank"]) < 2:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        os.kill(next(c for c in run.children if c.role == "forkserver").pid, signal.SIGSTOP)
+
+    th = threading.Thread(target=stopper)
+    th.start()
+    with pytest.raises(
+        BridgeError, match=r"^the fork server \(pid \d+\) has made no progress for 2 s: stopped \(state T"
+    ):
+        run.run()
+    th.join()
+    assert alive_pids([c.pid for c in run.children]) == []
+
+
 def test_a_wedged_rank_ends_the_run(rank_script: Path) -> None:
     """Rank 1 blocks in a C call holding the GIL (its process sleeping: no beat, no CPU time): named wedged, state S;
     rank 0, waiting for it meanwhile, is not."""
