@@ -194,3 +194,20 @@ def test_the_watch_judges_a_process_before_and_after_its_beat_starts(tmp_path: P
         for p in (quiet, beating):
             p.kill()
             p.wait(timeout=10)
+
+
+def test_a_wedged_rank_of_an_isolated_job_ends_only_its_job(rank_script: Path) -> None:
+    """Several jobs, each alone in failure: the wedged rank is killed and its job fails saying why; the other job
+    completes."""
+    from bridge.jobs import JobProcs
+
+    topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", latency="1us")
+    jobs = [
+        JobProcs("a", 2, [sys.executable, str(rank_script), "plain", "2.0"]),
+        JobProcs("b", 2, [sys.executable, str(rank_script), "wedge", "2.0"]),
+    ]
+    res = CosimRun(topo, jobs=jobs, all_or_nothing=False, peer_timeout_s=2.0, timeout_s=120, cwd=str(ROOT)).run()
+    assert [j["status"] for j in res.jobs] == ["complete", "failed"]
+    text = res.jobs[1]["error"]["text"]
+    assert "rank 1 of job b (pid " in text and "has made no progress for 2 s: wedged" in text, text
+    assert "it was killed (SIGKILL)" in text
