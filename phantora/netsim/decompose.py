@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 from phantora.errors import PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow, RunsByCompletion
+from phantora.netsim.blockers import Blockers
 from phantora.netsim.completion_buffer import CompletionBuffer, Segment, built
 from phantora.netsim.completion_columns import CompletionColumns
 from phantora.netsim.effective import EffectiveSettings
@@ -212,6 +213,8 @@ class DecomposedSimulator(RunsByCompletion):
         self._memo: dict[int, int] = {}
         self._memo_wide: Wide = {}
         self._unfinished: list[set[int]] = [set() for _ in range(n)]  # per worker
+        # (`pulls_bounds`) of those, what the horizon reads first and what it reads under a flow (`blockers`)
+        self._blockers = Blockers(n) if self.pulls_bounds and self.tracks_unfinished else None
         self._ext: set[int] = set()  # unfinished fabric flows a gate or a marker here waits on
         self._zero: set[int] | None = None  # flows with no lookahead (started at their post ns), when there are any
         self._deps_of: dict[int, tuple[int, ...]] | None = None  # flow -> its deps, for a subclass that pulls bounds
@@ -453,6 +456,11 @@ class DecomposedSimulator(RunsByCompletion):
                 _drop(map(step.pop, ids, repeat(None)))
                 for unfinished in self._unfinished if worker < 0 else (self._unfinished[worker],):
                     unfinished.difference_update(ids)  # (a marker's id is in none: its owner is the driver)
+                if self._blockers is not None:
+                    if worker < 0:
+                        self._blockers.ended_anywhere(ids, self._unfinished, self._up)
+                    else:
+                        self._blockers.ended(ids, worker, self._unfinished[worker], self._up)
             self._ext.difference_update(ids)
             if self.pulls_bounds:
                 _drop(map(self._up.pop, ids, repeat(None)))
@@ -563,7 +571,7 @@ class DecomposedSimulator(RunsByCompletion):
         on other workers have ended too, and its bound is at least `at` + its step. Returns the flows the horizon
         reads from now on: those of `ids` and the flows waiting on them whose last closed outer gate was theirs."""
         lbs, step, owner, unfinished = self._lb, self._step, self._owner, self._unfinished
-        deferred, deferring = self._deferred, self._deferring
+        deferred, deferring, blockers = self._deferred, self._deferring, self._blockers
         woke: list[int] = []
         pushes = self.raises_dependents and not self.pulls_bounds  # (the pushed walk: the rise down its dependents)
         for fid in ids:
@@ -581,7 +589,10 @@ class DecomposedSimulator(RunsByCompletion):
                     deferred[j] = n
                     continue
                 del deferred[j]
-                unfinished[owner[j]].add(j)
+                w = owner[j]
+                unfinished[w].add(j)
+                if blockers is not None:
+                    blockers.add(j, w, self._up.get(j, ()), unfinished[w])
                 woke.append(j)
                 nxt = deferring.pop(j, None)
                 if nxt is not None:
@@ -675,7 +686,7 @@ class DecomposedSimulator(RunsByCompletion):
         targeted: set[tuple[int, bool]] = set()  # (id of a `_SharedDeps`, no lookahead) whose targets are set
         kin, track = self.raises_dependents and not self.pulls_bounds, self.tracks_unfinished
         up = self._up if self.pulls_bounds else None
-        outer, deferred, deferring = self._outer, self._deferred, self._deferring
+        outer, deferred, deferring, blockers = self._outer, self._deferred, self._deferring, self._blockers
         held_wide: dict[int, list[int]] = {}  # id of a `_SharedDeps` -> its deferred deps (none opens while booking)
         for f in order:
             fid = f.id
@@ -755,6 +766,8 @@ class DecomposedSimulator(RunsByCompletion):
                 deferred[fid] = shut
             elif track:
                 self._unfinished[w].add(f.id)
+                if blockers is not None:
+                    blockers.add(fid, w, f.deps, self._unfinished[w])
             if not handed:
                 out = self._out[w]
                 out.flows.append((f, local))
@@ -909,7 +922,12 @@ class DecomposedSimulator(RunsByCompletion):
         caller reacts to or a gate or marker here waits on, and of those it reacts to (INF_NS: none); both exact unless
         both are at most `floor`, all the horizon reads (max(., floor)). By `least_bounds.least_ends`."""
         books = (self._lb, self._ends, self._up, self._step, self._memo, self._memo_wide)
-        m, mr, reads = least_ends(ids, floor, self.reacts, self._ext, *books)
+        got = self._blockers
+        if got is None:
+            m, mr, reads = least_ends(ids, floor, self.reacts, self._ext, *books)
+        else:  # (its free flows, and the flows under a flow read where it cannot bound them: `blockers`)
+            w = next(w for w, mine in enumerate(self._unfinished) if mine is ids)
+            m, mr, reads = least_ends(got.free[w], floor, self.reacts, self._ext, *books, got.below)
         self.horizon_reads += reads
         return m, mr
 

@@ -48,14 +48,18 @@ def least_ends(
     step: Mapping[int, int],
     memo: dict[int, int],
     wide: Wide,
+    below: Mapping[int, list[int]] | None = None,
 ) -> tuple[int, int, int]:
     """(m, mr, reads) of one worker's unfinished flows `ids` (module docstring): the least L of those `react` says
     the caller reacts to (every flow when None) or in `ext`, the least L of those it reacts to (INF_NS: none), and
     how many flows were read past the first test. Both exact unless both are at most `floor`. The other arguments
-    are `pull`'s (`lbs` holds C, raised here)."""
+    are `pull`'s (`lbs` holds C, raised here). With `below` (`phantora.netsim.blockers`), `ids` are the worker's
+    free flows and `below` each blocker's flows under it: a list is read only under a flow read that the caller does
+    not react to (one it reacts to counts, or is passed over for a least its dependents cannot lower either)."""
     m = mr = INF_NS
     reads = 0
-    for f in ids:
+    order = ids if below is None else list(ids)
+    for f in order:
         c = lbs[f]
         if c >= mr and (c >= m or f not in ext):
             continue
@@ -75,8 +79,12 @@ def least_ends(
                 if c >= mr and (c >= m or f not in ext):
                     continue
         r = react is None or react(f)
-        if not r and f not in ext:  # (in neither set)
-            continue
+        if not r:  # (its dependents' least L is not bounded by a least it counts in: they are read)
+            kids = None if below is None else below.get(f)
+            if kids:
+                order.extend(kids)  # type: ignore[attr-defined]  # (a list when `below` is given)
+            if f not in ext:  # (in neither set)
+                continue
         need = mr if r else m
         if c >= need:
             continue
