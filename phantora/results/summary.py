@@ -177,6 +177,7 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
                 "peak_rss_mb",
                 "pss_mb",
                 "storage",
+                "host_work",
             )
         }
         for r in sorted(ranks)
