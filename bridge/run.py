@@ -619,6 +619,19 @@ class CosimRun:
             while c.proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.01)
 
+    def _exit_watch(self) -> RankWatch:
+        """A watch on a process the run waits for after its outcome (it never beats: only a stop counts)."""
+        assert self.run_dir is not None
+        return RankWatch(self.run_dir, self.spec.peer_timeout_s)
+
+    @staticmethod
+    def _fail_if_stopped(watch: RankWatch, c: Child, when: str) -> None:
+        """BridgeError naming `c` if `watch` finds it stopped for the peer timeout (rather than wait TRACE_WAIT_S)."""
+        stuck = watch.check([c])
+        if stuck is not None:
+            c.reported = True
+            raise BridgeError(f"{stuck[2]} {when}; the run was stopped", code="timeout")
+
     def _await_spawner(self) -> None:
         """After the outcome: the program's launching process runs on after its ranks end (what follows its
         `mp.spawn(...)`); wait for it, at most TRACE_WAIT_S, and fail the run if it fails."""
@@ -626,7 +639,9 @@ class CosimRun:
             if c.role != "spawner":
                 continue
             deadline = time.monotonic() + TRACE_WAIT_S
+            watch = self._exit_watch()
             while c.proc.poll() is None and time.monotonic() < deadline:
+                self._fail_if_stopped(watch, c, "after its ranks ended")
                 time.sleep(0.01)
             c.reported = True
             if c.proc.returncode != 0:
@@ -648,7 +663,9 @@ class CosimRun:
             if c.role != holder:
                 continue
             deadline = time.monotonic() + TRACE_WAIT_S
+            watch = self._exit_watch()
             while c.proc.poll() is None and time.monotonic() < deadline:
+                self._fail_if_stopped(watch, c, "while it wrote the fabric traces")
                 time.sleep(0.01)
             c.reported = True
             if c.proc.poll() is None:

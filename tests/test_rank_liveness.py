@@ -211,3 +211,27 @@ def test_a_wedged_rank_of_an_isolated_job_ends_only_its_job(rank_script: Path) -
     text = res.jobs[1]["error"]["text"]
     assert "rank 1 of job b (pid " in text and "has made no progress for 2 s: wedged" in text, text
     assert "it was killed (SIGKILL)" in text
+
+
+def test_a_server_stopped_while_it_writes_the_traces_is_named_without_waiting_for_the_bound(tmp_path: Path) -> None:
+    """After the outcome the run waits up to TRACE_WAIT_S (600 s) for the network server to write the fabric traces;
+    one stopped there is named after the peer timeout instead."""
+    run = CosimRun(
+        star2(), rank_cmd=["true"], out_dir=tmp_path / "out", engine_in_coordinator=False, peer_timeout_s=1.0
+    )
+    stand_in = subprocess.Popen(["sleep", "60"])  # the server's process, stopped while it writes
+    try:
+        os.kill(stand_in.pid, signal.SIGSTOP)
+        run.run_dir = tmp_path
+        run.children = [Child("server", None, stand_in, tmp_path / "server.log")]
+        t0 = time.monotonic()
+        with pytest.raises(BridgeError) as err:
+            run._await_server_traces()
+        assert time.monotonic() - t0 < 5.0
+        assert str(err.value) == (
+            f"the network server (pid {stand_in.pid}) has made no progress for 1 s: stopped (state T: SIGSTOP or "
+            "SIGTSTP; nothing resumed it) while it wrote the fabric traces; the run was stopped"
+        )
+    finally:
+        stand_in.kill()
+        stand_in.wait(timeout=10)
