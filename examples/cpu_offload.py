@@ -46,15 +46,16 @@ def main() -> None:
         opt = torch.optim.AdamW(params, lr=args.lr)
     data = corpus()
     for step in range(args.steps):
-        start, end = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else (0, 0)
-        if cuda:
-            start.record()
+        timer = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else None
+        if timer is not None:
+            timer[0].record()
         x, y = batch(data, args.seq, args.batch, seed=args.seed, step=step, rank=rank, device=device)
         ddp.zero_grad(set_to_none=True)
         loss = loss_fn(ddp(x), y)
         loss.backward()
         if args.offload:
             for m, q in zip(masters, params, strict=True):
+                assert m.grad is not None and q.grad is not None
                 m.grad.copy_(q.grad, non_blocking=True)  # device to pinned host memory
             if cuda:
                 torch.cuda.current_stream().synchronize()  # the host waits for the gradients
@@ -63,10 +64,12 @@ def main() -> None:
                 q.data.copy_(m.detach(), non_blocking=True)  # pinned host memory to the device
         else:
             opt.step()
-        if cuda:
-            end.record()
+        seconds = 0.0
+        if timer is not None:
+            timer[1].record()
             torch.cuda.synchronize()
-        log_step(rank, step, loss.item(), start.elapsed_time(end) / 1e3 if cuda else 0.0)
+            seconds = timer[0].elapsed_time(timer[1]) / 1e3
+        log_step(rank, step, loss.item(), seconds)
     dist.destroy_process_group()
 
 
