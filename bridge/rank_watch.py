@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bridge.liveness import LOOK_S, Silence
+from bridge.liveness import LOOK_S, Silence, progress_mark
 from bridge.rank_beat import BEATS_DIR, beat_file
 from bridge.supervisor import Child
 from phantora.netsim.proc_watch import STOPPED, proc_state
@@ -33,6 +33,7 @@ STATES = {"S": "S, sleeping", "D": "D, in an uninterruptible wait", "R": "R, run
 @dataclass
 class _Clock:
     silence: Silence
+    start: str  # the process's start time (a pid taken by another process is not this one)
     beat: int | None = None  # the beat file's last modification time seen (ns)
 
 
@@ -67,12 +68,15 @@ class RankWatch:
         return None
 
     def _judge(self, pid: int, label: str) -> str | None:
+        mark = progress_mark(pid)
+        state = proc_state(pid)
+        if mark is None or state is None:
+            return None  # gone: the launcher's poll of its children sees the exit
         clock = self._clocks.get(pid)
         if clock is None:
-            clock = self._clocks[pid] = _Clock(Silence(pid))
-        state = proc_state(pid)
-        if state is None:
-            return None  # gone: the launcher's poll of its children sees the exit
+            clock = self._clocks[pid] = _Clock(Silence(pid), mark[0])
+        elif mark[0] != clock.start:
+            return None  # the rank is gone, its pid another process's (a beat file outlives its rank)
         try:
             beat: int | None = beat_file(self.run_dir, pid).stat().st_mtime_ns
         except OSError:
