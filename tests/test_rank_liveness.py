@@ -235,3 +235,40 @@ def test_a_server_stopped_while_it_writes_the_traces_is_named_without_waiting_fo
     finally:
         stand_in.kill()
         stand_in.wait(timeout=10)
+
+
+SPAWNER = r"""
+import os, subprocess, sys
+procs = [subprocess.Popen([sys.executable, sys.argv[1], "loop", "2.0"], env={**os.environ, "RANK": str(r)})
+         for r in range(int(os.environ["WORLD_SIZE"]))]
+sys.exit(max(p.wait() for p in procs))
+"""
+
+
+def test_a_stopped_rank_that_a_program_started_itself_is_named_by_its_beat(rank_script: Path, tmp_path: Path) -> None:
+    """`--spawn`: the ranks are the program's children, not the launcher's; the launcher finds them by their beat
+    files, and one stopped is named with the rank its file gives."""
+    (tmp_path / "spawner.py").write_text(SPAWNER)
+    cmd = [sys.executable, str(tmp_path / "spawner.py"), str(rank_script)]
+    run = CosimRun(star2(), spawner_cmd=cmd, peer_timeout_s=2.0, timeout_s=120, cwd=str(ROOT))
+    stopped: dict[str, int] = {}
+
+    def stopper() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            beats = list((run.run_dir / rank_beat.BEATS_DIR).glob("*")) if run.run_dir is not None else []
+            one = [p for p in beats if p.read_text() == '{"rank": 1}']
+            if len(beats) == 2 and one:
+                time.sleep(1.0)
+                stopped["pid"] = int(one[0].name)
+                os.kill(stopped["pid"], signal.SIGSTOP)
+                return
+            time.sleep(0.05)
+
+    th = threading.Thread(target=stopper)
+    th.start()
+    with pytest.raises(BridgeError) as err:
+        run.run()
+    th.join()
+    assert str(err.value).startswith(f"rank 1 (pid {stopped['pid']}) has made no progress for 2 s: stopped (state T")
+    assert alive_pids([c.pid for c in run.children] + [stopped["pid"]]) == []
