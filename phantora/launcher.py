@@ -357,6 +357,8 @@ def launch(cfg: RunConfig) -> RunReport:
     opts = rank_options(cfg, gpu_name, out, model_opts, phantom)
     opts.scenario = str(Path(engine.scenario).resolve()) if engine.scenario else None  # slow GPUs, step reports
     rank_env = opts.to_env()
+    if "host" in topo.meta and "PHANTORA_HOST" not in {**os.environ, **cfg.env}:  # the topology's hosts, unless given
+        rank_env["PHANTORA_HOST"] = str(topo.meta["host"])
     wrap = [str(Path(cfg.wrapper).resolve())] if cfg.wrapper else []
     entry = "phantora.runtime.spawned" if cfg.spawn else "phantora.runtime.bootstrap"
     cmd = [cfg.python, "-m", entry, *wrap, str(script.resolve()), *cfg.args]

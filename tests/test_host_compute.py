@@ -10,6 +10,7 @@ PCIE_EFF of it, pageable at half a core's bandwidth at most; a blocking one make
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -171,3 +172,16 @@ def test_the_model_is_switched_on_by_its_variable() -> None:
     assert hostwork.enabled({"PHANTORA_HOST_COMPUTE": "on"}) and hostwork.enabled({"PHANTORA_HOST_COMPUTE": "1"})
     with pytest.raises(InputError, match="PHANTORA_HOST_COMPUTE"):
         hostwork.enabled({"PHANTORA_HOST_COMPUTE": "yes please"})
+
+
+def test_a_topology_file_names_its_hosts(tmp_path: Path) -> None:
+    from phantora.topology.tomlfile import read_toml
+
+    good = tmp_path / "a100s.toml"
+    good.write_text('gpu = "a100"\nhost = "DGX A100"\n[generator]\nkind = "dgx_host"\ngpus_per_host = 8\n')
+    assert read_toml(good).meta["host"] == "dgx-a100"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('host = "dgx-9"\n[generator]\nkind = "dgx_host"\ngpus_per_host = 8\n')
+    with pytest.raises(InputError, match="unknown host 'dgx-9'") as err:
+        read_toml(bad)
+    assert err.value.file == str(bad) and err.value.field == "host" and err.value.line == 1

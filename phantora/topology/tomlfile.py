@@ -6,6 +6,7 @@ description = "..."         # optional
 gpu = "h100"                # optional GPU model
 cpu = "amd"                 # optional hosts' CPU vendor: intel (default) | amd | arm (NCCL's net overhead follows it)
 cpu_model = "zen"           # nodes/links files only (a generator takes it in [generator]): NCCL's CPU class
+host = "dgx-a100"           # optional hosts' CPUs and memory (phantora.perfmodel.hosts; default: the GPU's DGX)
 
 [generator]                 # either this table ...
 kind = "leaf_spine"         # fat_tree | leaf_spine | rail_optimized | dgx_host
@@ -37,11 +38,12 @@ from typing import Any
 from phantora.collectives.nccl.pci_paths import CPU_MODELS, cpu_model_name
 from phantora.errors import InputError
 from phantora.files import parse_toml, read_text
+from phantora.perfmodel.hosts import get_host
 from phantora.topology._util import count, cpu_name, gpu_name, rate_bps, relocate, time_ns
 from phantora.topology.generators import GENERATORS
 from phantora.topology.model import NODE_KINDS, Topology
 
-TOP_KEYS = ("name", "description", "gpu", "cpu", "cpu_model", "generator", "nodes", "links", "link_defaults")
+TOP_KEYS = ("name", "description", "gpu", "cpu", "cpu_model", "host", "generator", "nodes", "links", "link_defaults")
 NODE_KEYS = ("name", "kind", "host", "tier")
 LINK_KEYS = ("a", "b", "rate", "latency")
 _RESERVED = ("name", "gpu", "cpu")  # generator arguments that come from the top level
@@ -168,6 +170,7 @@ def read_toml(path: str | Path) -> Topology:
         gpu_name(data.get("gpu"))
         cpu = cpu_name(data.get("cpu"))
         model = _cpu_model(data, cpu)
+        host = get_host(data["host"]).name if "host" in data else None  # the host compute model's (runtime.md)
     except InputError as exc:
         raise relocate(exc, file=file, line=_key_line(text, exc.field)) from None
     if "generator" in data:
@@ -189,6 +192,8 @@ def read_toml(path: str | Path) -> Topology:
         cpu = cpu or CPU_MODELS[model][0]
     if cpu is not None:
         topo.meta["cpu"] = cpu
+    if host is not None:
+        topo.meta["host"] = host
     topo.meta["source"] = file
     topo.meta["format"] = "toml"
     return topo.validate(source=file)
