@@ -149,6 +149,9 @@ def test_copies_cross_the_pcie_link_pinned_or_pageable(charge_mode: ChargeMode) 
         assert s.clock.compute_ns == t0 + dma and s.host_ns == host0 and s.pcie["h2d"][0] == 2
         aten.copy_.default(a, d)  # into pinned memory, blocking
         assert s.pcie["d2h"] == [2, 8 * N, pageable + dma] and s.host_ns == s.clock.compute_ns
+        host0, t0 = s.host_ns, s.clock.compute_ns
+        off = aten._to_copy.default(d, device=torch.device("cpu"), non_blocking=True)  # torch pins its output
+        assert s.clock.compute_ns == t0 + dma and s.host_ns == host0 and pinned.is_pinned(off)
 
 
 def test_an_in_place_op_that_returns_nothing_still_writes() -> None:

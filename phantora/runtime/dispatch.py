@@ -276,6 +276,8 @@ class ChargeMode(TorchDispatchMode):
         if link is not None and func in hostwork.COPIES and s.host is not None:
             self._link = None
             s.host_copy(link, s.host.copy_ns(link))
+            if link.kind == "d2h" and link.pinned and func is not _COPY and type(out) is torch.Tensor:
+                pinned.mark(out)  # a pinned host tensor, as torch makes it (is_pinned() says so)
             return out
         s.charge(_name(func), s.model.cost(func, args, kwargs, out))
         return out

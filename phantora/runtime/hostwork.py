@@ -95,8 +95,8 @@ def transfer(func: Any, args: tuple, kwargs: dict) -> HostCopy | None:
         else:
             return None
         nbytes = _nbytes(src)  # a cast on the way happens on the device side; the link carries the source's bytes
-        if kind == "d2h":
-            pin = bool(kwargs.get("pin_memory"))
+        if kind == "d2h":  # torch pins the host output of a non-blocking copy off the GPU (`_to_copy`'s pin_out)
+            pin = bool(kwargs.get("pin_memory")) or non_blocking
             return HostCopy(kind, nbytes, pin, not (non_blocking and pin))
     is_pinned = pinned.in_pinned_memory(host)
     return HostCopy(kind, nbytes, is_pinned, not (non_blocking and is_pinned))
