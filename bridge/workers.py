@@ -37,6 +37,7 @@ from bridge.transport import HEARTBEAT_S, STARTUP_ENV, STARTUP_TIMEOUT_S, make_r
 from phantora.netsim.decompose import Outbox, RoundReply, WorkerDiedError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.packet_config import PacketConfig
+from phantora.netsim.proc_watch import STOPPED, proc_state
 from phantora.progress import Beat
 from phantora.topology.model import Topology
 
@@ -121,6 +122,7 @@ class ServerPool:
         self.on_beat: Callable[[Beat], None] | None = None  # set by a display: the workers' merged progress ...
         self.beat_s = 0.5  # ... at most this often (s)
         self._beats: list[Beat | None] = [None] * len(assignment)  # each worker's last
+        self._stopped_since: dict[int, float] = {}  # worker index -> when it was first seen stopped while it starts
         self._at = [0] * len(assignment)  # each worker's clock as last heard (a beat or a reply)
         self._pending: set[int] = set()  # the workers the round in progress waits for
         self._beat_sent = float("-inf")
@@ -211,6 +213,7 @@ class ServerPool:
         """While we wait for worker `w` (its start, its hello): check it, and heartbeat the ones already connected,
         which wait for their first round (a loaded machine can take many seconds to start the next worker)."""
         w.check()
+        _fail_if_stopped(w, self._stopped_since)
         self.keepalive()
 
     def _worker_beat(self, i: int, beat: Beat) -> None:
@@ -369,14 +372,32 @@ def spawn_workers(
     return ServerPool(topology, config, assignment, side)
 
 
+def _fail_if_stopped(w: Worker, since: dict[int, float]) -> None:
+    """WorkerDiedError naming local worker `w` once it has been stopped (state T or t) `WORKER_SILENCE_S` on end
+    (`since`: worker index -> when it was first seen stopped) while the driver waits for it outside a round: its
+    start (an ns-3 import is silent for long, so only a stop counts; before, the start-up timeout, 180 s)."""
+    state = proc_state(w.pid) if w.proc is not None else None
+    if state not in STOPPED:
+        since.pop(w.index, None)
+        return
+    first = since.setdefault(w.index, time.monotonic())
+    if time.monotonic() - first > WORKER_SILENCE_S:
+        raise WorkerDiedError(
+            f"decomposition worker {w.index} (pid {w.pid}, pieces {w.pieces}) has been {STOPPED[state]} for "
+            f"{WORKER_SILENCE_S:.0f} s while the driver waited for it"
+        )
+
+
 def _endpoint(w: Worker, d: Path) -> str:
     """Wait for a local worker's published endpoint (a Ray worker's came back from its actor)."""
     if w.endpoint is not None:
         return w.endpoint
     path = d / "net.endpoint"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    stopped: dict[int, float] = {}
     while not path.exists():
         w.check()
+        _fail_if_stopped(w, stopped)
         if time.monotonic() > deadline:
             raise BridgeError(
                 f"decomposition worker {w.index} did not start within {STARTUP_TIMEOUT_S:.0f} s (a loaded machine "

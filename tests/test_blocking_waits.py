@@ -78,3 +78,33 @@ def test_a_runner_that_does_not_answer_its_interface_question_is_named(
     with pytest.raises(PhantoraError, match=r"did not answer --interface-version within 0 s"):
         ns3_abi.check_runner(runner)
     assert time.monotonic() - t0 < 5.0
+
+
+@pytest.mark.slow  # two decomposition workers importing ns-3
+def test_a_worker_stopped_while_it_starts_ends_the_run_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decomposition worker stopped before its hello (in its ns-3 import) was waited for up to the start-up timeout
+    (180 s); now for the silence limit, then named, and close() leaves no worker."""
+    from test_decompose import SETTINGS, rail_dag, tiny
+
+    import bridge.workers
+    from bridge.workers import spawn_workers
+    from phantora.netsim.decompose import WorkerDiedError
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+    from phantora.netsim.packet_config import PacketConfig
+
+    monkeypatch.setattr(bridge.workers, "WORKER_SILENCE_S", 2.0)
+    topo = tiny()
+    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
+    packet = sim.packet
+    try:
+        victim = packet.workers[1]
+        os.kill(victim.pid, signal.SIGSTOP)  # at once: it is still importing ns-3 (seconds)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerDiedError, match=rf"worker 1 \(pid {victim.pid}.*stopped \(state T.* for 2 s while"):
+            sim.submit(rail_dag(topo), 0)
+            sim.drain()
+        assert time.monotonic() - t0 < 30.0  # worker 0's start on a loaded machine, then 2 s
+    finally:
+        sim.close()
+    assert all(w.proc is not None and w.proc.poll() is not None for w in packet.workers)
