@@ -159,6 +159,14 @@ def test_an_in_place_op_that_returns_nothing_still_writes() -> None:
     assert hostwork.written_bytes(aten._foreach_mul_.Scalar, (xs, 2.0), {}, None) == 8 * N
     out = torch.ones(N)
     assert hostwork.written_bytes(aten.add_.Tensor, (out, out), {}, out) == 0  # its output counts it
+    p, g, m, v = ([torch.ones(N)] for _ in range(4))
+    step = [torch.ones(())]
+    fused = aten._fused_adamw_.default
+    kw = {"lr": 0.1, "beta1": 0.9, "beta2": 0.99, "weight_decay": 0.0, "eps": 1e-8, "amsgrad": False}
+    kw |= {"maximize": False}
+    assert hostwork.written_bytes(fused, (p, g, m, v, [], step), kw, None) == 3 * 4 * N  # not the gradients
+    scaled = {**kw, "grad_scale": torch.ones(())}
+    assert hostwork.written_bytes(fused, (p, g, m, v, [], step), scaled, None) == 4 * 4 * N  # unscaled in place
 
 
 def test_the_host_and_threads_come_from_the_environment() -> None:

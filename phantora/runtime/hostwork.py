@@ -115,6 +115,8 @@ def written_bytes(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
         if info is None or not info.is_write:
             continue
         value = args[i] if i < len(args) else kwargs.get(a.name)
+        if a.name == "grads" and kwargs.get("grad_scale") is None and schema.name.startswith("aten::_fused_adam"):
+            continue  # the fused Adam(W) kernels write their gradients only to unscale them (grad_scale given)
         total += sum(_nbytes(t) for t in tensors_in(value) if id(t) not in returned)
     return total
 
