@@ -154,6 +154,14 @@ def test_copies_cross_the_pcie_link_pinned_or_pageable(charge_mode: ChargeMode) 
         assert s.clock.compute_ns == t0 + dma and s.host_ns == host0 and pinned.is_pinned(off)
 
 
+def test_views_and_aliases_of_pinned_memory_are_pinned_memory_in_both_modes() -> None:
+    for dev in ("cpu", "meta"):  # phantom mode's host tensors are meta: no address, the same storage
+        buf, other = torch.empty(64, device=dev), torch.empty(64, device=dev)
+        pinned.mark(buf)
+        assert pinned.in_pinned_memory(buf.detach()) and pinned.in_pinned_memory(buf.view(8, 8)[2])
+        assert not pinned.in_pinned_memory(other)
+
+
 def test_an_in_place_op_that_returns_nothing_still_writes() -> None:
     xs = [torch.ones(N), torch.ones(N)]
     assert hostwork.written_bytes(aten._foreach_mul_.Scalar, (xs, 2.0), {}, None) == 8 * N

@@ -19,16 +19,20 @@ _IS_PINNED = torch.ops.aten.is_pinned.default
 _PIN = torch.ops.aten._pin_memory.default
 
 
-_storages: dict[int, weakref.ref[torch.Tensor]] = {}  # by storage address: a view of a pinned buffer is pinned memory
+_storages: dict[int, weakref.ref[torch.Tensor]] = {}  # by storage: a view of a pinned buffer is pinned memory
+
+
+def _storage(t: torch.Tensor) -> int:
+    """The identity of `t`'s storage, which its views and aliases share (meta tensors' too, which have no address)."""
+    return int(t.untyped_storage()._cdata)
 
 
 def mark(t: torch.Tensor) -> torch.Tensor:
     """Remember `t` as pinned; return it."""
     key = id(t)
     _pinned[key] = weakref.ref(t, lambda _: _pinned.pop(key, None))
-    ptr = 0 if t.is_meta else t.untyped_storage().data_ptr()
-    if ptr:
-        _storages[ptr] = weakref.ref(t, functools.partial(_forget_storage, ptr))
+    ptr = _storage(t)
+    _storages[ptr] = weakref.ref(t, functools.partial(_forget_storage, ptr))
     return t
 
 
@@ -46,12 +50,10 @@ def in_pinned_memory(t: torch.Tensor) -> bool:
     """Is `t` (or the buffer it views) pinned? What a copy's speed over PCIe depends on (runtime/hostwork.py)."""
     if is_pinned(t):
         return True
-    if t.is_meta:
-        return False
-    ptr = t.untyped_storage().data_ptr()
-    ref = _storages.get(ptr) if ptr else None
+    ptr = _storage(t)
+    ref = _storages.get(ptr)
     owner = ref() if ref is not None else None
-    return owner is not None and owner.untyped_storage().data_ptr() == ptr
+    return owner is not None and _storage(owner) == ptr
 
 
 def host_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
