@@ -7,7 +7,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from phantora.netsim import proc_watch
 from phantora.netsim.decompose import WorkerDiedError
+from phantora.netsim.proc_watch import LOOK_S, STOPPED, proc_state
 
 
 class Watched(Protocol):
@@ -31,9 +33,11 @@ def wait_workers(
     reader of the workers' beats)."""
     deadline = time.monotonic() + timeout_s
     pending = set(range(len(workers)))
+    stops = _Stops(workers)
     while pending:
         if tick is not None:
             tick()
+        stops.look(pending)
         for i in sorted(pending):
             code = workers[i].poll()
             if code is None:
@@ -41,7 +45,8 @@ def wait_workers(
             if code != 0:
                 words = workers[i].last_words()
                 raise WorkerDiedError(
-                    f"partition worker {i} ({workers[i].describe()}) exited with code {code}"
+                    stops.blame(pending - {i})
+                    + f"partition worker {i} ({workers[i].describe()}) exited with code {code}"
                     + (f"; its last words: {words}" if words else "")
                 )
             pending.discard(i)
@@ -51,3 +56,40 @@ def wait_workers(
                 "(PacketConfig.partition_timeout_s)"
             )
         time.sleep(interval_s)
+
+
+class _Stops:
+    """Local workers (those with a `proc`) seen stopped (state T or t): one stopped `proc_watch.STOPPED_S` on end ends
+    the run, named; and a worker that fails while another is stopped (its peers give up on a silent one at their
+    barrier, 60 s) is said to have failed waiting for it. Looked at every `LOOK_S`."""
+
+    def __init__(self, workers: Sequence[Watched]) -> None:
+        self.workers = workers
+        self.since: dict[int, float] = {}  # worker -> when it was first seen stopped
+        self.states: dict[int, str] = {}
+        self.looked = float("-inf")
+
+    def look(self, pending: set[int]) -> None:
+        now = time.monotonic()
+        if now - self.looked < LOOK_S:
+            return
+        self.looked = now
+        for i in sorted(pending):
+            proc = getattr(self.workers[i], "proc", None)
+            state = proc_state(proc.pid) if proc is not None else None
+            if state not in STOPPED:
+                self.since.pop(i, None)
+                continue
+            self.states[i] = state
+            if now - self.since.setdefault(i, now) > proc_watch.STOPPED_S:
+                raise WorkerDiedError(
+                    f"partition worker {i} ({self.workers[i].describe()}) has been {STOPPED[state]} for "
+                    f"{proc_watch.STOPPED_S:.0f} s"
+                )
+
+    def blame(self, others: set[int]) -> str:
+        """The words naming a stopped worker among `others` (`partition worker J (pid N) is stopped (...): `), or
+        nothing."""
+        for j in sorted(others & self.since.keys()):
+            return f"partition worker {j} ({self.workers[j].describe()}) is {STOPPED[self.states[j]]}: "
+        return ""

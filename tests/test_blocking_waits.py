@@ -108,3 +108,51 @@ def test_a_worker_stopped_while_it_starts_ends_the_run_naming_it(monkeypatch: py
     finally:
         sim.close()
     assert all(w.proc is not None and w.proc.poll() is not None for w in packet.workers)
+
+
+class _Stand:
+    """A local partition worker as `bridge.cut_watch.wait_workers` sees one (`proc`, `poll`, `describe`)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def describe(self) -> str:
+        return f"pid {self.proc.pid}"
+
+    def last_words(self) -> str:
+        return ""
+
+
+def test_a_stopped_partition_worker_is_named_not_the_peer_that_gave_up_on_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, worker 0 SIGSTOPped 23 s into a partition=2 netsim run ended it 60.7 s later as "partition worker 1
+    ... exited with code 1", the culprit only in its last words (no word from worker 0 at its barrier)."""
+    from bridge.cut_watch import wait_workers
+    from phantora.netsim import proc_watch
+
+    monkeypatch.setattr(proc_watch, "STOPPED_S", 1.0)
+    procs = [subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])]
+    try:
+        os.kill(procs[0].pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(PhantoraError) as err:
+            wait_workers([_Stand(p) for p in procs], timeout_s=60)
+        assert time.monotonic() - t0 < 4.0
+        stopped = "stopped (state T: SIGSTOP or SIGTSTP; nothing resumed it)"
+        assert str(err.value) == f"partition worker 0 (pid {procs[0].pid}) has been {stopped} for 1 s"
+        monkeypatch.setattr(proc_watch, "STOPPED_S", 60.0)  # the peer gives up first: it is named as the victim
+        procs[1].kill()
+        procs[1].wait(timeout=10)
+        procs[1] = subprocess.Popen(["sh", "-c", "sleep 1.5; exit 1"])
+        with pytest.raises(PhantoraError) as err:
+            wait_workers([_Stand(p) for p in procs], timeout_s=60)
+        assert str(err.value) == (
+            f"partition worker 0 (pid {procs[0].pid}) is {stopped}: partition worker 1 (pid {procs[1].pid}) exited "
+            "with code 1"
+        )
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=10)
