@@ -17,8 +17,9 @@ from phantora.results.write import write_json
 from phantora.units import plural
 
 # How the summary names a compute-model tier (results.json keeps the bare names, phantora.perfmodel.pubfit.TIERS):
-# "l40s" is curves fitted on L40S measurements and scaled to the run's GPU, whatever that GPU is.
-TIER_LABELS = {"l40s": "L40S-shaped curves scaled to this GPU"}
+# "l40s" is curves fitted on L40S measurements and scaled to the run's GPU, whatever that GPU is; "pcie" the copies
+# between host and GPU that PHANTORA_HOST_COMPUTE=on times over the PCIe link (runtime/hostwork.py), no GPU model's.
+TIER_LABELS = {"l40s": "L40S-shaped curves scaled to this GPU", "pcie": "host<->GPU copies over PCIe"}
 
 
 def _workload(ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -284,6 +285,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"{TIER_LABELS.get(t, t)} {100 * v:.1f}%" for t, v in summary["compute_tiers"]["share"].items()
         )
         lines.append(f"kernel time by compute-model tier: {shares}")
+    lines += _host_lines(summary)
     if summary.get("untimed_kernels"):
         k = summary["untimed_kernels"]
         names = ", ".join(list(k)[:3]) + (", ..." if len(k) > 3 else "")
@@ -303,6 +305,23 @@ def format_summary(summary: dict[str, Any]) -> str:
 
         lines.append(format_scenario(summary["scenario"]))
     return "\n".join(lines)
+
+
+def _host_lines(summary: dict[str, Any]) -> list[str]:
+    """The host work of the rank with the most (PHANTORA_HOST_COMPUTE=on; runtime/hostwork.py), if any."""
+    ranks = [r for r in summary.get("ranks", []) if r.get("host_work")]
+    if not ranks:
+        return []
+    r = max(ranks, key=lambda x: x["host_work"]["host_ns"])
+    h = r["host_work"]
+    pcie = ", ".join(
+        f"{'to the GPU' if k == 'h2d' else 'to the host'} {v['bytes'] / 1e6:.1f} MB in {v['ns'] / 1e6:.3f} ms"
+        for k, v in sorted(h["pcie"].items(), reverse=True)
+    )
+    return [
+        f"host work on {h['host']} (rank {r['rank']}): {h['host_ns'] / 1e6:.3f} ms of host ops, the GPU waited"
+        f" {h['idle_ns'] / 1e6:.3f} ms for them" + (f"; PCIe {pcie}" if pcie else "")
+    ]
 
 
 def write_results(path: str | Path, data: dict[str, Any]) -> Path:

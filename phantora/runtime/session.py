@@ -764,7 +764,7 @@ class RankSession:
     def host_copy(self, t: HostCopy, ns: int) -> None:
         """A copy between host memory and the GPU over its PCIe link, `ns` long: on the compute lane (stream order);
         a blocking one (runtime/hostwork.py) makes the host wait for its end."""
-        self.charge(t.name, OpCost(0, t.nbytes, "", ns))
+        self.charge(t.name, OpCost(0, t.nbytes, "", ns, "pcie"))  # its own tier: not a kernel timed by a GPU model
         entry = self.pcie.setdefault(t.kind, [0, 0, 0])
         entry[0] += 1
         entry[1] += t.nbytes
