@@ -32,6 +32,7 @@ import msgpack
 from bridge.columns import completions_from_columns, flows_to_columns
 from bridge.cut_pool import PartitionResult
 from bridge.cut_stepped_records import SteppedRecords
+from bridge.cut_watch import StopWatch
 from bridge.ray_workers import last_words
 from bridge.runspec import topology_to_dict
 from bridge.transport import make_run_dir, new_token, remove_run_dir
@@ -156,8 +157,10 @@ class SteppedPool:
         for p in self._procs:
             assert p.proc.stdout is not None
             sel.register(p.proc.stdout.fileno(), selectors.EVENT_READ, p)
+        stops = StopWatch([(f"partition worker {p.group} (pid {p.proc.pid})", p.proc) for p in self._procs])
         try:
             while len(got) < len(self._procs):
+                stops.look(i for i, p in enumerate(self._procs) if p.group not in got)  # a stopped one, named
                 for key, _ in sel.select(POLL_S):
                     p = key.data
                     chunk = os.read(key.fd, 1 << 22)

@@ -4,8 +4,8 @@ processes, `bridge.cut_ray` for Ray actors)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from phantora.netsim import proc_watch
 from phantora.netsim.decompose import WorkerDiedError
@@ -33,7 +33,9 @@ def wait_workers(
     reader of the workers' beats)."""
     deadline = time.monotonic() + timeout_s
     pending = set(range(len(workers)))
-    stops = _Stops(workers)
+    stops = StopWatch(
+        [(f"partition worker {i} ({w.describe()})", getattr(w, "proc", None)) for i, w in enumerate(workers)]
+    )
     while pending:
         if tick is not None:
             tick()
@@ -58,38 +60,37 @@ def wait_workers(
         time.sleep(interval_s)
 
 
-class _Stops:
-    """Local workers (those with a `proc`) seen stopped (state T or t): one stopped `proc_watch.STOPPED_S` on end ends
-    the run, named; and a worker that fails while another is stopped (its peers give up on a silent one at their
-    barrier, 60 s) is said to have failed waiting for it. Looked at every `LOOK_S`."""
+class StopWatch:
+    """Local workers seen stopped (state T or t), by index: one stopped `proc_watch.STOPPED_S` on end ends the run,
+    named (`look`); and a worker that fails while another is stopped (its peers give up on a silent one at their
+    barrier, 60 s) is said to have failed waiting for it (`blame`). Looked at every `LOOK_S`."""
 
-    def __init__(self, workers: Sequence[Watched]) -> None:
-        self.workers = workers
+    def __init__(self, procs: Sequence[tuple[str, Any]]) -> None:
+        """`procs`: each worker's name for an error and its process (a `subprocess.Popen`; None: not local)."""
+        self.procs = procs
         self.since: dict[int, float] = {}  # worker -> when it was first seen stopped
         self.states: dict[int, str] = {}
-        self.looked = float("-inf")
+        self.looked = time.monotonic()  # (a round shorter than a look costs no /proc read)
 
-    def look(self, pending: set[int]) -> None:
+    def look(self, pending: Iterable[int]) -> None:
+        """WorkerDiedError naming a worker of `pending` stopped for `STOPPED_S`."""
         now = time.monotonic()
         if now - self.looked < LOOK_S:
             return
         self.looked = now
         for i in sorted(pending):
-            proc = getattr(self.workers[i], "proc", None)
+            name, proc = self.procs[i]
             state = proc_state(proc.pid) if proc is not None else None
             if state not in STOPPED:
                 self.since.pop(i, None)
                 continue
             self.states[i] = state
             if now - self.since.setdefault(i, now) > proc_watch.STOPPED_S:
-                raise WorkerDiedError(
-                    f"partition worker {i} ({self.workers[i].describe()}) has been {STOPPED[state]} for "
-                    f"{proc_watch.STOPPED_S:.0f} s"
-                )
+                raise WorkerDiedError(f"{name} has been {STOPPED[state]} for {proc_watch.STOPPED_S:.0f} s")
 
-    def blame(self, others: set[int]) -> str:
+    def blame(self, others: Iterable[int]) -> str:
         """The words naming a stopped worker among `others` (`partition worker J (pid N) is stopped (...): `), or
         nothing."""
-        for j in sorted(others & self.since.keys()):
-            return f"partition worker {j} ({self.workers[j].describe()}) is {STOPPED[self.states[j]]}: "
+        for j in sorted(set(others) & self.since.keys()):
+            return f"{self.procs[j][0]} is {STOPPED[self.states[j]]}: "
         return ""
