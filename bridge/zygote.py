@@ -317,7 +317,8 @@ def _served(
         sock, started = _connect(path, start, deadline)
         sock.settimeout(max(0.1, deadline - time.monotonic()))  # the zygote may still be importing
         try:
-            sock.send(json.dumps({"log": str(log_path), "cwd": run_cwd}).encode())
+            # the log's path as the launcher means it: the zygote's fork opens it before it enters the run's directory
+            sock.send(json.dumps({"log": os.path.abspath(log_path), "cwd": run_cwd}).encode())
             data = sock.recv(MAX_PACKET)
         except (ConnectionResetError, BrokenPipeError):
             data = b""

@@ -193,6 +193,22 @@ def test_a_homes_idle_time_is_its_zygotes_counted_from_their_last_runs_end(tmp_p
     assert wait_gone([pid], 5.0) == []  # the home's close stops it
 
 
+def test_a_run_whose_log_path_is_relative_is_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run started with a relative `--out` (its fork server log `out/logs/forkserver.log`, relative to the launcher's
+    directory) is served, and the log lands there: the zygote's fork opened the path in the zygote's own directory
+    (FileNotFoundError, the connection closed unanswered: "closed every connection before serving it")."""
+    (tmp_path / "out").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with ZygoteHome(idle_s=math.inf) as home:
+        server, sock = zygote.run_server(
+            home.path, sys.executable, ("json",), dict(os.environ), str(tmp_path), Path("out") / "f.log"
+        )
+        assert alive_pids([server]) == [server]
+        assert (tmp_path / "out" / "f.log").exists()
+        sock.close()
+        assert wait_gone([server], 5.0) == []
+
+
 @pytest.mark.parametrize("idle_s", [0.0, -1.0, math.nan])
 def test_a_home_refuses_an_idle_time_that_is_not_positive(idle_s: float) -> None:
     with pytest.raises(ValueError, match="idle_s"):
