@@ -57,6 +57,7 @@ class RunConfig:
     nproc: int | None = None  # default: every rank of the topology
     trace: str = "ops"
     trace_steps: int = DEFAULT_TRACE_STEPS  # compute ops in trace.json for the first N steps (0: all)
+    max_steps: int | None = None  # end the script after this many steps (--max-steps; None: when it ends)
     time_patch: bool = True
     launch_ns: int = DEFAULT_LAUNCH_NS
     compute_model: str = COMPUTE_MODELS[0]  # "calibrated" or "roofline"
@@ -255,6 +256,7 @@ def rank_options(cfg: RunConfig, gpu: str, out: Path, model_opts: tuple[str, tup
     directory: the one place for a single run and for each job of several (phantora.jobs.run adds its own)."""
     opts = Options(gpu=gpu, launch_ns=cfg.launch_ns, trace=cfg.trace, out_dir=str(out), time_patch=cfg.time_patch)
     opts.trace_steps = cfg.trace_steps
+    opts.max_steps = cfg.max_steps
     opts.compute_model, opts.perf_tables, opts.curves = model_opts
     opts.public_fit = cfg.public_fit
     opts.phantom = phantom

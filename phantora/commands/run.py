@@ -145,6 +145,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="start every rank as a fresh interpreter (default: fork them from one that has imported torch)",
     )
     p.add_argument("--timeout", type=float, default=None, help="stop the run after this many wall seconds")
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="end the script after N training steps, as if it had exited there (a script whose loop runs longer "
+        "than the steps you need; with --jobs: each job's `steps`)",
+    )
     p.add_argument("--record", default=None, metavar="DIR", help="also record every rank's execution graph here")
     add_progress_options(p, quiet_also=" nor rank 0's output")
     p.add_argument("--jobs", default=None, metavar="TOML", help="several jobs on one fabric, from a job spec file")
@@ -194,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
         spawn=args.spawn,
         trace=args.trace,
         trace_steps=trace_steps(args),
+        max_steps=max_steps(args),
         time_patch=not args.no_time_patch,
         launch_ns=parse_time_ns(args.launch_overhead),
         compute_model=args.compute_model,
@@ -255,6 +264,19 @@ def run(args: argparse.Namespace) -> int:
         print("nothing saved: pass --out DIR to keep results.json, steps, the trace and the logs")
     sys.stdout.flush()
     return 0
+
+
+def max_steps(args: argparse.Namespace) -> int | None:
+    """`--max-steps`: None unless given; InputError for a count under 1 and with --jobs (a job's is its `steps`)."""
+    from phantora.errors import InputError
+
+    if args.max_steps is None:
+        return None
+    if args.jobs is not None:
+        raise InputError("with --jobs, each job's `steps` in the spec ends it", field="--max-steps")
+    if args.max_steps < 1:
+        raise InputError(f"{args.max_steps}: give a step count of 1 or more", field="--max-steps")
+    return int(args.max_steps)
 
 
 def trace_steps(args: argparse.Namespace) -> int:
