@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from phantora.runtime import flex_attention, functional, hostwork, phantom_mode
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.session import RankSession
-from phantora.runtime.simcuda import compiled, fastpath, kept_values, pinned
+from phantora.runtime.simcuda import compiled, fastpath, kept_values, pinned, routes
 from phantora.runtime.simcuda import device as simcuda
 from phantora.runtime.simcuda.tensor import SimCudaTensor, run_op
 
@@ -284,6 +284,7 @@ class ChargeMode(TorchDispatchMode):
 
 
 flex_attention.register(ChargeMode)  # FlexAttention's operators, whole (flex_attention.py)
+routes.PYTHON_ROUTE = (ChargeMode._general, ChargeMode._charged)  # what the compiled quick routes stand for
 
 
 def _without_dynamo_guard() -> None:

@@ -78,6 +78,15 @@ static long long g_small_size;    /* caching_allocator.SMALL_SIZE */
 static PyObject *g_temp;          /* memory.TEMP */
 static PyObject *g_trace_op;      /* trace.TraceRecorder.op (the function): its "ops" level is done here */
 static long long g_report_check_ops; /* session.REPORT_CHECK_OPS */
+/* simcuda/routes.py (optional: a configure without it leaves these NULL and every such op to the Python route) */
+static PyObject *g_route_funcs;   /* routes.FUNCS: id(op) -> (op, flags) */
+static PyObject *g_route_types;   /* routes.TYPES: tensor type -> kind */
+static PyObject *g_func_flags;    /* routes.func_flags(op) */
+static PyObject *g_type_kind;     /* routes.type_kind(type) */
+static PyObject *g_routes;        /* routes.py's dict */
+static PyObject *g_orig_general, *g_orig_charged; /* ChargeMode._general / _charged as dispatch.py defines them */
+#define ROUTE_HOST 1  /* routes.HOST */
+#define ROUTE_OTHER 2 /* routes.OTHER */
 static int g_ready = 0;
 
 static PyObject *s_elem, *s_is_meta, *s_shape, *s_dtype, *s_sim_index, *s_internal, *s_phantom, *s_by_storage,
@@ -89,7 +98,8 @@ static PyObject *s_elem, *s_is_meta, *s_shape, *s_dtype, *s_sim_index, *s_intern
     *s_flops_by_dtype, *s_ns, *s_launch_ns, *s_tier_ns, *s_tier, *s_clock, *s_compute_ns, *s_compute_busy_ns,
     *s_report_in, *s_report_check, *s_requires_grad, *s_layout, *s_storage_offset, *s_stride, *s_device,
     *s_strides, *s_thread, *s_session, *s_installed, *s_general, *s_get, *s_device_op, *s_free, *s_free_c, *s_lost_cb, *s_kw_dd, *s_kw_sdd, *s_seen,
-    *s_level, *s_ops_list, *s_ops_level, *s_report_every_ns, *s_last_report, *s_client, *s_advance_clock;
+    *s_level, *s_ops_list, *s_ops_level, *s_report_every_ns, *s_last_report, *s_client, *s_advance_clock,
+    *s_charged, *s_host, *s_device_depth, *s_pin_memory, *s_python_route;
 
 static int intern_all(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1;
@@ -114,6 +124,8 @@ static int intern_all(void) {
   I(s_lost_cb, "_lost_cb") I(s_history, "_history") I(s_free_py, "_free") I(s_seen, "_seen")
   I(s_level, "level") I(s_ops_list, "_ops") I(s_ops_level, "ops") I(s_report_every_ns, "report_every_ns")
   I(s_last_report, "_last_report") I(s_client, "client") I(s_advance_clock, "advance_clock")
+  I(s_charged, "_charged") I(s_host, "host") I(s_device_depth, "_device_depth") I(s_pin_memory, "pin_memory")
+  I(s_python_route, "PYTHON_ROUTE")
 #undef I
   if (!(s_kw_dd = PyTuple_Pack(2, s_dtype, s_device))) return -1;
   if (!(s_kw_sdd = PyTuple_Pack(3, s_strides, s_dtype, s_device))) return -1;
@@ -919,6 +931,109 @@ static PyObject *call_python(PyObject *mode, PyObject *const *argv, Py_ssize_t n
   return PyObject_Vectorcall(g_python_dispatch, stack, nargs + 1, kwnames);
 }
 
+/* routes.py's flags for operator `func` (HOST | OTHER), or -1 with an error */
+static long route_flags(PyObject *func) {
+  PyObject *id = PyLong_FromVoidPtr(func);
+  if (!id) return -1;
+  PyObject *e = PyDict_GetItemWithError(g_route_funcs, id);
+  Py_DECREF(id);
+  if (e && PyTuple_CheckExact(e) && PyTuple_GET_SIZE(e) == 2 && PyTuple_GET_ITEM(e, 0) == func)
+    return PyLong_AsLong(PyTuple_GET_ITEM(e, 1));
+  if (PyErr_Occurred()) return -1;
+  PyObject *r = PyObject_CallOneArg(g_func_flags, func);
+  if (!r) return -1;
+  long f = PyLong_AsLong(r);
+  Py_DECREF(r);
+  return f;
+}
+
+/* routes.py's kind of tensor type `t` (0 plain, 1 another subclass's, 2 the Python route's), or -1 with an error */
+static long type_kind(PyObject *t) {
+  PyObject *k = PyDict_GetItemWithError(g_route_types, t);
+  if (k) return PyLong_AsLong(k);
+  if (PyErr_Occurred()) return -1;
+  PyObject *r = PyObject_CallOneArg(g_type_kind, t);
+  if (!r) return -1;
+  long v = PyLong_AsLong(r);
+  Py_DECREF(r);
+  return v;
+}
+
+/* Is the op one the Python route (`__torch_dispatch__`, `_general`, `_charged`) would only run (ROUTE_HOST: a CUDA
+   program's host op, as `pinned.host_op` runs it) or answer NotImplemented (ROUTE_OTHER: another subclass's tensors,
+   e.g. DTensor)? The same checks (simcuda/routes.py): 1 yes, 0 no (an error in a check is cleared: the Python route
+   decides then). */
+static int quick_route(PyObject *mode, PyObject *func, PyObject *types, PyObject *kwargs, int route) {
+  if (!g_route_funcs) return 0;
+  if (!g_orig_general) {  /* the methods quick_route stands for (routes.PYTHON_ROUTE, set as dispatch.py loads) */
+    PyObject *pr = PyDict_GetItemWithError(g_routes, s_python_route);
+    if (!pr || !PyTuple_CheckExact(pr) || PyTuple_GET_SIZE(pr) != 2) goto no;
+    g_orig_general = Py_NewRef(PyTuple_GET_ITEM(pr, 0));
+    g_orig_charged = Py_NewRef(PyTuple_GET_ITEM(pr, 1));
+  }
+  PyTypeObject *mt = Py_TYPE(mode);  /* the class's routes not replaced (a test counting them) */
+  if (_PyType_Lookup(mt, s_general) != g_orig_general || _PyType_Lookup(mt, s_charged) != g_orig_charged) return 0;
+  PyObject *dop = PyDict_GetItemWithError(g_fastpath, s_device_op);  /* a test or a benchmark replaced it */
+  if (!dop || !PyCFunction_Check(dop) || PyCFunction_GET_FUNCTION(dop) != (PyCFunction)(void (*)(void))py_device_op)
+    goto no;
+  if (kwargs && PyDict_Contains(kwargs, s_device)) goto no;  /* a factory or copy onto the simulated GPU */
+  if (kwargs && route == ROUTE_HOST && PyDict_Contains(kwargs, s_pin_memory)) goto no;
+  long flags = route_flags(func);
+  if (flags < 0 || !(flags & route)) goto no;
+  if (route == ROUTE_OTHER) {
+    int other = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(types); i++) {
+      long k = type_kind(PyTuple_GET_ITEM(types, i));
+      if (k < 0 || k > 1) goto no;
+      other |= k == 1;
+    }
+    if (!other) goto no;
+  } else {
+    PyObject *installed = PyDict_GetItemWithError(g_device, s_installed);
+    PyObject *depth = installed == Py_True ? PyDict_GetItemWithError(g_tensor_module, s_device_depth) : NULL;
+    if (!depth || !PyLong_CheckExact(depth) || PyLong_AsLong(depth) != 0) goto no;  /* an op of the GPU */
+  }
+  PyObject *md = dict_of(mode);
+  if (!md) goto no;
+  PyObject *thread = PyDict_GetItemWithError(md, s_thread);  /* gloo worker threads inherit the mode */
+  PyObject *session = PyDict_GetItemWithError(md, s_session);
+  int ok = thread && session && PyLong_CheckExact(thread) &&
+           PyLong_AsUnsignedLong(thread) == PyThread_get_thread_ident();
+  Py_XINCREF(session);
+  Py_DECREF(md);
+  PyObject *sd = ok ? dict_of(session) : NULL, *host = sd ? dget(sd, session, s_host) : NULL;
+  ok = host == Py_None;  /* the target host not modelled (runtime/hostwork.py) */
+  Py_XDECREF(host);
+  if (ok && route == ROUTE_OTHER) {
+    ok = dtruth(sd, session, s_internal) == 0;  /* not the session's own work */
+    if (ok) {  /* not shape propagation under a FakeTensorMode (the Python route runs the op then) */
+      PyObject *fake = PyObject_CallOneArg(g_get_mode, g_fake_key);
+      ok = fake == Py_None;
+      Py_XDECREF(fake);
+    }
+  }
+  Py_XDECREF(sd);
+  Py_XDECREF(session);
+  if (ok) return 1;
+no:
+  PyErr_Clear();
+  return 0;
+}
+
+/* The op answered by quick_route, or by the Python route */
+static PyObject *route_or_python(PyObject *mode, PyObject *const *argv, Py_ssize_t nargs, PyObject *func,
+                                 PyObject *types, PyObject *args, PyObject *kwargs, int route) {
+  if (!quick_route(mode, func, types, kwargs, route)) return call_python(mode, argv, nargs, NULL);
+  if (route == ROUTE_OTHER) Py_RETURN_NOTIMPLEMENTED;
+  PyObject *out = NULL;  /* pinned.host_op: `func(*args, **kwargs)`, which is `func._op(*args, **kwargs)` */
+  if (g_call_op && g_call_op(func, args, kwargs, &out)) return out;
+  PyObject *opfn = PyObject_GetAttr(func, s_op);
+  if (!opfn) return NULL;
+  out = PyObject_Call(opfn, args, kwargs);
+  Py_DECREF(opfn);
+  return out;
+}
+
 static PyObject *mode_dispatch(PyObject *mode, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames) {
   if (kwnames || nargs < 2 || nargs > 4) return call_python(mode, argv, nargs, kwnames);
   PyObject *func = argv[0], *types = argv[1];
@@ -937,10 +1052,11 @@ static PyObject *mode_dispatch(PyObject *mode, PyObject *const *argv, Py_ssize_t
     PyObject *seen = PyDict_GetItemWithError(g_tensor_module, s_seen);
     if (seen != Py_False) {
       if (PyErr_Occurred()) return NULL;
+      if (seen == Py_True) return route_or_python(mode, argv, nargs, func, types, args, kwargs, ROUTE_HOST);
       return call_python(mode, argv, nargs, kwnames);
     }
   } else if (PyTuple_GET_SIZE(types) != 1 || PyTuple_GET_ITEM(types, 0) != g_simcuda)
-    return call_python(mode, argv, nargs, kwnames);
+    return route_or_python(mode, argv, nargs, func, types, args, kwargs, ROUTE_OTHER);
   if (kwargs) {
     int dev = PyDict_Contains(kwargs, s_device);
     if (dev < 0) return NULL;
@@ -1044,6 +1160,22 @@ static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
   g_report_check_ops = PyLong_AsLongLong(small);
   Py_DECREF(small);
   if (PyErr_Occurred()) return NULL;
+  PyObject *routes = PyDict_GetItemString(kw, "routes");  /* optional (an older compiled.py): no quick routes */
+  if (routes) {
+    PyObject *f = PyDict_Check(routes) ? PyDict_GetItemString(routes, "FUNCS") : NULL;
+    PyObject *t = PyDict_Check(routes) ? PyDict_GetItemString(routes, "TYPES") : NULL;
+    PyObject *ff = PyDict_Check(routes) ? PyDict_GetItemString(routes, "func_flags") : NULL;
+    PyObject *tk = PyDict_Check(routes) ? PyDict_GetItemString(routes, "type_kind") : NULL;
+    if (!f || !t || !ff || !tk || !PyDict_Check(f) || !PyDict_Check(t)) {
+      PyErr_SetString(PyExc_TypeError, "_fastop.configure: routes is not simcuda/routes.py's dict");
+      return NULL;
+    }
+    Py_XSETREF(g_routes, Py_NewRef(routes));
+    Py_XSETREF(g_route_funcs, Py_NewRef(f));
+    Py_XSETREF(g_route_types, Py_NewRef(t));
+    Py_XSETREF(g_func_flags, Py_NewRef(ff));
+    Py_XSETREF(g_type_kind, Py_NewRef(tk));
+  }
   if (!PyDict_Check(g_plans) || !PyAnySet_Check(g_phantom_special) || !PyDict_Check(g_precision) ||
       !PyTuple_Check(g_cuda) || !PyDict_Check(g_contiguous) || !PyDict_Check(g_device) || !PyDict_Check(g_tensor_module) || !PyDict_Check(g_fastpath) || !PyType_Check(g_simcuda) ||
       !PyType_Check(g_tensor) || !PyType_Check(g_param) || !PyLong_Check(g_temp)) {

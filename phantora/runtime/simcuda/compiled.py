@@ -185,7 +185,7 @@ def _objects(fastpath: ModuleType) -> dict[str, Any]:
 
     from phantora.runtime import compute, memory, precision, session, trace
     from phantora.runtime.caching_allocator import SMALL_SIZE
-    from phantora.runtime.simcuda import device, kept_values, tensor
+    from phantora.runtime.simcuda import device, kept_values, routes, tensor
 
     return {
         "simcuda": tensor.SimCudaTensor,
@@ -221,6 +221,7 @@ def _objects(fastpath: ModuleType) -> dict[str, Any]:
         "small_size": SMALL_SIZE,
         "trace_op": trace.TraceRecorder.op,
         "report_check_ops": session.REPORT_CHECK_OPS,
+        "routes": vars(routes),
     }
 
 
