@@ -14,7 +14,7 @@ the step before on the same rail, so it reads the rings' current steps instead o
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from itertools import repeat
 
 BLOCK_DEPS = 4  # a flow with more deps is always free (a blocker found again at each end would walk a long list)
@@ -41,35 +41,15 @@ class Blockers:
                     return
         self.free[w].add(fid)
 
-    def add_all(
-        self, ids: Iterable[int], w: int, deps: Mapping[int, Sequence[int]], unfinished: Collection[int]
-    ) -> None:
-        """`add` of each flow of `ids`, all of worker `w` and in `unfinished`, its deps read from `deps` (none there:
-        free); a flow may go under another of `ids` (one loop, no call a flow)."""
-        below, free = self.below, self.free[w]
-        for g in ids:
-            ds = deps.get(g, ())
-            if len(ds) <= BLOCK_DEPS:
-                for d in ds:
-                    if d in unfinished:
-                        kids = below.get(d)
-                        if kids is None:
-                            below[d] = [g]
-                        else:
-                            kids.append(g)
-                        break
-                else:
-                    free.add(g)
-            else:
-                free.add(g)
-
     def ended(self, ids: Sequence[int], w: int, unfinished: Collection[int], deps: Mapping[int, Sequence[int]]) -> None:
         """Flows `ids` of worker `w` ended and left `unfinished`: each flow under one of them goes under another of
         its unfinished deps there (`deps`: an unfinished flow's deps), or is free."""
         self.free[w].difference_update(ids)
-        for kids in filter(None, map(self.below.pop, ids, repeat(None))):  # (per ended flow: at C speed)
-            # (a flow ending with its blocker is gone already)
-            self.add_all([g for g in kids if g in unfinished], w, deps, unfinished)
+        below = self.below
+        for kids in filter(None, map(below.pop, ids, repeat(None))):  # (per ended flow: at C speed)
+            for g in kids:
+                if g in unfinished:  # (a flow ending with its blocker: gone already)
+                    self.add(g, w, deps.get(g, ()), unfinished)
 
     def ended_anywhere(
         self, ids: Sequence[int], unfinished: Sequence[Collection[int]], deps: Mapping[int, Sequence[int]]

@@ -573,7 +573,6 @@ class DecomposedSimulator(RunsByCompletion):
         lbs, step, owner, unfinished = self._lb, self._step, self._owner, self._unfinished
         deferred, deferring, blockers = self._deferred, self._deferring, self._blockers
         woke: list[int] = []
-        waking: list[list[int]] = [[] for _ in unfinished]  # (`blockers`) per worker, the flows it reads again
         pushes = self.raises_dependents and not self.pulls_bounds  # (the pushed walk: the rise down its dependents)
         for fid in ids:
             t = at + step[fid]
@@ -593,14 +592,11 @@ class DecomposedSimulator(RunsByCompletion):
                 w = owner[j]
                 unfinished[w].add(j)
                 if blockers is not None:
-                    waking[w].append(j)
+                    blockers.add(j, w, self._up.get(j, ()), unfinished[w])
                 woke.append(j)
                 nxt = deferring.pop(j, None)
                 if nxt is not None:
                     todo += nxt
-        if blockers is not None:  # (each under an unfinished dep on its worker, woken with it or before, or free)
-            for w, mine in enumerate(waking):
-                blockers.add_all(mine, w, self._up, unfinished[w])
         self._memo, self._memo_wide = {}, {}  # (bounds rose)
         alone, outs, keyed = self._outer_at, self._out, []
         for fid in ids:
