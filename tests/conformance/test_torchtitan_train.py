@@ -184,8 +184,9 @@ def test_deepseek_v3_pipeline_and_expert_parallelism_in_phantom_mode_on_packets(
     with (tmp_path / "out" / "flows.csv").open() as f:
         rows = list(csv.DictReader(f))
     tokens: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
-    for r in rows:  # all_to_all#N@0.1/0>1/p2p/chC: a call's transfer 0 -> 1 over its channels
-        m = re.match(r"all_to_all#(\d+)@([\d.]+)/(\d+)>(\d+)/", r["tag"])
+    for r in rows:  # all_to_all#N.pgG@0.1/0>1/p2p/chC: a call's transfer 0 -> 1 over its channels (flow_tags.call_name:
+        # `.pgG` names the process group when it is not the first over its ranks, as the EP group is since 66bf5efb)
+        m = re.match(r"all_to_all#(\d+(?:\.pg\d+)?)@([\d.]+)/(\d+)>(\d+)/", r["tag"])
         if m:
             tokens[(m[2], m[1], m[3], m[4])] += int(r["size_bytes"])
     count_bytes = 2 * (8 // 2) * 8  # a peer's 4 experts' int64 counts, on the wire as LL (a flag word each)
