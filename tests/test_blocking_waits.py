@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from bridge import zygote
-from bridge.supervisor import alive_pids
 from phantora.errors import PhantoraError
 from phantora.netsim import ns3_abi
 from phantora.netsim.proc_watch import proc_state, watched_lines
+from tests.proc_waits import wait_gone, wait_state
 
 
 def _printer(code: str) -> subprocess.Popen[bytes]:
@@ -60,11 +60,11 @@ def test_a_home_closes_with_a_stopped_zygote(monkeypatch: pytest.MonkeyPatch) ->
     stand_in = subprocess.Popen(["sleep", "60"])  # a process of the home's, as its zygotes are
     (home.path / "z.pid").write_text(str(stand_in.pid))
     os.kill(stand_in.pid, signal.SIGSTOP)
-    assert proc_state(stand_in.pid) == "T"
+    assert wait_state(proc_state, stand_in.pid, "T", 5.0) == "T"
     t0 = time.monotonic()
     home.close()
     assert time.monotonic() - t0 < 3.0
-    assert alive_pids([stand_in.pid]) == [] and not home.path.exists()
+    assert wait_gone([stand_in.pid], 2.0) == [] and not home.path.exists()
 
 
 def test_a_runner_that_does_not_answer_its_interface_question_is_named(

@@ -24,6 +24,7 @@ from bridge.rank_watch import RankWatch, proc_state
 from bridge.run import CosimRun
 from bridge.supervisor import Child, alive_pids
 from phantora.topology.generators import leaf_spine
+from tests.proc_waits import wait_gone
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -271,4 +272,4 @@ def test_a_stopped_rank_that_a_program_started_itself_is_named_by_its_beat(rank_
         run.run()
     th.join()
     assert str(err.value).startswith(f"rank 1 (pid {stopped['pid']}) has made no progress for 2 s: stopped (state T")
-    assert alive_pids([c.pid for c in run.children] + [stopped["pid"]]) == []
+    assert wait_gone([c.pid for c in run.children] + [stopped["pid"]], 5.0) == []  # SIGKILLed, not yet gone

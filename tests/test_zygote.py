@@ -22,6 +22,7 @@ from bridge import zygote
 from bridge.run import CosimRun
 from bridge.supervisor import alive_pids
 from bridge.zygote import HOME_ENV, ZygoteHome
+from tests.proc_waits import wait_gone
 
 ROOT = Path(__file__).resolve().parents[1]
 ONE = "import torch, torch.distributed as dist\ndist.init_process_group()\nprint(dist.get_rank(), os.getppid())\n"
@@ -29,13 +30,6 @@ WHERE = "import os, torch.distributed as dist\ndist.init_process_group()\nprint(
 # The ranks' preload in these tests: not the session's (a zygote of their own), and the one module their ranks
 # import anyway (with torch), so that each zygote imports it once instead of each rank.
 PRELOAD = "phantora.runtime.bootstrap"
-
-
-def wait_gone(pids: list[int], within_s: float) -> list[int]:
-    deadline = time.monotonic() + within_s
-    while alive_pids(pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return alive_pids(pids)
 
 
 def preloading(home: ZygoteHome, preload: str) -> list[int]:

@@ -285,6 +285,7 @@ class ChargeMode(TorchDispatchMode):
 
 flex_attention.register(ChargeMode)  # FlexAttention's operators, whole (flex_attention.py)
 routes.PYTHON_ROUTE = (ChargeMode._general, ChargeMode._charged)  # what the compiled quick routes stand for
+routes.PLAIN, routes.SUBCLASS_KIND = _PLAIN, _subclass_kind  # how they tell a type's kind
 
 
 def _without_dynamo_guard() -> None:

@@ -16,6 +16,7 @@ the type's. Both sets are open: an operator or type not yet seen is classified b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,6 +33,15 @@ TYPES: dict[type, int] = {}  # tensor type -> its kind
 # ChargeMode's `_general` and `_charged` as dispatch.py defines them (set there): replaced on the class (a test
 # counting their calls), the quick routes are off
 PYTHON_ROUTE: tuple[Any, ...] = ()
+
+
+def _undecided(types: tuple[type, ...]) -> str:
+    return "python"  # until dispatch.py sets its own: the Python route decides
+
+
+# dispatch.py's plain tensor types and its subclass classifier (set there, so that this module imports no dispatch)
+PLAIN: tuple[type, ...] = ()
+SUBCLASS_KIND: Callable[[tuple[type, ...]], str] = _undecided
 
 
 def func_flags(func: Any) -> int:
@@ -51,12 +61,11 @@ def func_flags(func: Any) -> int:
 
 def type_kind(t: type) -> int:
     """`PLAIN_TYPE`, `OTHER_TYPE` or `PYTHON_TYPE` for a tensor type in an op's `types` (kept in `TYPES`)."""
-    from phantora.runtime import dispatch
     from phantora.runtime.simcuda.tensor import SimCudaTensor
 
-    if t in dispatch._PLAIN:
+    if t in PLAIN:
         kind = PLAIN_TYPE
-    elif isinstance(t, type) and not issubclass(t, SimCudaTensor) and dispatch._subclass_kind((t,)) == "other":
+    elif isinstance(t, type) and not issubclass(t, SimCudaTensor) and SUBCLASS_KIND((t,)) == "other":
         kind = OTHER_TYPE
     else:
         kind = PYTHON_TYPE
