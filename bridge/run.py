@@ -16,6 +16,7 @@ import os
 import socket
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,16 +139,17 @@ def _rank_hosts(topo: Topology, world: int, offset: int = 0) -> list[Any]:
     return [topo.nodes[topo.node_of_rank(offset + r)].host for r in range(world)]
 
 
-def _local_ranks(topo: Topology, world: int, offset: int = 0) -> list[tuple[int, int]]:
-    """(LOCAL_RANK, LOCAL_WORLD_SIZE) of each of the ranks offset..offset+world-1 (a job's) among themselves,
-    from the topology's hosts (one host if unknown)."""
-    hosts = [topo.nodes[topo.node_of_rank(offset + r)].host for r in range(world)]
+def _local_ranks(hosts: Sequence[Any]) -> list[tuple[int, int]]:
+    """(LOCAL_RANK, LOCAL_WORLD_SIZE) of each rank among the ranks on its host (`_rank_hosts`: one host if any is
+    unknown)."""
     if any(h is None for h in hosts):
-        return [(r, world) for r in range(world)]
+        return [(r, len(hosts)) for r in range(len(hosts))]
+    size = Counter(hosts)
+    seen: Counter[Any] = Counter()
     out = []
-    for r, h in enumerate(hosts):
-        same = [q for q in range(world) if hosts[q] == h]
-        out.append((same.index(r), len(same)))
+    for h in hosts:
+        out.append((seen[h], size[h]))
+        seen[h] += 1
     return out
 
 
@@ -392,8 +394,8 @@ class CosimRun:
             child.role, child.rank = "spawner", None
             self.children.append(child)
             return
-        local = _local_ranks(self.spec.topology, self.spec.world)
-        nodes = torchrun_env.node_ranks(_rank_hosts(self.spec.topology, self.spec.world))
+        hosts = _rank_hosts(self.spec.topology, self.spec.world)
+        local, nodes = _local_ranks(hosts), torchrun_env.node_ranks(hosts)
         for r, cmd in enumerate(cmds):
             env, log = self._rank_env(common, r, local[r], nodes[r]), logs.log(f"rank{r}")
             self.children.append(self._start_rank(r, cmd, env, log, cmds[0][0], tick))
@@ -414,8 +416,8 @@ class CosimRun:
         for j, (job, info) in enumerate(zip(self.jobs, self.job_table.jobs, strict=True)):
             base = {**common, **job.env, "WORLD_SIZE": str(job.ranks), "MASTER_PORT": str(_free_port())}
             base["PHANTORA_JOB"] = str(j)
-            local = _local_ranks(self.spec.topology, job.ranks, info.offset)
-            nodes = torchrun_env.node_ranks(_rank_hosts(self.spec.topology, job.ranks, info.offset))
+            hosts = _rank_hosts(self.spec.topology, job.ranks, info.offset)
+            local, nodes = _local_ranks(hosts), torchrun_env.node_ranks(hosts)
             for r in range(job.ranks):
                 g = info.offset + r
                 env, log = self._rank_env(base, r, local[r], nodes[r]), logs.log(f"{job.name}.rank{r}")

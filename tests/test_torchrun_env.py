@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from bridge.run import CosimRun
+from bridge.run import CosimRun, _local_ranks
 from bridge.torchrun_env import node_ranks
 from phantora.topology.generators import leaf_spine
 
@@ -36,6 +36,14 @@ def test_node_ranks_number_hosts_in_rank_order() -> None:
     assert node_ranks(["h0"] * 8 + ["h1"] * 8) == [(r // 8, 2) for r in range(16)]
     assert node_ranks(["b", "b", "a", "a"]) == [(0, 2), (0, 2), (1, 2), (1, 2)]
     assert node_ranks([None, None]) == [(0, 1), (0, 1)]
+
+
+def test_local_ranks_count_within_each_host() -> None:
+    """LOCAL_RANK counts a host's ranks in rank order, LOCAL_WORLD_SIZE is its rank count; hosts may interleave;
+    a rank with no host known makes the job one host."""
+    assert _local_ranks(["h0"] * 4 + ["h1"] * 4) == [(r % 4, 4) for r in range(8)]
+    assert _local_ranks(["a", "b", "a", "a"]) == [(0, 3), (0, 1), (1, 3), (2, 3)]
+    assert _local_ranks(["a", None, "b"]) == [(0, 3), (1, 3), (2, 3)]
 
 
 def test_ranks_on_two_hosts_get_torchruns_variables(tmp_path: Path) -> None:
