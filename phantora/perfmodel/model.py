@@ -12,6 +12,7 @@ import numpy as np
 
 from phantora.errors import InputError
 from phantora.files import read_text
+from phantora.perfmodel.alignment import unaligned_factor
 from phantora.perfmodel.curves import Curves, columns, predict_columns
 from phantora.perfmodel.features import OpCall, OpFeatures, compute_features, make_call
 from phantora.perfmodel.fit import peak_of
@@ -97,8 +98,10 @@ class ComputeModel:
         return self.timed_call(call)[0]
 
     def timed_call(self, call: OpCall) -> tuple[int, str]:
-        """(ns, tier) of a normalised call: table first, then the curves. Cached per call key."""
-        key = call.key()
+        """(ns, tier) of a normalised call: table first, then the curves. Cached per call key and TF32 use (a
+        hint, not part of the table key, that changes an fp32 product's peak)."""
+        tf32 = bool(call.extra.get("tf32", self.tf32))
+        key = (*call.key(), tf32)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -108,17 +111,18 @@ class ComputeModel:
         else:
             f = compute_features(call)
             tier = "public" if f.op_class in self.public_classes else self.fallback_tier
-            out = (self.model_ns(f, tf32=bool(call.extra.get("tf32", self.tf32))), tier)
+            out = (self.model_ns(f, tf32=tf32), tier)
         self._cache[key] = out
         return out
 
     def model_ns(self, f: OpFeatures, *, tf32: bool = False) -> int:
-        """The curves' time for features `f` (no table lookup)."""
+        """The curves' time for features `f` (no table lookup); an unaligned tensor-core GEMM's is
+        divided by alignment.UNALIGNED_EFF (the curves are fitted on aligned GEMMs)."""
         if f.op_class == "noop":
             return 0
         cols = columns([f], [peak_of(f, self.gpu, tf32)])
         t = predict_columns(cols, self.curves.params, self.curves.op_mult, self.gpu, np)
-        return max(0, int(round(float(t[0]))))
+        return max(0, int(round(float(t[0]) * unaligned_factor(f, tf32))))
 
     def predict_ns(self, op: str, shapes: list, dtypes: list, extra: dict | None = None) -> int:
         """Time of `op` (aten name, e.g. 'aten::mm') on input `shapes`/`dtypes`; see predict_ns()."""
