@@ -1,7 +1,8 @@
 """`phantora rerun DIR`: run again what produced the run directory DIR (its config.json), into a new one.
 
 DIR may be written by `phantora run`, `replay` or `netsim` (one seed's directory of a `--seeds` group, or one
-configuration of a sweep, too). The same options, from the same working directory; every input the run
+configuration of a sweep, too). The same options, from the same working directory, with the model switches the run
+read from its environment (`model_env`: PHANTORA_HOST_COMPUTE, ..., set or unset as they were); every input the run
 recorded (script, workload, graph directory, trace, flow file, HPCC config, jobs file) must still have the
 content it had, and the topology the same nodes and links: a moved or changed one is refused, named. The
 new directory's config.json says which run it repeats (`rerun_of`). At the end it says whether the
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     here = Path(doc.get("cwd") or os.getcwd())
     if not here.is_dir():
         raise InputError(f"the run's working directory {here} is gone (its relative paths start there)", file=where)
-    with contextlib.chdir(here):
+    with contextlib.chdir(here), _model_env(doc, where):
         topo = _check_topology(options["topology"], doc["topology"], where)
         if kind == "run":
             try:
@@ -168,6 +169,16 @@ def run(args: argparse.Namespace) -> int:
     if rc != 0:
         return rc
     return _compare_dirs(args.run, out)
+
+
+def _model_env(doc: dict[str, Any], where: str) -> contextlib.AbstractContextManager[None]:
+    """The run's model switches in this process's environment (the ranks inherit it), as config.json records them."""
+    from phantora.results import model_env
+
+    if "model_env" not in doc:
+        print("note: this run recorded no model switches (an older phantora): this shell's PHANTORA_* apply")
+        return contextlib.nullcontext()
+    return model_env.restored(model_env.check(doc["model_env"], where))
 
 
 def _rerun_command(kind: str, doc: dict[str, Any], options: dict[str, Any], args: argparse.Namespace, topo: Any,

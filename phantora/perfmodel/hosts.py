@@ -8,6 +8,11 @@ roofline on the rank's share of the host: `max(bytes / bandwidth, flops / peak)`
 job share the host) and `min(cores x core_bw, MEM_EFF x DRAM bandwidth / ranks)` of the memory: all ranks of a
 data-parallel job step their optimizers at the same time, so each has 1/ranks of the sockets' bandwidth.
 
+An op that allocates its output afresh pays for the output's pages too when the allocation is large: glibc serves
+a request of at least `MMAP_MAX` (its dynamic mmap threshold's ceiling, 32 MiB on 64-bit) with a fresh mapping and
+unmaps it on free, so every step the op's first touch faults each 4 KiB page in and the kernel zeroes it
+(`fault_ns`: `FAULT_NS` a page, one page at a time for the process). Smaller outputs come back from the heap warm.
+
 A copy between host and GPU moves over the GPU's PCIe link (`GpuSpec.host_bw`, per direction): from pinned memory
 by DMA at `PCIE_EFF` of the link; from pageable memory the CUDA driver first copies the data into a pinned staging
 buffer on the calling thread (one core reads and writes each byte), so it runs at the slower of the two.
@@ -25,6 +30,10 @@ MEM_EFF = 0.75  # sustained share of the theoretical DRAM bandwidth (a-priori, n
 PCIE_EFF = 0.8  # a pinned DMA copy's share of the PCIe link (a-priori, not fitted; docs/runtime.md)
 COPY_FLOOR_NS = 1000  # a host<->device copy's fixed cost (the memcpy curves' floor, perfmodel/curves.py)
 GRAIN = 32768  # torch's at::internal::GRAIN_SIZE: a CPU op on fewer elements runs on one thread
+PAGE_BYTES = 4096  # a base page: torch's CPU allocator asks for no huge pages unless THP_MEM_ALLOC_ENABLE is set
+MMAP_MAX = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: a larger allocation is always a fresh mapping
+FAULT_NS = 500  # ~ one minor fault of a fresh page: the trap, allocation and mapping (~250 ns) and zeroing 4 KiB
+# at ~16 GB/s (~250 ns); a-priori, not fitted (docs/runtime.md "Host compute")
 
 
 @dataclass(frozen=True)
@@ -168,6 +177,12 @@ def op_ns(share: RankShare, nbytes: int, flops: int = 0, elements: int = GRAIN) 
     if elements < GRAIN and share.cores > 1:
         bw, peak = bw / share.cores, peak / share.cores
     return math.ceil(max(nbytes / bw, flops / peak) * 1e9) if nbytes or flops else 0
+
+
+def fault_ns(fresh: int) -> int:
+    """The page faults of `fresh` bytes of newly mapped output, first touched by the op: FAULT_NS a 4 KiB page, one
+    at a time (a process's faults take its memory map's lock and the page allocator's; modelled serial)."""
+    return -(-fresh // PAGE_BYTES) * FAULT_NS if fresh >= MMAP_MAX else 0
 
 
 def copy_ns(nbytes: int, link_bw: float, pinned: bool, host: HostSpec) -> int:

@@ -3,7 +3,8 @@
 It holds the run's options as given, the packet settings with every default filled in (and the ns-3
 parameters they become; what the fabric-scaled ones resolve to is the engine's report, engine.json), the
 topology's name and a digest of its nodes and links, the input files by content (`inputs`, see
-`phantora.results.inputs`), the command line, and the versions of phantora, torch, ns-3 and Python. A
+`phantora.results.inputs`), the command line, the model switches the ranks read from the environment (`model_env`,
+see `phantora.results.model_env`), and the versions of phantora, torch, ns-3 and Python. A
 run made by `phantora rerun` also names the run it repeats (`rerun_of`: its directory, command, versions
 and the sha256 of its config.json).
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 from phantora.netsim.packet_config import PacketConfig
 from phantora.results import inputs as I
+from phantora.results import model_env
 from phantora.results import schema as S
 from phantora.results.write import write_json
 from phantora.topology.model import Topology
@@ -99,7 +101,7 @@ def write_config(
 ) -> Path:
     """Write out/config.json; `kind` is the command that wrote the run: run, replay or netsim; `inputs` the files
     it reads, by name (recorded by content); `rerun_of` what `rerun_origin` says of the run it repeats; `env` the
-    ranks' environment (`versions`), default this process's."""
+    ranks' environment (`versions`, `model_env`), default this process's."""
     doc: dict[str, Any] = {
         "schema": CONFIG,
         "kind": kind,
@@ -115,6 +117,7 @@ def write_config(
         },
         "inputs": I.records(inputs or {}),
         "packet": packet_settings(packet, topo) if packet is not None else None,
+        "model_env": model_env.recorded(os.environ if env is None else env),  # restored by `phantora rerun`
         "versions": versions(env),
     }
     if rerun_of is not None:

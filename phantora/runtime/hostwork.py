@@ -29,7 +29,16 @@ import torch
 
 from phantora.errors import InputError
 from phantora.perfmodel.gpus import GpuSpec
-from phantora.perfmodel.hosts import HostSpec, RankShare, copy_ns, get_host, host_of_gpu, op_ns, rank_share
+from phantora.perfmodel.hosts import (
+    HostSpec,
+    RankShare,
+    copy_ns,
+    fault_ns,
+    get_host,
+    host_of_gpu,
+    op_ns,
+    rank_share,
+)
 from phantora.runtime import import_hooks
 from phantora.runtime.compute import cache_key, op_bytes, op_flops, tensors_in
 from phantora.runtime.simcuda import pinned
@@ -121,6 +130,15 @@ def written_bytes(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
     return total
 
 
+def fresh_outputs(func: Any, out: Any) -> list[int]:
+    """Bytes of each tensor `func` returns in a new allocation (its schema's returns that alias no argument: `sqrt`'s,
+    `div`'s output; not an in-place op's, an `out=` variant's or a view's)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None or any(r.alias_info is not None for r in schema.returns):
+        return []
+    return [_nbytes(t) for t in tensors_in(out)]
+
+
 def _elements(args: tuple, kwargs: dict, out: Any) -> int:
     ts = tensors_in(args)
     tensors_in(kwargs, ts)
@@ -175,7 +193,8 @@ class HostModel:
         if getattr(func, "is_view", False) or getattr(packet, "__name__", "") in _NO_KERNEL:
             return 0
         nbytes = op_bytes(func, args, kwargs, out) + written_bytes(func, args, kwargs, out)
-        return op_ns(self.share(), nbytes, op_flops(func, args, kwargs, out), _elements(args, kwargs, out))
+        ns = op_ns(self.share(), nbytes, op_flops(func, args, kwargs, out), _elements(args, kwargs, out))
+        return ns + sum(fault_ns(b) for b in fresh_outputs(func, out))  # a large fresh output's pages fault in
 
     def bytes_ns(self, nbytes: int, flops: int, elements: int) -> int:
         """The time of host work given by its bytes and FLOPs (an extension's op torch's dispatch does not see)."""
