@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from phantora.runtime import import_hooks, phantom_mode
+from phantora.runtime import fusion, import_hooks, phantom_mode
 from phantora.runtime.simcuda import (  # noqa: F401 - rng: dispatch.py draws with it
     api,
     checkpoint,
@@ -104,8 +104,8 @@ def install(gpu: Any, device_count: int, phantom: bool) -> None:
 
 
 def _run_compiled_code_eagerly() -> None:
-    """The simulated GPU has no compiler: `torch.compile` runs the program eagerly, each aten op timed by the
-    compute model (a compiled program's kernel fusion is not modelled). Dynamo reads the switch at each call."""
+    """The simulated GPU has no compiler: `torch.compile` runs the program eagerly, its values the eager ones; its
+    kernels are timed as Inductor's fused ones (runtime/fusion.py). Dynamo reads the switch at each call."""
     os.environ["TORCH_COMPILE_DISABLE"] = "1"
     config = sys.modules.get("torch._dynamo.config")
     if config is not None:
@@ -116,24 +116,37 @@ def _run_compiled_code_eagerly() -> None:
 
 def _eager_compile(compile_fn: Any) -> Any:
     """`torch.compile` with the eager backend: nothing is compiled anyway, and the default backend's set-up
-    imports the inductor compiler (seconds per process; DeepSpeed calls torch.compile as it is imported)."""
+    imports the inductor compiler (seconds per process; DeepSpeed calls torch.compile as it is imported). What it
+    returns is a compiled region for the fusion layer (runtime/fusion.py) unless PHANTORA_COMPILE_FUSION=off."""
 
     told: list[bool] = []
+    fused = fusion.enabled()
 
     @functools.wraps(compile_fn)
     def compile_eagerly(model: Any = None, **kwargs: Any) -> Any:
         if not told:  # once per process: the program (or a framework it imports) asked for compilation
             told.append(True)
             print(
-                "phantora: torch.compile runs eagerly on the simulated GPU: each aten op is timed by the compute "
-                "model, so a compiled program's kernel fusion is not modelled",
+                "phantora: torch.compile runs eagerly on the simulated GPU: "
+                + (
+                    "its kernel fusion is modelled (pointwise and reduction ops timed as Inductor's fused kernels; "
+                    f"{fusion.ENV}=off times them op by op; CUDA graphs and max-autotune's templates are not)"
+                    if fused
+                    else f"each aten op is timed by the compute model ({fusion.ENV}=off: kernel fusion not modelled)"
+                ),
                 file=sys.stderr,
                 flush=True,
             )
         # fullgraph=True asks that everything be compiled; nothing is, and torch then refuses the call ("found no
         # compiled frames": torch's own context parallelism compiles create_block_mask so)
         kwargs.update(backend="eager", mode=None, options=None, fullgraph=False)
-        return compile_fn(**kwargs) if model is None else compile_fn(model, **kwargs)
+        if model is not None:
+            out = compile_fn(model, **kwargs)
+            return fusion.compiled(out) if fused else out
+        decorate = compile_fn(**kwargs)
+        if not fused:
+            return decorate
+        return functools.wraps(decorate)(lambda fn: fusion.compiled(decorate(fn)))
 
     compile_eagerly._phantora = True  # type: ignore[attr-defined]
     return compile_eagerly

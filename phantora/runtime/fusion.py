@@ -1,0 +1,557 @@
+"""torch.compile's kernel fusion on the simulated GPU: a compiled region's ops timed as Inductor's fused kernels.
+
+The simulated GPU runs a compiled program eagerly (simcuda/device.py), so its values are the eager ones. What
+compilation changes is the kernels: Inductor (torch/_inductor/scheduler.py) fuses pointwise and reduction ops with
+their producers and consumers into generated kernels, and leaves matmuls, convolutions, attention and collectives
+to extern kernels (cuBLAS, cuDNN, flash, NCCL), which never fuse with their neighbours ("node1 is extern but not a
+triton kernel"). A fused kernel reads what its group takes from outside once and writes only what is used outside
+the group, and has one launch.
+
+This module models that. While a compiled function runs (`region`), and while autograd runs the backward of nodes
+created in one (their sequence numbers, `torch._C._current_autograd_node()`: AOTAutograd compiles the backward
+too), a dispatch mode above the rank's ChargeMode sees each op before it is charged:
+
+- views and aliases are free and carry their base's identity;
+- a pointwise op (`torch.Tag.pointwise`) or a reduction (`FUSED`) runs and is charged as usual, but the charge is
+  caught: the op joins the open group of any input an open group produced (groups merge), else starts one; an
+  input from outside the groups is a read of its bytes, once per group (a gather reads what it outputs);
+- any other op (an extern kernel, a copy to or from the host, a sync) first closes the open groups, then is charged
+  as itself; so does leaving the region (the forward's end, the backward's end).
+
+A group closes as one kernel: its reads plus the bytes of its outputs still alive (referenced by the program, saved
+for backward, or the region's outputs: a tensor the program will use again is alive now, one it dropped is an
+intermediate that stayed in registers), timed as the roofline max(bytes / HBM bandwidth, FLOPs / peak) plus one
+launch, charged under the name `fused:` and its first ops' names, tier "fused". Like Inductor (`max_fusion_size`),
+a group takes at most 64 ops.
+
+Not modelled: Inductor's recomputation in the backward (its min-cut partitioner saves fewer activations; here
+autograd's saved tensors are written), horizontal fusion of unrelated ops that only share an input (each is its own
+kernel), memory (the eager intermediates are still allocated), `mode="max-autotune"`'s Triton matmul templates and
+their epilogue fusion, and CUDA graphs (`reduce-overhead`, `max-autotune`): every mode is timed as the default one.
+`PHANTORA_COMPILE_FUSION=off` times a compiled program eagerly, op by op, as before.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+import os
+import threading
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from phantora.runtime.compute import _GATHER, OpCost, _op_info, tensors_in
+from phantora.runtime.simcuda.tensor import SimCudaTensor, is_cuda_device
+
+ENV = "PHANTORA_COMPILE_FUSION"
+MAX_FUSION_SIZE = 64  # torch._inductor.config.max_fusion_size
+TIER = "fused"
+
+# Reductions and other ops Inductor lowers to generated (fusible) kernels that torch does not tag pointwise.
+FUSED = frozenset(
+    {
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "argmax",
+        "argmin",
+        "prod",
+        "var",
+        "var_mean",
+        "std",
+        "std_mean",
+        "norm",
+        "linalg_vector_norm",
+        "logsumexp",
+        "any",
+        "all",
+        "cumsum",
+        "_softmax",
+        "_log_softmax",
+        "_softmax_backward_data",
+        "_log_softmax_backward_data",
+        "native_layer_norm",
+        "native_layer_norm_backward",
+        "native_group_norm",
+        "native_group_norm_backward",
+        "native_batch_norm",
+        "native_batch_norm_backward",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_no_training",
+        "_fused_rms_norm",
+        "_fused_rms_norm_backward",
+        "nll_loss_forward",
+        "nll_loss_backward",
+        "nll_loss2d_forward",
+        "nll_loss2d_backward",
+        "native_dropout",
+        "native_dropout_backward",
+        "_to_copy",
+        "copy_",
+        "clone",
+        "contiguous",
+        "fill_",
+        "zero_",
+        "zeros",
+        "ones",
+        "full",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "scalar_tensor",
+        "tril",
+        "triu",
+        "cat",
+        "embedding",
+        "index_select",
+        "gather",
+        "slice_backward",
+        "select_backward",
+        "expand_backward",
+        "masked_fill",
+        "masked_fill_",
+        "where",
+        "arange",
+    }
+)
+# Ops that launch no kernel but carry their input's identity (a saved tensor's `.data` is a detach).
+_ALIASES = frozenset({"detach", "alias", "lift_fresh", "_unsafe_view", "_reshape_alias"})
+_NO_KERNEL = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "set_", "resize_"})
+
+_VIEW, _FREE, _FUSE, _EXTERN = 0, 1, 2, 3
+_KINDS: dict[int, int] = {}  # id(OpOverload) -> kind (OpOverloads live as long as torch)
+_get_ident = threading.get_ident
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
+_get_mode = torch._C._get_dispatch_mode
+_current_node = torch._C._current_autograd_node
+_sequence_nr = torch._C._autograd._get_sequence_nr
+
+
+def enabled() -> bool:
+    """Whether compiled regions are timed as fused kernels (`PHANTORA_COMPILE_FUSION`, default on)."""
+    return os.environ.get(ENV, "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+def kind(func: Any) -> int:
+    """How the fusion layer treats an op: a view, no kernel, a fusible kernel, or a kernel of its own."""
+    k = _KINDS.get(id(func))
+    if k is None:
+        k = _KINDS[id(func)] = _classify(func)
+    return k
+
+
+def _classify(func: Any) -> int:
+    packet = getattr(func, "overloadpacket", None)
+    name = getattr(packet, "__name__", "")
+    if getattr(func, "namespace", "") != "aten":
+        return _EXTERN
+    if name in _ALIASES or getattr(func, "is_view", False):
+        return _VIEW
+    if name in _NO_KERNEL:
+        return _FREE
+    if name.startswith("_foreach"):
+        return _EXTERN  # the optimizer's multi-tensor kernels: Inductor's combo kernels are not modelled
+    if torch.Tag.pointwise in getattr(func, "tags", ()) or name in FUSED:
+        return _FUSE
+    return _EXTERN
+
+
+def _on_gpu(x: Any) -> bool:
+    """Whether an op's first argument is on the simulated GPU (a tensor there, or not a tensor: a factory's size)."""
+    return type(x) is SimCudaTensor or not isinstance(x, torch.Tensor)
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes a kernel reads of `t`: its elements, or for a broadcast (stride-0) view the memory it spans."""
+    n = t.numel()
+    if n and not t.is_contiguous():
+        span = 1
+        for size, stride in zip(t.shape, t.stride(), strict=True):
+            if size > 1:
+                span += (size - 1) * abs(stride)
+        n = min(n, span)
+    return n * t.element_size()
+
+
+class _Buf:
+    """A tensor an open group made: written out at the group's end if still referenced then."""
+
+    __slots__ = ("group", "nbytes", "refs")
+
+    def __init__(self, group: _Group, nbytes: int, ref: weakref.ref) -> None:
+        self.group = group
+        self.nbytes = nbytes
+        self.refs = [ref]
+
+    def alive(self) -> bool:
+        for r in self.refs:
+            if r() is not None:
+                return True
+        return False
+
+
+class _Group:
+    """Ops fused into one kernel so far."""
+
+    __slots__ = ("bufs", "dtype", "flops", "names", "ops", "read", "seen")
+
+    def __init__(self) -> None:
+        self.bufs: list[_Buf] = []
+        self.seen: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor read from outside) -> (it, its bytes)
+        self.read = 0
+        self.flops = 0
+        self.dtype = ""
+        self.ops = 0
+        self.names: list[str] = []
+
+    def absorb(self, other: _Group) -> None:
+        """Take `other`'s ops in (they feed or share this group's)."""
+        for b in other.bufs:
+            b.group = self
+        self.bufs += other.bufs
+        for key, (ref, nbytes) in other.seen.items():
+            mine = self.seen.get(key)
+            if mine is None or mine[0]() is not ref() or ref() is None:
+                self.seen[key] = (ref, nbytes)
+            else:
+                self.read -= nbytes  # both read it: once
+        self.read += other.read
+        self.flops += other.flops
+        self.dtype = self.dtype or other.dtype
+        self.ops += other.ops
+        self.names += other.names
+
+    def written(self) -> int:
+        return sum(b.nbytes for b in self.bufs if b.alive())
+
+
+class FusionMode(TorchDispatchMode):
+    """Groups a compiled region's ops into fused kernels (module docstring); one per rank session."""
+
+    def __init__(self, session: Any) -> None:
+        super().__init__()
+        self.session = session
+        self.thread = _get_ident()
+        self.depth = 0  # compiled calls running (nested ones count)
+        self.in_backward = False
+        self.pushed = False
+        self.capture: list[OpCost] | None = None
+        self.groups: list[_Group] = []
+        self.made: dict[int, tuple[weakref.ref, _Buf]] = {}
+        self.starts: list[int] = []  # sequence-number ranges [start, end) of the autograd nodes regions made
+        self.ends: list[int] = []
+        self._seq_start = 0
+        self._saved_charge: Any = None
+        self.kernels = 0  # fused kernels charged
+        self.fused_ops = 0  # ops in them
+
+    # ----- entering and leaving ----------------------------------------------------------------------
+    def enter_region(self) -> None:
+        if self.depth == 0:
+            self._seq_start = _sequence_nr()
+            self._push()
+        self.depth += 1
+
+    def exit_region(self) -> None:
+        self.depth -= 1
+        if self.depth:
+            return
+        self.flush()
+        end = _sequence_nr()
+        if end > self._seq_start:
+            if self.ends and self.ends[-1] == self._seq_start:
+                self.ends[-1] = end
+            else:
+                self.starts.append(self._seq_start)
+                self.ends.append(end)
+                if len(self.starts) > 1 << 16:  # regions whose backward never ran (inference): forget the oldest
+                    del self.starts[: 1 << 15], self.ends[: 1 << 15]
+        if not self.in_backward:
+            self._pop()
+
+    def begin_backward(self) -> None:
+        self.in_backward = True
+        self._push()
+
+    def end_backward(self) -> None:
+        self.flush()
+        self.in_backward = False
+        if not self.depth:
+            self._pop()
+
+    def _push(self) -> None:
+        if self.pushed:
+            return
+        s = self.session
+        self._saved_charge = s.__dict__.get("charge")
+        s.charge = self._charge  # the compiled per-op path calls a session's own `charge` when it has one
+        self.__enter__()
+        self.pushed = True
+
+    def _pop(self) -> None:
+        if not self.pushed:
+            return
+        self.pushed = False
+        self.__exit__(None, None, None)
+        s = self.session
+        if self._saved_charge is None:
+            s.__dict__.pop("charge", None)
+        else:
+            s.charge = self._saved_charge
+
+    def _real_charge(self, name: str, cost: OpCost) -> None:
+        charge = self._saved_charge
+        if charge is None:
+            type(self.session).charge(self.session, name, cost)
+        else:
+            charge(name, cost)
+
+    def _charge(self, name: str, cost: OpCost) -> None:
+        if self.capture is not None:
+            self.capture.append(cost)
+            return
+        if self.groups and cost.ns:  # a kernel of its own (a view's or an allocation's charge launches none)
+            self.flush()
+        self._real_charge(name, cost)
+
+    # ----- the ops ------------------------------------------------------------------------------------
+    def _in_region(self) -> bool:
+        if self.depth:
+            return True
+        if not self.in_backward:
+            return False
+        node = _current_node()
+        if node is None:
+            return False
+        seq = node._sequence_nr()
+        i = bisect.bisect_right(self.starts, seq) - 1
+        return i >= 0 and seq < self.ends[i]
+
+    def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if kwargs is None:
+            kwargs = {}
+        if _get_ident() != self.thread or _get_mode(_FAKE) is not None or not self._in_region():
+            if self.groups:
+                self.flush()
+            return func(*args, **kwargs)
+        k = _KINDS.get(id(func))
+        if k is None:
+            k = kind(func)
+        if k == _FUSE:
+            dev = kwargs.get("device")
+            if dev is not None and not (is_cuda_device(dev) and (not args or _on_gpu(args[0]))):
+                k = _EXTERN  # onto or off the GPU
+            else:
+                for t in args:
+                    if isinstance(t, torch.Tensor) and type(t) is not SimCudaTensor and t.dim():
+                        k = _EXTERN  # a host tensor: a copy between host and GPU, or a CPU-only program
+                        break
+        if k == _VIEW:
+            out = func(*args, **kwargs)
+            if self.made and args:
+                self._alias(args[0], out)
+            return out
+        if k == _FREE:
+            return func(*args, **kwargs)
+        if k == _EXTERN:
+            if self.groups:
+                self.flush()
+            return func(*args, **kwargs)
+        cap: list[OpCost] = []
+        self.capture = cap
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self.capture = None
+        self._add(func, args, kwargs, out, cap)
+        return out
+
+    def _alias(self, base: Any, out: Any) -> None:
+        e = self.made.get(id(base))
+        if e is None or e[0]() is not base:
+            return
+        buf = e[1]
+        for t in tensors_in(out):
+            r = weakref.ref(t)
+            buf.refs.append(r)
+            self.made[id(t)] = (r, buf)
+
+    def _add(self, func: Any, args: tuple, kwargs: dict, out: Any, cap: list[OpCost]) -> None:
+        """One fusible op, run and its charge caught: into a group."""
+        ns = flops = 0
+        dtype = ""
+        for c in cap:
+            ns += c.ns
+            flops += c.flops
+            dtype = dtype or c.dtype
+        if not ns:  # no kernel launched (dropout with p = 0, an op on meta data in real mode): like a view
+            if self.made and args:
+                self._alias(args[0], out)
+            return
+        made = self.made
+        ins = tensors_in(args)
+        if kwargs:
+            tensors_in(kwargs, ins)
+        group: _Group | None = None
+        reads: list[torch.Tensor] = []
+        for t in ins:
+            e = made.get(id(t))
+            if e is not None and e[0]() is t:
+                g = e[1].group
+                if group is None:
+                    group = g
+                elif g is not group:
+                    first, second = (group, g) if self.groups.index(group) < self.groups.index(g) else (g, group)
+                    first.absorb(second)
+                    self.groups.remove(second)
+                    group = first
+            else:
+                reads.append(t)
+        if group is not None and group.ops >= MAX_FUSION_SIZE:
+            self._close(group)  # Inductor's limit: its outputs this op takes are read back from memory
+            reads = ins
+            group = None
+        if group is None:
+            group = _Group()
+            self.groups.append(group)
+        gather = _op_info(func)[0] == _GATHER
+        seen = group.seen
+        for t in reads:
+            key = id(t)
+            e2 = seen.get(key)
+            if e2 is None or e2[0]() is not t:  # (an id a dead tensor had may be another's now)
+                nbytes = tensor_bytes(out) if gather and t is args[0] else tensor_bytes(t)
+                seen[key] = (weakref.ref(t), nbytes)
+                group.read += nbytes
+        group.ops += 1
+        group.flops += flops
+        group.dtype = group.dtype or dtype
+        if len(group.names) < 4:
+            group.names.append(func.overloadpacket.__name__)
+        for t in tensors_in(out):
+            e = made.get(id(t))
+            if e is not None and e[0]() is t:
+                if e[1].group is not group:  # written in place by this group: it is this group's output now
+                    e[1].group.bufs.remove(e[1])
+                    e[1].group = group
+                    group.bufs.append(e[1])
+                continue
+            r = weakref.ref(t)
+            buf = _Buf(group, tensor_bytes(t), r)
+            group.bufs.append(buf)
+            made[id(t)] = (r, buf)
+
+    # ----- the kernels --------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Close every open group: each is charged as one kernel."""
+        groups = self.groups
+        self.groups = []
+        self.made.clear()
+        for g in groups:
+            self._charge_group(g)
+
+    def _close(self, group: _Group) -> None:
+        self.groups.remove(group)
+        for b in group.bufs:
+            for r in b.refs:
+                t = r()
+                if t is not None:
+                    self.made.pop(id(t), None)
+        self._charge_group(group)
+
+    def _charge_group(self, g: _Group) -> None:
+        model = self.session.model
+        nbytes = g.read + g.written()
+        seconds = nbytes / model.gpu.mem_bw
+        if g.flops:
+            seconds = max(seconds, g.flops / model.gpu.peak(g.dtype))
+        name = "fused:" + "_".join(g.names) + (f"+{g.ops - len(g.names)}" if g.ops > len(g.names) else "")
+        self.kernels += 1
+        self.fused_ops += g.ops
+        self._real_charge(name, OpCost(g.flops, nbytes, g.dtype, math.ceil(seconds * 1e9) + model.launch_ns, TIER))
+
+
+_modes: dict[int, FusionMode] = {}  # id(session) -> its mode
+
+
+def mode_of(session: Any) -> FusionMode:
+    """The fusion layer of a rank session (made on first use)."""
+    m = _modes.get(id(session))
+    if m is None or m.session is not session:
+        m = _modes[id(session)] = FusionMode(session)
+    return m
+
+
+def _session() -> Any:
+    from phantora.runtime import session
+
+    return session.current()
+
+
+def region(fn: Any) -> Any:
+    """`fn` (what torch.compile returned) run as a compiled region: its ops, and its backward's, fused."""
+
+    @functools.wraps(fn)
+    def run_compiled(*args: Any, **kwargs: Any) -> Any:
+        s = _session()
+        if s is None:
+            return fn(*args, **kwargs)
+        m = mode_of(s)
+        m.enter_region()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            m.exit_region()
+
+    run_compiled._phantora_region = True  # type: ignore[attr-defined]
+    return run_compiled
+
+
+def compiled(result: Any) -> Any:
+    """What torch.compile returned, its calls made compiled regions: a module's `forward` (torch's OptimizedModule
+    keeps it on the instance), or the function itself. Also makes autograd's entry points time a region's
+    backward as fused (`_backward_entry`)."""
+    _install_backward()
+    if isinstance(result, torch.nn.Module):
+        fwd = result.__dict__.get("forward")
+        if fwd is not None and not getattr(fwd, "_phantora_region", False):
+            result.forward = region(fwd)
+        return result
+    if callable(result) and not getattr(result, "_phantora_region", False):
+        return region(result)
+    return result
+
+
+def _backward_entry(orig: Any) -> Any:
+    @functools.wraps(orig)
+    def run_backward(*args: Any, **kwargs: Any) -> Any:
+        s = _session()
+        m = _modes.get(id(s)) if s is not None else None
+        if m is None or m.session is not s or not m.starts or m.in_backward or _get_ident() != m.thread:
+            return orig(*args, **kwargs)
+        m.begin_backward()
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            m.end_backward()
+
+    run_backward._phantora = True  # type: ignore[attr-defined]
+    return run_backward
+
+
+def _install_backward() -> None:
+    """torch.autograd.backward (Tensor.backward calls it) and torch.autograd.grad, once per process."""
+    for name in ("backward", "grad"):
+        fn = getattr(torch.autograd, name)
+        if not getattr(fn, "_phantora", False):
+            setattr(torch.autograd, name, _backward_entry(fn))

@@ -1,0 +1,117 @@
+"""torch.compile's kernel fusion (runtime/fusion.py): a compiled region's pointwise and reduction ops are charged as
+fused kernels, (bytes read from outside + bytes still referenced) / HBM bandwidth + one launch; a matmul stays its
+own kernel; the backward of the region's autograd nodes is fused too; PHANTORA_COMPILE_FUSION=off keeps op by op."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from phantora.launcher import RunConfig, launch
+from phantora.perfmodel.gpus import get_gpu
+from phantora.rank_options import DEFAULT_LAUNCH_NS
+from phantora.runtime import fusion
+from phantora.runtime.simcuda import device
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "compile_fusion_chain.py"
+N, C = 4096, 1024  # the script's x: N x C fp32
+X = N * C * 4  # bytes of one N x C tensor
+ROW = N * 4  # bytes of layer_norm's mean (or rstd)
+aten = torch.ops.aten
+
+
+def kernel(nbytes: int) -> int:
+    """One kernel of `nbytes` on the H100's HBM under the roofline, plus its launch."""
+    return math.ceil(nbytes / get_gpu("h100").mem_bw * 1e9) + DEFAULT_LAUNCH_NS
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, int], list[tuple[str, float]]]:
+    """The script's timings and the run's compute kernels (name, µs), in order."""
+    tmp = tmp_path_factory.mktemp("fusion")
+    seen = tmp / "seen.json"
+    launch(
+        RunConfig(
+            str(SCRIPT),
+            [str(seen)],
+            "testbed16",
+            nproc=1,
+            out_dir=tmp / "out",
+            tensors="phantom",
+            compute_model="roofline",
+            timeout_s=180,
+        )
+    )
+    trace = json.loads((tmp / "out" / "trace.json").read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    kernels = [(e["name"], e["dur"]) for e in events if e.get("ph") == "X" and not e["name"].startswith("step")]
+    return json.loads(seen.read_text()), kernels
+
+
+def test_a_compiled_pointwise_chain_is_one_kernel_of_its_input_and_output(run: Any) -> None:
+    """x * 2 + 1 -> gelu -> layer_norm without grad: x read once, the result written once (the intermediates and
+    layer_norm's mean and rstd are dropped), one launch; eagerly, four kernels each reading and writing."""
+    seen, _ = run
+    assert seen["compiled"] == kernel(2 * X)
+    assert seen["eager"] == 3 * kernel(2 * X) + kernel(2 * X + 2 * ROW)
+    assert seen["module"] == kernel(2 * X)  # a compiled nn.Module (torch's OptimizedModule): its forward
+    assert seen["decorated"] == kernel(2 * X)  # @torch.compile(mode="max-autotune"): timed as the default mode
+
+
+def test_a_matmul_in_the_chain_stays_its_own_kernel(run: Any) -> None:
+    """gelu(x * 2 + 1) @ w -> layer_norm: the fused prologue writes the matmul's input, the matmul is charged as
+    alone (the same time as torch.mm of those shapes), and layer_norm reads its output."""
+    seen, kernels = run
+    assert seen["compiled_mm"] == kernel(2 * X) + seen["mm"] + kernel(2 * X)
+    names = [n for n, _ in kernels]
+    i = names.index("aten.mm")
+    assert names[i - 1 : i + 2] == ["fused:mul_add_gelu", "aten.mm", "fused:native_layer_norm"]
+
+
+def test_the_backward_of_the_region_is_attributed_to_it_and_fused(run: Any) -> None:
+    """With grad, the forward also writes what autograd saves (gelu's and layer_norm's inputs, mean, rstd); the
+    backward's layer_norm_backward, gelu_backward and mul, run under the region's autograd nodes, are one kernel:
+    it reads the saved tensors and the loss's broadcast gradient (one element) and writes x's gradient. The loss's
+    sum is outside the region, as is the gradient's first element (ones_like)."""
+    seen, kernels = run
+    assert seen["forward_for_grad"] == kernel(4 * X + 2 * ROW)
+    backward = kernel(3 * X + 2 * ROW + 4)
+    assert seen["backward"] == kernel(8) + backward
+    assert kernels[-2:] == [
+        ("aten.ones_like", kernel(8) / 1e3),
+        ("fused:native_layer_norm_backward_gelu_backward_mul", backward / 1e3),
+    ]
+
+
+def test_inductor_extern_kernels_are_not_fused() -> None:
+    for op in (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.convolution.default):
+        assert fusion.kind(op) == fusion._EXTERN
+    assert fusion.kind(aten._scaled_dot_product_flash_attention.default) == fusion._EXTERN
+    assert fusion.kind(aten._foreach_add.List) == fusion._EXTERN
+    for op in (aten.add.Tensor, aten.gelu.default, aten.native_layer_norm.default, aten._softmax.default):
+        assert fusion.kind(op) == fusion._FUSE
+    for op in (aten.view.default, aten.t.default, aten.detach.default):
+        assert fusion.kind(op) == fusion._VIEW
+
+
+def test_the_switch_keeps_op_by_op_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PHANTORA_COMPILE_FUSION=off: torch.compile's result is returned as torch made it (no region)."""
+
+    def compile_fn(model: Any = None, **kwargs: Any) -> Any:
+        return model
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return t + 1
+
+    monkeypatch.setenv(fusion.ENV, "off")
+    assert not fusion.enabled()
+    assert device._eager_compile(compile_fn)(f) is f
+    monkeypatch.setenv(fusion.ENV, "on")
+    assert fusion.enabled()
+    wrapped = device._eager_compile(compile_fn)(f)
+    assert wrapped is not f and getattr(wrapped, "_phantora_region", False)
