@@ -261,6 +261,30 @@ def _unique_bytes(tensors: list[tuple[Shape, str]], aliased: bool) -> int:
     return sum(n * dtype_bytes(d) for n, d in seen)
 
 
+# nll_loss (cross-entropy's second half) touches one element a row. PyTorch's CUDA kernels
+# (aten/src/ATen/native/cuda/Loss.cu): the forward reads each row's target and the input element it
+# names; the backward zero-fills its [N, C] output (`grad_input.zero_()`), then writes one element a
+# row. Neither reads the [N, C] input, which the backward takes only for its shape.
+_NLL_FORWARD = frozenset({"nll_loss_forward", "nll_loss2d_forward"})
+_NLL_BACKWARD = frozenset({"nll_loss_backward", "nll_loss2d_backward"})
+
+
+def _nll_loss(call: OpCall, base: str) -> OpFeatures:
+    """Features of nll_loss: the forward a gather of one element a row, the backward a fill of its output."""
+    first = 0 if base in _NLL_FORWARD else 1  # the backward's grad_output comes first
+    if len(call.shapes) < first + 2:
+        raise _bad(call, "nll_loss needs (input, target)")
+    shape, dtype = call.shapes[first], call.dtypes[first]
+    rows = numel(call.shapes[first + 1])  # one target a row (a pixel for nll_loss2d)
+    gathered = rows * (dtype_bytes(dtype) + dtype_bytes(call.dtypes[first + 1]))
+    if base in _NLL_FORWARD:
+        outs = _out_override(call) or [((), dtype), ((), dtype)]  # the loss and total_weight (reduced)
+        writes = sum(nbytes(s, d) for s, d in outs)
+        return OpFeatures("reduction", rows, gathered + writes, dtype, gathered + writes, op=call.op, writes=writes)
+    writes = nbytes(shape, dtype)
+    return OpFeatures("fill", numel(shape), writes + gathered, dtype, writes, kernels=2, op=call.op, writes=writes)
+
+
 def _out_override(call: OpCall) -> list[tuple[Shape, str]] | None:
     shapes = call.extra.get("out_shapes")
     if shapes is None:
@@ -273,6 +297,8 @@ def _out_override(call: OpCall) -> list[tuple[Shape, str]] | None:
 
 def _memory_bound(call: OpCall, cls: str, aliased: bool) -> OpFeatures:
     base = base_name(call.op)
+    if base in _NLL_FORWARD or base in _NLL_BACKWARD:
+        return _nll_loss(call, base)
     stem = base.rstrip("_") if is_inplace(base) else base
     ins = list(zip(call.shapes, call.dtypes, strict=True))
     if not ins and _out_override(call) is None:
