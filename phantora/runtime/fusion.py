@@ -39,13 +39,14 @@ import math
 import os
 import threading
 import weakref
+from types import MethodType
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from phantora.runtime.compute import _GATHER, OpCost, _op_info, tensors_in
-from phantora.runtime.simcuda.tensor import SimCudaTensor, is_cuda_device
+from phantora.runtime.simcuda.tensor import SimCudaTensor, direct, is_cuda_device
 
 ENV = "PHANTORA_COMPILE_FUSION"
 MAX_FUSION_SIZE = 64  # torch._inductor.config.max_fusion_size
@@ -235,16 +236,28 @@ class _Group:
         return sum(b.nbytes for b in self.bufs if b.alive())
 
 
-class FusionMode(TorchDispatchMode):
-    """Groups a compiled region's ops into fused kernels (module docstring); one per rank session."""
+_SIMCUDA_ONLY = (SimCudaTensor,)
+
+
+class Fusion:
+    """Groups a compiled region's ops into fused kernels (module docstring); one per rank session.
+
+    While a region runs, it stands in front of the rank's dispatch mode (ChargeMode): the mode's instance attribute
+    `__torch_dispatch__` (where the compiled fast path already sits) is this object's `_dispatch`, which calls the
+    mode's own; and the session's `charge` is this object's `_charge`, through which the mode's charges come
+    (the compiled per-op path calls a session's own `charge` when it has one). No dispatch mode of its own: torch's
+    higher-order operators (FlexAttention) would need a rule for it; they keep going to ChargeMode's."""
 
     def __init__(self, session: Any) -> None:
-        super().__init__()
         self.session = session
         self.thread = _get_ident()
         self.depth = 0  # compiled calls running (nested ones count)
         self.in_backward = False
         self.pushed = False
+        self.busy = False  # an op is being run: the mode's inner trips for it go straight through
+        self._mode: Any = None  # the ChargeMode stood in front of, and its own dispatch
+        self._inner: Any = None
+        self._own_attr = False
         self.capture: list[OpCost] | None = None
         self.groups: list[_Group] = []
         self.made: dict[int, tuple[weakref.ref, _Buf]] = {}
@@ -293,16 +306,36 @@ class FusionMode(TorchDispatchMode):
         if self.pushed:
             return
         s = self.session
+        mode = None
+        for m in reversed(_get_current_dispatch_mode_stack()):
+            if getattr(m, "session", None) is s:
+                mode = m
+                break
+        if mode is None:  # no charging mode (a process the rank forked): nothing is charged, nothing to fuse
+            return
+        self._mode = mode
+        self._own_attr = "__torch_dispatch__" in mode.__dict__
+        self._inner = mode.__torch_dispatch__
+        handle = self._dispatch
+
+        def dispatch(_mode: Any, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+            return handle(func, types, args, kwargs)
+
+        mode.__torch_dispatch__ = MethodType(dispatch, mode)  # type: ignore[method-assign]  # torch checks `__self__`
         self._saved_charge = s.__dict__.get("charge")
-        s.charge = self._charge  # the compiled per-op path calls a session's own `charge` when it has one
-        self.__enter__()
+        s.charge = self._charge
         self.pushed = True
 
     def _pop(self) -> None:
         if not self.pushed:
             return
         self.pushed = False
-        self.__exit__(None, None, None)
+        mode = self._mode
+        if self._own_attr:
+            mode.__torch_dispatch__ = self._inner
+        else:
+            mode.__dict__.pop("__torch_dispatch__", None)
+        self._mode = self._inner = None
         s = self.session
         if self._saved_charge is None:
             s.__dict__.pop("charge", None)
@@ -337,43 +370,57 @@ class FusionMode(TorchDispatchMode):
         i = bisect.bisect_right(self.starts, seq) - 1
         return i >= 0 and seq < self.ends[i]
 
-    def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def _dispatch(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        inner = self._inner
+        if self.busy:
+            return inner(func, types, args, kwargs)
         if kwargs is None:
             kwargs = {}
-        if _get_ident() != self.thread or _get_mode(_FAKE) is not None or not self._in_region():
+        if _get_ident() != self.thread or _get_mode(_FAKE) is not None:
+            return inner(func, types, args, kwargs)
+        if not self._in_region():  # the backward of a node outside the regions: what the region made is written
             if self.groups:
                 self.flush()
-            return func(*args, **kwargs)
+            return inner(func, types, args, kwargs)
         k = _KINDS.get(id(func))
         if k is None:
             k = kind(func)
         if k == _FUSE:
             dev = kwargs.get("device")
-            if dev is not None and not (is_cuda_device(dev) and (not args or _on_gpu(args[0]))):
+            if types != _SIMCUDA_ONLY and types:
+                k = _EXTERN  # another subclass's op (DTensor): its own dispatch runs its local ops
+            elif dev is not None and not (is_cuda_device(dev) and (not args or _on_gpu(args[0]))):
                 k = _EXTERN  # onto or off the GPU
+            elif not direct(func):
+                k = _EXTERN  # a CUDA-only op whose kernel is Python (simcuda/cuda_only.py): charged as itself
             else:
                 for t in args:
                     if isinstance(t, torch.Tensor) and type(t) is not SimCudaTensor and t.dim():
                         k = _EXTERN  # a host tensor: a copy between host and GPU, or a CPU-only program
                         break
-        if k == _VIEW:
-            out = func(*args, **kwargs)
-            if self.made and args:
-                self._alias(args[0], out)
-            return out
-        if k == _FREE:
-            return func(*args, **kwargs)
         if k == _EXTERN:
             if self.groups:
                 self.flush()
-            return func(*args, **kwargs)
-        cap: list[OpCost] = []
-        self.capture = cap
+            k = _FREE
+        self.busy = True
         try:
-            out = func(*args, **kwargs)
+            if k == _FUSE:
+                cap: list[OpCost] = []
+                self.capture = cap
+                try:
+                    out = inner(func, types, args, kwargs)
+                finally:
+                    self.capture = None
+            else:
+                out = inner(func, types, args, kwargs)
         finally:
-            self.capture = None
-        self._add(func, args, kwargs, out, cap)
+            self.busy = False
+        if out is NotImplemented:
+            return out
+        if k == _FUSE:
+            self._add(func, args, kwargs, out, cap)
+        elif k == _VIEW and self.made and args:
+            self._alias(args[0], out)
         return out
 
     def _alias(self, base: Any, out: Any) -> None:
@@ -481,14 +528,14 @@ class FusionMode(TorchDispatchMode):
         self._real_charge(name, OpCost(g.flops, nbytes, g.dtype, math.ceil(seconds * 1e9) + model.launch_ns, TIER))
 
 
-_modes: dict[int, FusionMode] = {}  # id(session) -> its mode
+_modes: dict[int, Fusion] = {}  # id(session) -> its fusion layer
 
 
-def mode_of(session: Any) -> FusionMode:
+def mode_of(session: Any) -> Fusion:
     """The fusion layer of a rank session (made on first use)."""
     m = _modes.get(id(session))
     if m is None or m.session is not session:
-        m = _modes[id(session)] = FusionMode(session)
+        m = _modes[id(session)] = Fusion(session)
     return m
 
 
