@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from phantora.collectives import FlowDag, collective_metrics
+from phantora.collectives.back_pressure import is_credit
 from phantora.collectives.dag_memo import DagMemo
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
@@ -336,8 +337,8 @@ def compute_stretch(throttles: Throttles, topo: Topology) -> Callable[[Flow, int
     at_suffix = f"/{MARKER}/at"
 
     def stretch(f: Flow, release_ns: int) -> int:
-        if f.size or f.src != f.dst or not f.delay_ns or f.tag.endswith(at_suffix):
-            return f.delay_ns
+        if f.size or f.src != f.dst or not f.delay_ns or f.tag.endswith(at_suffix) or is_credit(f):
+            return f.delay_ns  # not compute: an absolute time, or a slot's credit on its way back
         r = rank_of.get(f.src)
         return f.delay_ns if r is None else throttles.stretch(r, release_ns, f.delay_ns)
 

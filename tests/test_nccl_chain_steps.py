@@ -1,5 +1,6 @@
 """A ring broadcast's or reduce's chain (`--granularity chunked`) keeps NCCL_STEPS steps in flight on each hop: step
-c goes once step c - 8 of the same hop has arrived (its slot is free: prims_simple.h `waitPeer`, NCCL v2.30.7-1)
+c goes once step c - 8 of the same hop has been consumed by its receiver and the credit has crossed the path back
+(its slot is free: prims_simple.h `waitPeer`, net.cc; collectives/back_pressure.py; NCCL v2.30.7-1)
 and its input step has arrived from the previous rank (broadcast.h `directRecvCopyDirectSend`), on the wire after
 the steps before it. Times against closed forms on idle 400G rails: one hop takes NCCL's time (a launch and one
 network step, then the bytes at the ring graph's rate, as coarse); each further hop adds one step's
@@ -11,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.back_pressure import is_credit
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.flow import FlowSimulator
 from phantora.topology import Topology, rail_optimized
@@ -35,6 +37,11 @@ def run(coll: Collective, topo: Topology, granularity: str) -> tuple[float, list
     return max(c.end_ns for c in sim.drain()) / 1e3, dag.flows, dag.choice or {}
 
 
+def data(flows: list) -> list:
+    """The flows that carry steps, not the credits going back (`back_pressure.is_credit`)."""
+    return [f for f in flows if not is_credit(f)]
+
+
 @pytest.mark.parametrize("kind", ["broadcast", "reduce"])
 @pytest.mark.parametrize("size", [16 * MiB, 64 * MiB])
 def test_one_hop_chain_keeps_eight_steps_in_flight(kind: str, size: int) -> None:
@@ -47,15 +54,19 @@ def test_one_hop_chain_keeps_eight_steps_in_flight(kind: str, size: int) -> None
     t, flows, choice = run(coll, topo, "chunked")
     coarse, _, _ = run(coll, topo, "coarse")
     assert choice["algorithm"] == "Ring" and choice["protocol"] == "Simple"
-    assert {f.size for f in flows} == {STEP}
+    assert {f.size for f in data(flows)} == {STEP}
     hops: dict[int, list] = {}
-    for f in flows:
+    for f in data(flows):
         hops.setdefault(f.conn, []).append(f)
+    by_id = {f.id: f for f in flows}
     assert len(hops) == choice["channels"] == CHANNELS
     for steps in hops.values():
         assert len({f.queue for f in steps}) == 1 and steps[0].queue  # the hop's steps on the wire in order
-        for c, f in enumerate(steps):
-            assert f.deps == ((steps[c - NCCL_STEPS].id,) if c >= NCCL_STEPS else ())
+        for c, f in enumerate(steps):  # the receiver consumes a step as it lands; its credit crosses the path back
+            slot = [by_id[d] for d in f.deps]
+            assert [g.deps for g in slot] == ([(steps[c - NCCL_STEPS].id,)] if c >= NCCL_STEPS else [])
+            back = topo.path_latency_ns(topo.route(f.dst, f.src))
+            assert all(is_credit(g) and g.delay_ns == back for g in slot)
     assert t == pytest.approx(LATENCY_US + size / (1000 * GRAPH_GBS), rel=1e-4)
     assert t == pytest.approx(coarse, rel=1e-4)
 
@@ -71,6 +82,6 @@ def test_longer_chain_adds_one_step_per_extra_hop(kind: str, size: int) -> None:
     coll = Collective(kind, (0, 1, 2, 3), size, "fp32", root=0)
     t, flows, choice = run(coll, topo, "chunked")
     assert choice["channels"] == CHANNELS
-    assert {f.rate_bps for f in flows} == {GRAPH_GBS / CHANNELS * 8e9}
+    assert {f.rate_bps for f in data(flows)} == {GRAPH_GBS / CHANNELS * 8e9}
     fill_us = (4 - 2) * STEP / (1000 * GRAPH_GBS / CHANNELS)
     assert t == pytest.approx(LATENCY_US + size / (1000 * GRAPH_GBS) + fill_us, rel=1e-4)

@@ -12,6 +12,7 @@ import math
 import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.back_pressure import is_credit
 from phantora.collectives.nccl import choose
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.flow import FlowSimulator
@@ -28,11 +29,12 @@ def opts(granularity: str, **env: str) -> AlgoOptions:
 
 
 def run(coll: Collective, options: AlgoOptions, topo: Topology = TOPO) -> tuple[float, dict, int]:
-    """Time (µs) of one collective on an idle flow network, NCCL's choice, and the flows' count."""
+    """Time (µs) of one collective on an idle flow network, NCCL's choice, and the count of its flows that carry
+    bytes (not the credits going back: `back_pressure.is_credit`)."""
     dag = decompose(coll, topo, options)
     sim = FlowSimulator(topo)
     sim.submit(dag.flows, at=0)
-    return max(c.end_ns for c in sim.drain()) / 1e3, dag.choice or {}, len(dag.flows)
+    return max(c.end_ns for c in sim.drain()) / 1e3, dag.choice or {}, sum(not is_credit(f) for f in dag.flows)
 
 
 @pytest.mark.parametrize(

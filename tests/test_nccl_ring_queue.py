@@ -15,9 +15,11 @@ from collections import defaultdict
 import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.back_pressure import is_credit
 from phantora.collectives.dag import DagBuilder
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.collectives.ring import ring_flows
+from phantora.netsim.base import Flow
 from phantora.netsim.flow import FlowSimulator
 from phantora.topology import Topology, load_topology, rail_optimized
 from tests.engine_pair import flow_and_ns3_end_ns
@@ -48,7 +50,8 @@ def busiest_link_us(flows: list) -> float:
 
 def test_ring_steps_go_in_turn_on_their_connection() -> None:
     """256 MiB: 16 channels of a 1 MiB slice a rank, one pass of 2(16 - 1) = 30 steps a connection. Each step is on
-    its connection's queue and waits for the chunk NCCL_STEPS / ALLREDUCE_CHUNKSTEPS = 2 before it; on the flow
+    its connection's queue and waits for its receiver to have consumed the chunk NCCL_STEPS / ALLREDUCE_CHUNKSTEPS
+    = 2 before it (`waits_back`); on the flow
     network no connection's steps overlap on the wire, so the spine links that ECMP gives six connections share
     their rate six ways by connection, and the call takes NCCL's latency plus the busiest link's bytes at its line
     rate, to 0.1%. (When a connection's steps ran side by side each took a share of the link, and the ring ran 2.7%
@@ -56,12 +59,15 @@ def test_ring_steps_go_in_turn_on_their_connection() -> None:
     flows, choice = ring(256 * MiB)
     conns: dict[int, list] = defaultdict(list)
     for f in flows:
-        conns[f.conn].append(f)
+        if not is_credit(f):
+            conns[f.conn].append(f)
     assert len(conns) == 16 * 16 and all(len(steps) == 2 * 15 for steps in conns.values())
+    by_id = {f.id: f for f in flows}
     for steps in conns.values():
         assert len({f.queue for f in steps}) == 1 and steps[0].queue
+        where = {f.id: s for s, f in enumerate(steps)}
         for s, f in enumerate(steps[SIMPLE_WINDOW:], SIMPLE_WINDOW):
-            assert steps[s - SIMPLE_WINDOW].id in f.deps
+            assert waits_back(by_id, where, s, f) == {SIMPLE_WINDOW}
     sim = FlowSimulator(TOPO)
     sim.submit(flows, at=0)
     done = {c.flow_id: c for c in sim.drain()}
@@ -90,15 +96,27 @@ def test_ns3_pays_the_spine_queue_the_fluid_share_has_not() -> None:
     assert model["ns3"] > 1.01 * model["flow"]
 
 
+def waits_back(by_id: dict, where: dict[int, int], s: int, f: Flow) -> set[int]:
+    """How many messages back, on its own connection, message `f` (number `s` there: `where`) waits for (its
+    pass's start), or for its receiver to have consumed (its slot: through the credit going back, the receiver's
+    step that sends it on, or, across hosts, what that step waited for; `back_pressure.py`)."""
+    waits = [e for d in f.deps for e in (by_id[d].deps if is_credit(by_id[d]) else (d,))]
+    back = [e for e in waits if e in where] or [x for e in waits for x in by_id[e].deps if x in where]
+    return {s - where[x] for x in back}
+
+
 def own_offsets(flows: list) -> set[int]:
-    """How many messages back, on its own connection, each message waits for (its slot, or its pass's start)."""
+    """`waits_back` of every message of every connection."""
+    by_id = {f.id: f for f in flows}
     conns: dict[int, list] = defaultdict(list)
     for f in flows:
-        conns[f.conn].append(f)
+        if not is_credit(f):
+            conns[f.conn].append(f)
     out: set[int] = set()
     for steps in conns.values():
         where = {f.id: s for s, f in enumerate(steps)}
-        out |= {s - where[d] for s, f in enumerate(steps) for d in f.deps if d in where}
+        for s, f in enumerate(steps):
+            out |= waits_back(by_id, where, s, f)
     return out
 
 

@@ -10,6 +10,7 @@ from collections import defaultdict
 import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.back_pressure import is_credit
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.collectives.nccl.shared_steps import shared_depths, steps_in_flight
 from phantora.netsim.flow import FlowSimulator
@@ -56,17 +57,20 @@ def steps_ahead(topo: Topology, size: int, gpus: int) -> tuple[dict[bool, set[in
         times.append(max(c.end_ns for c in sim.drain()) / 1e3)
         if g == "chunked":
             flows = dag.flows
+    by_id = {f.id: f for f in flows}
     parts: dict[tuple[int, int, int, str], list] = defaultdict(list)  # one per part and hop (conn: its origin's)
     for f in flows:
-        parts[f.src, f.dst, f.conn, f.tag.rsplit("/chunk", 1)[0]].append(f)
+        if not is_credit(f):  # the steps, not the credits going back (`back_pressure.py`)
+            parts[f.src, f.dst, f.conn, f.tag.rsplit("/chunk", 1)[0]].append(f)
     back: dict[bool, set[int]] = {True: set(), False: set()}
     for (src, dst, _, tag), steps in parts.items():
         remote = topo.nodes[src].host != topo.nodes[dst].host or tag.endswith("/pxn")  # PXN's NVLink hop: a remote's
         index = {f.id: i for i, f in enumerate(steps)}
         for i, f in enumerate(steps):
-            back[remote] |= {i - index[d] for d in f.deps if d in index}
+            waits = {e for d in f.deps for e in (by_id[d].deps if is_credit(by_id[d]) else (d,))}  # through credits
+            back[remote] |= {i - index[d] for d in waits if d in index}
             if i >= NCCL_STEPS:  # past the window every step waits for a slot
-                assert any(d in index for d in f.deps)
+                assert any(d in index for d in waits)
     return back, times[0], times[1]
 
 

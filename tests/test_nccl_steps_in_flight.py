@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.back_pressure import is_credit
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.flow import FlowSimulator
 from phantora.topology import Topology, rail_optimized
@@ -48,6 +49,8 @@ def test_sendrecv_across_hosts_keeps_eight_steps_in_flight(size: int) -> None:
     t, flows, choice = run(coll, topo, "chunked")
     coarse, _, _ = run(coll, topo, "coarse")
     step = 128 * KiB if size >= NCCL_STEPS * 128 * KiB else 64 * KiB
+    by_id = {f.id: f for f in flows}
+    flows = [f for f in flows if not is_credit(f)]  # the steps, not the credits going back
     assert {f.size for f in flows} == {step}
     assert len(flows) == size // step
     conns: dict[int, list] = {}
@@ -56,8 +59,11 @@ def test_sendrecv_across_hosts_keeps_eight_steps_in_flight(size: int) -> None:
     assert len(conns) == choice["channels"] == CHANNELS
     for steps in conns.values():
         assert len({f.queue for f in steps}) == 1 and steps[0].queue  # one queue: the connection's order
-        for s, f in enumerate(steps):
-            assert f.deps == ((steps[s - NCCL_STEPS].id,) if s >= NCCL_STEPS else ())
+        back = topo.path_latency_ns(topo.route(steps[0].dst, steps[0].src))
+        for s, f in enumerate(steps):  # the receiver consumes a step as it lands; the credit crosses the path back
+            slot = [by_id[d] for d in f.deps]
+            assert [g.deps for g in slot] == ([(steps[s - NCCL_STEPS].id,)] if s >= NCCL_STEPS else [])
+            assert all(is_credit(g) and g.delay_ns == back for g in slot)
     want = BASE_LAT_RING + NET_HOP + 2 * CHANNELS * NET_OVERHEAD + size / (1000 * NIC_GBS)
     assert t == pytest.approx(want, rel=1e-4)
     assert t == pytest.approx(coarse, rel=1e-4)
@@ -86,6 +92,7 @@ def test_chunked_pat_runs_its_rounds_in_steps_in_nccls_time(kind: str, size: int
     coarse, _, _ = run(coll, topo, "coarse", NCCL_ALGO="PAT")
     assert choice["algorithm"] == "PAT"
     chunk, block = pat_chunk(kind, size, choice["channels"]), size // 4
+    flows = [f for f in flows if not is_credit(f)]  # the steps, not the credits going back
     assert {f.size for f in flows} == {chunk}
     assert len(flows) == 4 * 3 * block // chunk  # each rank sends 3 blocks in all
     want = BASE_LAT_PAT + 2 * NET_HOP / 3.5 + 4 * 2.8 + size / (1000 * 0.75 * GRAPH_GBS)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from phantora.collectives.back_pressure import Credits
 from phantora.errors import InputError
 from phantora.netsim.base import Flow
 
@@ -109,6 +110,9 @@ class DagBuilder:
     # the next NCCL node); `arrived_at`: flow id -> that node
     arrivals: dict[tuple[int, int, int], int] = field(default_factory=dict)
     arrived_at: dict[int, int] = field(default_factory=dict)
+    # (receiver position, sender position) -> ns a slot's credit takes back to its sender (back_pressure.py); None:
+    # no return latency
+    credit_ns: Callable[[int, int], int] | None = None
 
     def add(
         self,
@@ -200,15 +204,16 @@ class DagBuilder:
 
         `window` 1: each step once the one before has arrived, so the connection carries one at a time at its rate
         cap. `window` w > 1 (NCCL_STEPS, the connection's buffer slots): a step may go once step s - w has arrived
-        (its slot is free) and its input is ready, and goes on the wire after the steps before it (`Flow.queue`:
-        the connection sends its steps in order, on its queue pairs in turn), so up to w steps are in flight and
-        none waits for the one before to arrive. The input: `deps` and `delay_ns` for every step (the
-        transfer's), or `ready[s]` for step s (a step that forwards data received before it). `queue`: the
-        steps' queue in place of the connection's (`sender_queue`). Without a communicator (no connections to
-        order): window 1."""
+        and its credit is back at the sender (its slot is free: `back_pressure.Credits`) and its input is ready,
+        and goes on the wire after the steps before it (`Flow.queue`: the connection sends its steps in order, on
+        its queue pairs in turn), so up to w steps are in flight and none waits for the one before to arrive.
+        The input: `deps` and `delay_ns` for every step (the transfer's), or `ready[s]` for step s (a step that
+        forwards data received before it). `queue`: the steps' queue in place of the connection's
+        (`sender_queue`). Without a communicator (no connections to order): window 1."""
         if len(sizes) <= 1 and ready is None:
             return [self.add(src, dst, sum(sizes), tag, channel, deps, delay_ns, origin)]
         window = window if self.comm else 1
+        credits = Credits(self, window, tag)  # a step is consumed as it arrives: the receiver copies it out
         out: list[int] = []
         for c, size in enumerate(sizes):
             name = f"{tag}/chunk{c}" if len(sizes) > 1 else tag
@@ -218,10 +223,11 @@ class DagBuilder:
                 wait = 0 if out and ready is None else delay_ns
                 out.append(self.add(src, dst, size, name, channel, after, wait, origin))
                 continue
-            slot = (out[c - window],) if c >= window else ()
+            slot = credits.slot(0, src, dst)
             own = ready[c] if ready is not None else (() if c >= window else deps)
             wait = 0 if c >= window and ready is None else delay_ns
             out.append(self.add(src, dst, size, name, channel, (*own, *slot), wait, origin, True, queue))
+            credits.sent(0, out[-1])
         return out
 
     def sender_queue(self, src: int, channel: int = 0) -> int:
@@ -229,6 +235,18 @@ class DagBuilder:
         (`Flow.queue`): a connection id no real connection has (from the endpoint to itself)."""
         node = self.nodes[src]
         return connection_id(self.comm, node, node, channel)
+
+    def network(self, src: int, dst: int) -> bool:
+        """Whether position `src` -> position `dst` crosses hosts (NCCL's net transport)."""
+        return self._network(self.nodes[src], self.nodes[dst])
+
+    def next_id(self) -> int:
+        """The id the next flow gets."""
+        return self._next()
+
+    def append_flow(self, f: Flow) -> int:
+        """Add a flow made whole by the caller (id from `next_id`); return its id."""
+        return self._append(f)
 
     def _network(self, s: int, d: int) -> bool:
         """Whether s -> d crosses hosts (NCCL's net transport, whose connections have IB queue pairs)."""

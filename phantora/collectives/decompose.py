@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from phantora.collectives.back_pressure import credit_latency
 from phantora.collectives.channel_shares import channel_shares, plan_parts, ring_cut
 from phantora.collectives.channel_turns import turn_delays
 from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id
@@ -117,6 +118,7 @@ def decompose(
         # over many messages that is an even split, so it is split as NCCL_IB_SPLIT_DATA_ON_QPS=1 splits one
         b.qps, b.split_qps = st.qps_per_conn, st.split_data_on_qps or opts.granularity == "coarse"
         b.host_of = {n: topo.nodes[n].host for n in nodes}
+        b.credit_ns = credit_latency(topo, nodes)
     n = coll.size
     if n == 1 or (coll.nbytes == 0 and coll.kind != "barrier"):
         return b.finish()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 
+from phantora.collectives.back_pressure import Credits, forwarded
 from phantora.collectives.dag import DagBuilder, split
 
 Cut = Callable[[list[int], int], list[list[int]]]  # (a channel's slices, chunk bytes) -> chunks[slice][pass]
@@ -67,9 +68,11 @@ def ring_flows(
     connection's rate): a rank runs its passes one after another (a pass's first step waits for the
     sender's last message of the pass before), and, given the builder's communicator, a rank's messages to
     its successor go on the wire one at a time in order (`Flow.queue`), each once its input has arrived and
-    the message `window` before it has (its buffer slots are free: NCCL_STEPS slots over the CHUNKSTEPS slots a
-    Simple chunk takes, so 2; LL / LL128 chunks take 1, so 8; prims_simple.h `waitPeer`; the
-    proxy posts a network connection's steps in order, net.cc `sendProxyProgress`; NCCL v2.30.7-1). So a
+    the successor has consumed the message `window` before it and the credit is back (its buffer slots are free:
+    NCCL_STEPS slots over the CHUNKSTEPS slots a Simple chunk takes, so 2; LL / LL128 chunks take 1, so 8;
+    prims_simple.h `waitPeer`; the successor consumes a step as it sends it on, or at the last step as it arrives:
+    `back_pressure.py`; the proxy posts a network connection's steps in order, net.cc `sendProxyProgress`; NCCL
+    v2.30.7-1). So a
     connection moves its bytes at its own rate, as ns-3's NIC sends a connection's messages; without
     `in_turn` every pass runs at once, and the links alone set the pace. `cut` (chunked): how the slices are cut
     into the passes' chunks instead (under the NCCL model, `nccl.ring_loops.ring_chunks`: NCCL's own loops).
@@ -93,20 +96,28 @@ def ring_flows(
     # recv[i][c]: the flow bringing chunk c to ring position i at its last step; sent[i]: position i's sends so far.
     recv: list[list[int]] = [[0] * k for _ in range(n)]
     sent: list[list[int]] = [[] for _ in range(n)]
+    credits = Credits(b, window, tag)  # each position's connection to its successor (back_pressure.py)
     prev = [0] * n  # the flow bringing the pass's chunk to each position at the previous step
     for c, s, sends in ring_passes(kind, chunks):
         ctag = f"{tag}/step{s}/chunk{c}" if k > 1 else f"{tag}/step{s}"
         now = [0] * n
         for i, (_j, _offset, size) in enumerate(sends):
             j = (i + 1) % n
-            deps = (prev[i],) if s else first[i]
+            inputs = (prev[i],) if s else first[i]
+            deps = inputs
             mine = sent[i]
             if in_turn and not s and mine:  # a rank runs its passes one after another
                 deps = (*deps, mine[-1])
-            elif ordered and len(mine) >= window:  # its slot is free once the message `window` back has arrived
-                deps = (*deps, mine[-window])
+            kernel: tuple[int, ...] = ()
+            if ordered:  # its slot is free once the successor has consumed the message `window` back
+                slot, kernel = credits.slots(i, order[i], order[j])
+                deps = (*deps, *slot)
             now[j] = b.add(order[i], order[j], size, ctag, channel, deps, step_delay_ns, ordered=ordered)
             mine.append(now[j])
+            if ordered:
+                credits.sent(i, now[j])
+                if s:  # position i consumes the step it got as it sends it on
+                    forwarded(credits, prev[i], inputs, kernel)
         prev = now
         if s == last_step:
             for i in range(n):

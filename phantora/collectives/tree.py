@@ -10,6 +10,7 @@ import bisect
 import itertools
 import math
 
+from phantora.collectives.back_pressure import Credits, forwarded
 from phantora.collectives.dag import DagBuilder, split
 from phantora.collectives.layout import children_of, topo_order
 from phantora.collectives.nccl.part_loops import part_chunks
@@ -102,7 +103,8 @@ def tree_flows(
         sizes = down_sizes = split(size, max(1, math.ceil(size / chunk_bytes)))
     k, kd = len(sizes), len(down_sizes)
     ends = list(itertools.accumulate(sizes))
-    last_up = [bisect.bisect_left(ends, end) for end in itertools.accumulate(down_sizes)]  # up piece of each end
+    down_ends = list(itertools.accumulate(down_sizes))
+    last_up = [bisect.bisect_left(ends, end) for end in down_ends]  # the up piece of each down piece's end
 
     window = window if b.comm else 1
     shared = shared_sender and bool(b.comm)
@@ -119,37 +121,73 @@ def tree_flows(
     def tag(phase: str, c: int) -> str:
         return f"{name}/ch{channel}/{phase}/chunk{c}" if max(k, kd) > 1 else f"{name}/ch{channel}/{phase}"
 
+    credits = Credits(
+        b, window, f"{name}/ch{channel}"
+    )  # window > 1: a slot frees as the receiver consumes its chunk (back_pressure.py)
     up_in: list[list[int]] = [[0] * k for _ in parent]  # up_in[v][c]: chunk c arriving at parent[v] from v
-    if up:
+    down_in: list[list[int]] = [[0] * kd for _ in parent]  # down_in[w][c]: chunk c arriving at w from its parent
+
+    def send(v: int, w: int, size: int, phase: str, c: int, have: tuple[int, ...], edge: list[int]) -> tuple[int, ...]:
+        """Add chunk c of `phase` from v to w once `have` are in and its slot on the edge is free; record it in
+        `edge[c]`; return what its kernel waited for to write it (`Credits.slots`)."""
+        conn = (phase, v, w)
+        kernel: tuple[int, ...] = ()
+        if window > 1:
+            own, kernel = credits.slots(conn, v, w)
+        else:
+            own = slot(edge, c)
+        flow = b.add(v, w, size, tag(phase, c), channel, have + own, step_delay_ns, ordered=ordered, queue=queue(v))
+        edge[c] = flow
+        if window > 1:
+            credits.sent(conn, flow)
+        return kernel
+
+    def up_chunk(c: int) -> None:
+        """Chunk c up every edge, children first; a node consumes its children's chunk c as it sends it on."""
         for v in reversed(order):
             p = parent[v]
             if p is None:
                 continue
-            for c in range(k):
-                deps = tuple(up_in[w][c] for w in kids[v]) + slot(up_in[v], c)
-                flow = b.add(
-                    v, p, sizes[c], tag("up", c), channel, deps, step_delay_ns, ordered=ordered, queue=queue(v)
-                )
-                up_in[v][c] = flow
-    if down:
-        down_in: list[list[int]] = [[0] * kd for _ in parent]  # down_in[w][c]: chunk c arriving at w from parent
+            have = tuple(up_in[w][c] for w in kids[v])
+            kernel = send(v, p, sizes[c], "up", c, have, up_in[v])
+            if window > 1:
+                for w in kids[v]:
+                    forwarded(credits, up_in[w][c], have, kernel)
+
+    next_up = 0  # the root's first up chunk not yet sent on down
+
+    def down_chunk(c: int) -> None:
+        """Chunk c down every edge, parents first; a node consumes the chunk it got (at the root: the up chunks
+        the piece completes) as it sends it on to all its children."""
+        nonlocal next_up
         for v in order:
+            if parent[v] is not None:
+                have: tuple[int, ...] = (down_in[v][c],)
+            else:
+                have = tuple(up_in[x][last_up[c]] for x in kids[v]) if up else ()
             for w in kids[v]:
-                for c in range(kd):
-                    if parent[v] is not None:
-                        have: tuple[int, ...] = (down_in[v][c],)
-                    else:
-                        have = tuple(up_in[x][last_up[c]] for x in kids[v]) if up else ()
-                    deps = have + slot(down_in[w], c)
-                    flow = b.add(
-                        v,
-                        w,
-                        down_sizes[c],
-                        tag("down", c),
-                        channel,
-                        deps,
-                        step_delay_ns,
-                        ordered=ordered,
-                        queue=queue(v),
-                    )
-                    down_in[w][c] = flow
+                kernel = send(v, w, down_sizes[c], "down", c, have, down_in[w])
+                if window <= 1:
+                    continue
+                if parent[v] is not None:
+                    forwarded(credits, down_in[v][c], have, kernel)
+                elif up:
+                    for u in range(next_up, k):
+                        if ends[u] > down_ends[c]:
+                            break
+                        for x in kids[v]:
+                            forwarded(credits, up_in[x][u], have, kernel)
+            if parent[v] is None and up:
+                while next_up < k and ends[next_up] <= down_ends[c]:
+                    next_up += 1
+
+    if not up:
+        for c in range(kd):
+            down_chunk(c)
+        return
+    d = 0
+    for c in range(k):  # chunk by chunk, so a chunk's consumer is there when the chunk `window` later is sent
+        up_chunk(c)
+        while down and d < kd and last_up[d] <= c:
+            down_chunk(d)
+            d += 1

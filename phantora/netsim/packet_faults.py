@@ -32,6 +32,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from phantora.collectives.back_pressure import is_credit
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.fault_plan import DEGRADE, DOWN, RESTORE, UP, LinkAction, expand, timed_actions
@@ -170,8 +171,8 @@ class FaultyNs3Simulator(Ns3Simulator):
     def submit(self, flows: Sequence[Flow], at: int, dports: Mapping[int, int] | None = None) -> None:
         if getattr(self, "_throttled", False):
             for f in flows:
-                if not f.size and f.src == f.dst and f.tag.endswith(AT_MARKER_SUFFIX):
-                    self._net.ExemptFromThrottle(f.id)
+                if not f.size and f.src == f.dst and (f.tag.endswith(AT_MARKER_SUFFIX) or is_credit(f)):
+                    self._net.ExemptFromThrottle(f.id)  # not compute: an absolute time, or a slot's credit
         super().submit(flows, at, dports)
 
     # ----- results ----------------------------------------------------------------------------
