@@ -46,7 +46,7 @@ import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from phantora.runtime.compute import _GATHER, OpCost, _op_info, tensors_in
-from phantora.runtime.simcuda.tensor import SimCudaTensor, direct, is_cuda_device
+from phantora.runtime.simcuda.tensor import SimCudaTensor, cuda_index, direct, is_cuda_device
 
 ENV = "PHANTORA_COMPILE_FUSION"
 MAX_FUSION_SIZE = 64  # torch._inductor.config.max_fusion_size
@@ -165,11 +165,6 @@ def _classify(func: Any) -> int:
     if torch.Tag.pointwise in getattr(func, "tags", ()) or name in FUSED:
         return _FUSE
     return _EXTERN
-
-
-def _on_gpu(x: Any) -> bool:
-    """Whether an op's first argument is on the simulated GPU (a tensor there, or not a tensor: a factory's size)."""
-    return type(x) is SimCudaTensor or not isinstance(x, torch.Tensor)
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -389,8 +384,13 @@ class Fusion:
             dev = kwargs.get("device")
             if types != _SIMCUDA_ONLY and types:
                 k = _EXTERN  # another subclass's op (DTensor): its own dispatch runs its local ops
-            elif dev is not None and not (is_cuda_device(dev) and (not args or _on_gpu(args[0]))):
-                k = _EXTERN  # onto or off the GPU
+            elif dev is not None and not is_cuda_device(dev):
+                k = _EXTERN  # off the GPU
+            elif dev is not None and args and isinstance(args[0], torch.Tensor):
+                if type(args[0]) is SimCudaTensor and cuda_index(dev) == args[0]._sim_index:
+                    kwargs = {n: v for n, v in kwargs.items() if n != "device"}  # autocast's .to(dtype): a cast
+                else:
+                    k = _EXTERN  # onto the GPU, or onto another
             elif not direct(func):
                 k = _EXTERN  # a CUDA-only op whose kernel is Python (simcuda/cuda_only.py): charged as itself
             else:
