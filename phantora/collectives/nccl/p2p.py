@@ -79,6 +79,18 @@ def channel_links(k: np.ndarray | int, peers: int) -> np.ndarray | float:
     return one - (one - every) * (np.clip(k, 1, peers) - 1) / (peers - 1)
 
 
+def net_links(links: float) -> float:
+    """The share of twice NCCL's per-channel network figure (`net_channel_bw`'s send/recv rate) one p2p channel
+    moves across nodes, given its `links` inside a node (`channel_links`): at most half, so a channel moves
+    NCCL's own `P2P_PER_CHANNEL_NET_BW` (14 GB/s at ~2 GHz, the figure by which paths.cc sizes a network peer's
+    channels, v2.29.7-1) whatever its peers. Measured (tests/data/nccl_tests): the compared A100 all-to-all's
+    channels move 9.97 GB/s at 1.41 GHz, and the held-out sendrecv_perf rings over 16 B200 hosts, one channel a
+    peer, 14.7 at 1.98 GHz, though there a send has its channel's whole block (its receive is another round's,
+    on other channels: init.cc `ncclP2pSchedule`); inside a node a send/recv's channel moves twice that (one
+    NVLink)."""
+    return min(links, P2P_LINKS_PER_CHANNEL["all_to_all"])
+
+
 def p2p_total(comm_channels: int, st: NcclSettings) -> int:
     """The communicator's p2p channels (paths.cc `ncclTopoComputeP2pChannels`, v2.18.5-1 to v2.30.7-1): its
     channels capped at NCCL_MAX_P2P_NCHANNELS, then raised to NCCL_MIN_P2P_NCHANNELS (the least wins), pow2Up,
@@ -188,7 +200,8 @@ def net_channel_bw(p: Platform, kind: str) -> float:
     NCCL 2.29+ sizes a peer's network channels: paths.cc), taken at the ~2 GHz SM clock of the GPUs it was set for
     (Hopper, Blackwell; `REFERENCE_CLOCK_GHZ`) and scaled by this GPU's, a channel being one CTA's copy loop (9.97
     GB/s on an A100 at 1.41 GHz). An all-to-all's channel splits its warps between a send and a receive; a
-    send/recv's moves twice as much, as inside a node (`P2P_LINKS_PER_CHANNEL`)."""
+    send/recv's figure is twice it, as inside a node (`P2P_LINKS_PER_CHANNEL`), but across nodes a channel moves
+    at most the all-to-all's (`net_links`)."""
     clock = p.sm_clock_ghz or REFERENCE_CLOCK_GHZ
     ratio = P2P_LINKS_PER_CHANNEL[kind] / P2P_LINKS_PER_CHANNEL["all_to_all"]
     return P2P_PER_CHANNEL_NET_BW * clock / REFERENCE_CLOCK_GHZ * ratio
@@ -249,7 +262,7 @@ def p2p_choice(
     links = float(channel_links(peers, peers))  # a channel's NVLinks with all its peers in flight: 1 or 1/2 (n > 2)
     if intra and p.intra == "nvlink":  # the channels at work, each one or half an NVLink (measured)
         bw = min(bw, at_work(False) * T.NVLINK_BW_PER_LINK[p.arch] * links)
-    net_bw = 0.0 if intra else at_work(True) * net_channel_bw(p, "send_recv") * links
+    net_bw = 0.0 if intra else at_work(True) * net_channel_bw(p, "send_recv") * net_links(links)
     nic = min(p.nic_bw, net_bw) if p.nic_bw else net_bw
     raw = bw
     if protocol == "LL":

@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.p2p import LL128_SHARE, P2P_LINKS_PER_CHANNEL, channel_links, net_channel_bw
+from phantora.collectives.nccl.p2p import (
+    LL128_SHARE,
+    P2P_LINKS_PER_CHANNEL,
+    channel_links,
+    net_channel_bw,
+    net_links,
+)
 from phantora.collectives.nccl.platform import Platform
 
 Pair = tuple[int, int]  # (sender, receiver) positions in the communicator
@@ -189,7 +195,7 @@ class _Group:
     def _share(self, way: int, gpu: int) -> None:
         """Set `mine` of GPU `gpu`'s transfers one way: each one's share of its side (bytes per ns)."""
         on, s, w = self.on, self.slots, self.ways[way]
-        per = channel_links(w.fan[gpu], self.n - 1)
+        per = float(channel_links(w.fan[gpu], self.n - 1))  # a number: fan[gpu] is one
         for remote in (0, 1):
             side = 2 * gpu + remote
             whole = w.whole[side]
@@ -198,7 +204,7 @@ class _Group:
             at, nch, ll, ll128 = s.sides[way][side]
             chans = w.chans[side]
             if remote:
-                total = chans * per * self.net_channel
+                total = chans * net_links(per) * self.net_channel
                 if on.nic_bw:
                     total = min(total, float(on.nic_bw))
             else:
