@@ -115,3 +115,17 @@ def test_the_switch_keeps_op_by_op_timing(monkeypatch: pytest.MonkeyPatch) -> No
     assert fusion.enabled()
     wrapped = device._eager_compile(compile_fn)(f)
     assert wrapped is not f and getattr(wrapped, "_phantora_region", False)
+
+
+def test_under_the_calibrated_model_a_one_op_kernel_costs_the_eager_op() -> None:
+    """The calibrated model times a fused kernel as its own elementwise kernel of as many bytes: a group of one bf16
+    add is the eager add, to the ns, below the HBM roofline's bandwidth (never faster than an eager kernel)."""
+    from phantora.runtime.compute import Calibrated
+
+    for gpu in ("a100", "h100"):
+        model = Calibrated(get_gpu(gpu))
+        n = 1 << 26
+        a = torch.empty(n, dtype=torch.bfloat16, device="meta")
+        eager = model.cost(aten.add.Tensor, (a, a), {}, a)
+        assert fusion.memory_ns(model, 3 * 2 * n) + model.launch_ns == eager.ns
+        assert fusion.memory_ns(model, 3 * 2 * n) > 3 * 2 * n / get_gpu(gpu).mem_bw * 1e9
