@@ -25,6 +25,9 @@ bytes at HBM bandwidth under the roofline model, the calibrated model's elementw
 it), charged under the name `fused:` and its first ops' names, tier "fused". Like Inductor (`max_fusion_size`),
 a group takes at most 64 ops.
 
+Ops on complex tensors (rotary embeddings' `view_as_complex` products) stay their own kernels too: Inductor "does not
+support code generation for complex operators" (torch/_inductor/lowering.py) and falls back to the eager kernels.
+
 Not modelled: Inductor's recomputation in the backward (its min-cut partitioner saves fewer activations; here
 autograd's saved tensors are written), horizontal fusion of unrelated ops that only share an input (each is its own
 kernel), memory (the eager intermediates are still allocated), `mode="max-autotune"`'s Triton matmul templates and
@@ -396,8 +399,11 @@ class Fusion:
                 k = _EXTERN  # a CUDA-only op whose kernel is Python (simcuda/cuda_only.py): charged as itself
             else:
                 for t in args:
-                    if isinstance(t, torch.Tensor) and type(t) is not SimCudaTensor and t.dim():
-                        k = _EXTERN  # a host tensor: a copy between host and GPU, or a CPU-only program
+                    if isinstance(t, torch.Tensor) and (
+                        (type(t) is not SimCudaTensor and t.dim())  # a host tensor: a copy, a CPU-only program
+                        or t.is_complex()  # Inductor generates no code for complex ops: its fallback, eager kernels
+                    ):
+                        k = _EXTERN
                         break
         if k == _EXTERN:
             if self.groups:
