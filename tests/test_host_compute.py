@@ -211,6 +211,20 @@ def test_copies_cross_the_pcie_link_pinned_or_pageable(charge_mode: ChargeMode) 
         assert s.clock.compute_ns == t0 + dma and s.host_ns == host0 and pinned.is_pinned(off)
 
 
+def test_a_cast_on_the_gpu_crosses_no_link(charge_mode: ChargeMode) -> None:
+    """In real mode a cast of a simulated-GPU tensor runs again on the host tensor holding its data, as
+    `_to_copy(..., device="cpu")`: the GPU's own work, no PCIe copy (FSDP2's bf16 casts were charged 8 MiB d2h)."""
+    mode = _charge_mode(charge_mode)
+    s = mode.session
+    with mode:
+        d = aten.full.default([N], 1.0, device=CUDA0)
+        half = d.to(torch.bfloat16)
+        aten._to_copy.default(d, dtype=torch.bfloat16, device=CUDA0)
+        assert half.is_cuda and not any(n for n, _, _ in s.pcie.values())
+        d.cpu()  # a real copy off the GPU still crosses the link
+        assert s.pcie["d2h"][:2] == [1, 4 * N]
+
+
 def test_views_and_aliases_of_pinned_memory_are_pinned_memory_in_both_modes() -> None:
     for dev in ("cpu", "meta"):  # phantom mode's host tensors are meta: no address, the same storage
         buf, other = torch.empty(64, device=dev), torch.empty(64, device=dev)

@@ -42,7 +42,7 @@ from phantora.perfmodel.hosts import (
 from phantora.runtime import import_hooks
 from phantora.runtime.compute import cache_key, op_bytes, op_flops, tensors_in
 from phantora.runtime.simcuda import pinned
-from phantora.runtime.simcuda.tensor import SimCudaTensor, is_cuda_device
+from phantora.runtime.simcuda.tensor import SimCudaTensor, is_cuda_device, on_device
 
 SWITCH_ENV = "PHANTORA_HOST_COMPUTE"  # on | 1: charge host ops and PCIe copies so (off by default, docs/runtime.md)
 HOST_ENV = "PHANTORA_HOST"  # a host of phantora.perfmodel.hosts (default: the DGX of the run's GPU)
@@ -76,8 +76,10 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 def transfer(func: Any, args: tuple, kwargs: dict) -> HostCopy | None:
-    """The transfer `func(*args, **kwargs)` is, if it copies between a host tensor and a simulated GPU tensor."""
-    if func not in COPIES or not args:
+    """The transfer `func(*args, **kwargs)` is, if it copies between a host tensor and a simulated GPU tensor. Not
+    an op the simulated GPU runs on its own data (`on_device`): in real mode a cast on the GPU (`x.to(torch.bfloat16)`)
+    runs again as `_to_copy(..., device="cpu")` on the host tensor that holds the data, which crosses no link."""
+    if func not in COPIES or not args or on_device():
         return None
     src = args[0]
     if func is _COPY:
