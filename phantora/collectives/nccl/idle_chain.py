@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 
+from phantora.collectives.back_pressure import is_credit
 from phantora.netsim.base import Flow
 from phantora.topology.model import Topology
 
@@ -19,7 +20,9 @@ from phantora.topology.model import Topology
 def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps: list[int]) -> tuple[float, float]:
     """The longest chains of dependent flows on an idle network: the longest of their propagation plus transfer
     time at their caps (a flow without one: at its path's slowest link), and the longest of their transfer time
-    alone (ns). Queues take their flows in release order on the first reckoning (the second keeps that order)."""
+    alone (ns). A credit (`back_pressure.is_credit`: a zero-byte flow at a sender, released its latency after a
+    receiver consumed a step) counts that latency as propagation. Queues take their flows in release order on the
+    first reckoning (the second keeps that order)."""
     paths: dict[tuple[int, int, int, bool], tuple[int, int]] = {}  # (propagation ns, slowest link bps)
     hop: list[float] = []
     own: list[float] = []
@@ -31,7 +34,7 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
             slowest = min((topo.links[c >> 1].bandwidth_bps for c in route), default=0)
             path = paths[key] = (topo.path_latency_ns(route) if route else 0, slowest)
         rate = cap or path[1]
-        hop.append(path[0])
+        hop.append(f.delay_ns if is_credit(f) else path[0])
         own.append(size * 8e9 / rate if rate else 0.0)
     index = {f.id: i for i, f in enumerate(flows)}
     deps = [[index[d] for d in f.deps if d in index] for f in flows]
