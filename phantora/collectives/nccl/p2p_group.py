@@ -13,11 +13,11 @@ every such group, given its pairs' bytes:
   across nodes NCCL's network overhead for each proxy op of the busier end's remote transfers, one per part and
   direction (2 x sum of their parts; an even all-to-all: 2 (n - ppn) parts);
 - rate: each GPU's sends (and, alike, its receives) in flight move at the channels they run on, distinct channels
-  counted once, each channel `channel_links(k)` NVLinks (or that share of NCCL's per-channel network figure, at
-  most the NIC), the GPU's NVLink at most; a transfer has its part of that by its channels, and the lesser of its
-  sender's and receiver's side. k is the GPU's fan-out, its sends (receives) in flight. The pairs' rates are set
-  again as each transfer starts and ends (`p2p_group_ends.group_ends`, as `pci_p2p.group_ends` for a PCIe host),
-  so a skewed group's large transfer speeds up once the small ones are done.
+  counted once, each channel `channel_links(k)` NVLinks (across nodes NCCL's per-channel network figure whatever k,
+  `p2p.net_links`, at most the NIC), the GPU's NVLink at most; a transfer has its part of that by its channels,
+  and the lesser of its sender's and receiver's side. k is the GPU's fan-out, its sends (receives) in flight. The
+  pairs' rates are set again as each transfer starts and ends (`p2p_group_ends.group_ends`, as
+  `pci_p2p.group_ends` for a PCIe host), so a skewed group's large transfer speeds up once the small ones are done.
 
 `channel_links`: measured at the two ends (tests/data/nccl_tests, `p2p.P2P_LINKS_PER_CHANNEL`): a GPU with one
 peer in flight (sendrecv_perf) moves one NVLink a channel, up to 32 channels, so the halving is not a channel count
