@@ -173,6 +173,8 @@ def _classify(func: Any) -> int:
 
 def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes a kernel reads of `t`: its elements, or for a broadcast (stride-0) view the memory it spans."""
+    if type(t) is SimCudaTensor:
+        t = t.elem  # the same shape and strides, and its methods skip the subclass's torch-function check
     n = t.numel()
     if n and not t.is_contiguous():
         span = 1
@@ -399,10 +401,11 @@ class Fusion:
                 k = _EXTERN  # a CUDA-only op whose kernel is Python (simcuda/cuda_only.py): charged as itself
             else:
                 for t in args:
-                    if isinstance(t, torch.Tensor) and (
-                        (type(t) is not SimCudaTensor and t.dim())  # a host tensor: a copy, a CPU-only program
-                        or t.is_complex()  # Inductor generates no code for complex ops: its fallback, eager kernels
-                    ):
+                    if type(t) is SimCudaTensor:
+                        if t.elem.is_complex():  # Inductor generates no code for complex ops: eager kernels
+                            k = _EXTERN
+                            break
+                    elif isinstance(t, torch.Tensor) and t.dim():  # a host tensor: a copy, a CPU-only program
                         k = _EXTERN
                         break
         if k == _EXTERN:
