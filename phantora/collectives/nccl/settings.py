@@ -96,7 +96,8 @@ class NcclSettings:
     nvls_chunk: int = 0  # NCCL_NVLS_CHUNKSIZE: NVLS's largest chunk; 0: NCCL's (chunking.nvls_chunk_of)
     nvls_tree_max_chunk: int = 0  # NCCL_NVLSTREE_MAX_CHUNKSIZE; 0: NCCL's (64 KiB from 4 nodes, else the NVLS chunk)
     qps_per_conn: int = 1  # NCCL_IB_QPS_PER_CONNECTION: queue pairs of each network connection
-    split_data_on_qps: bool = False  # NCCL_IB_SPLIT_DATA_ON_QPS: each message over every QP (else one, in turn)
+    split_data_on_qps: bool = False  # NCCL_IB_SPLIT_DATA_ON_QPS: each message over every QP (else one, in turn;
+    # the default follows the NCCL that runs: _split_data_on_qps)
     net_peer_channels: int = 0  # NCCL_NCHANNELS_PER_NET_PEER: p2p channels per remote peer; 0: NCCL's own sizing
     min_p2p_channels: int = 1  # NCCL_MIN_P2P_NCHANNELS: the least p2p channels (paths.cc), before pow2Up
     max_p2p_channels: int = T.MAX_CHANNELS  # NCCL_MAX_P2P_NCHANNELS: the most, before the least and pow2Up
@@ -233,6 +234,23 @@ def _qps(env: Mapping[str, str]) -> int:
     return qps
 
 
+NEWEST_PATCH = 99  # a minor named alone: its newest release (as old_tuners.NEWEST_PATCH)
+SPLIT_QPS_VARIABLE_FROM = (2, 18, 3)  # net_ib.cc reads NCCL_IB_SPLIT_DATA_ON_QPS from v2.18.3-1 (default 1)
+SPLIT_QPS_OFF_FROM = (2, 20, 0)  # ... and defaults it to 0 from v2.20.3-1
+
+
+def _split_data_on_qps(env: Mapping[str, str]) -> bool:
+    """Whether net_ib posts each message over every queue pair of its connection (`ncclIbMultiSend`) for the NCCL
+    that runs (PHANTORA_NCCL_VERSION; a minor named alone is its newest patch): always before v2.18.3-1, which has
+    no NCCL_IB_SPLIT_DATA_ON_QPS; then the variable, 1 by default up to 2.19 and 0 from v2.20.3-1 (each message
+    whole on the next queue pair in turn)."""
+    major, minor, patch = nccl_release_of(env)
+    release = (major, minor, patch or NEWEST_PATCH)
+    if release < SPLIT_QPS_VARIABLE_FROM:
+        return True
+    return _int(env, "NCCL_IB_SPLIT_DATA_ON_QPS", 1 if release < SPLIT_QPS_OFF_FROM else 0) != 0
+
+
 OLDEST_NCCL_VERSION = (2, 17)  # old_tuners.py diffs every tag from v2.17.1-1
 
 
@@ -339,7 +357,7 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         nvls_chunk=_int(env, "NCCL_NVLS_CHUNKSIZE", 0, 1),
         nvls_tree_max_chunk=_int(env, "NCCL_NVLSTREE_MAX_CHUNKSIZE", 0, 1),
         qps_per_conn=_qps(env),
-        split_data_on_qps=_int(env, "NCCL_IB_SPLIT_DATA_ON_QPS", 0) != 0,
+        split_data_on_qps=_split_data_on_qps(env),
         net_peer_channels=_net_peer_channels(env),
         min_p2p_channels=_int(env, "NCCL_MIN_P2P_NCHANNELS", 1),
         max_p2p_channels=_int(env, "NCCL_MAX_P2P_NCHANNELS", T.MAX_CHANNELS),
