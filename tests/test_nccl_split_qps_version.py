@@ -42,7 +42,7 @@ def test_the_split_follows_the_nccl_that_runs(version: str | None, variable: str
     assert settings_of(tuple(env.items())).split_data_on_qps is split
 
 
-def _net_flows(version: str, nbytes: int, *extra: tuple[str, str]) -> tuple[list[Flow], dict[int, int]]:
+def _net_flows(version: str, nbytes: int, *extra: tuple[str, str]) -> tuple[list[Flow], dict[int, int | None]]:
     """A chunked Ring/Simple all-reduce over two 8-H100 hosts with 4 queue pairs a connection under NCCL
     `version` (and `extra` variables), and each endpoint's host."""
     topo = rail_optimized(hosts=2, gpu="h100")
