@@ -29,3 +29,16 @@ def test_a_tied_weight_stays_one_parameter_on_the_simulated_gpu(tmp_path: Path, 
         assert seen[stage]["numel"] == 96 * 16 + 16 + 16
     assert seen["cuda"]["device"] == "cuda"
     assert seen["optimizer_tensors"] == 3
+
+
+@pytest.mark.parametrize("tensors", ["real", "phantom"])
+def test_a_tie_torch_breaks_breaks_on_the_simulated_gpu_too(tmp_path: Path, tensors: str) -> None:
+    """`to_empty` of a module built on the meta device gives each module a Parameter of its own in torch (no move in
+    place), so a tie breaks and the program must tie again. The simulated GPU does what torch does on the host in
+    the same program: two parameters, 2 x 96 x 16 elements."""
+    out = tmp_path / "tied.json"
+    script = SCRIPTS / "tied_weights_torch_semantics.py"
+    launch(RunConfig(str(script), [str(out)], "testbed16", nproc=1, tensors=tensors))
+    seen = json.loads(out.read_text())
+    assert seen["cpu"] == {"tied": False, "numel": 2 * 96 * 16}  # torch's own behaviour
+    assert seen["cuda"] == seen["cpu"]
