@@ -144,6 +144,26 @@ def test_only_a_large_fresh_output_faults_its_pages() -> None:
     assert hostwork.fresh_outputs(aten.sqrt_.default, big) == [] and fault_ns(MMAP_MAX - 1) == 0
 
 
+def test_a_pinned_output_faults_no_pages() -> None:
+    """A pinned allocation comes from torch's CachingHostAllocator (page-locked blocks, populated when the driver
+    locked them and reused), not a fresh glibc mapping: pinning 32 MiB (`_pin_memory`, `pin_memory=True`) costs the
+    copy's or the fill's bytes and no faults, while the same op's pageable output faults its 8192 pages."""
+    model = hostwork.HostModel(DGX_H100, 1, H100.host_bw, 1)
+    share = rank_share(DGX_H100, 1, 1)
+    x = torch.empty(MMAP_MAX // 4, device="meta")
+    faults = MMAP_MAX // PAGE_BYTES * FAULT_NS
+
+    def ns(func: object, args: tuple, kwargs: dict) -> int:
+        return model.op_ns(func, args, kwargs, pinned.host_op(func, args, kwargs))
+
+    assert ns(aten._pin_memory.default, (x,), {}) == op_ns(share, 2 * MMAP_MAX)
+    assert ns(aten.clone.default, (x,), {}) == op_ns(share, 2 * MMAP_MAX) + faults
+    shape = ([MMAP_MAX // 4],)
+    pageable = ns(aten.zeros.default, shape, {"device": "meta"})
+    assert ns(aten.zeros.default, shape, {"device": "meta", "pin_memory": True}) == pageable - faults
+    assert pageable == op_ns(share, MMAP_MAX) + faults
+
+
 def _charge_mode(charge_mode: ChargeMode, threads: int = 1) -> ChargeMode:
     charge_mode.session.host = hostwork.HostModel(DGX_H100, 8, H100.host_bw, threads)
     return charge_mode

@@ -133,12 +133,13 @@ def written_bytes(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
 
 
 def fresh_outputs(func: Any, out: Any) -> list[int]:
-    """Bytes of each tensor `func` returns in a new allocation (its schema's returns that alias no argument: `sqrt`'s,
-    `div`'s output; not an in-place op's, an `out=` variant's or a view's)."""
+    """Bytes of each tensor `func` returns in a new pageable allocation (its schema's returns that alias no argument:
+    `sqrt`'s, `div`'s output; not an in-place op's, an `out=` variant's or a view's, nor pinned memory, which torch's
+    CachingHostAllocator hands out from page-locked blocks it keeps: `_pin_memory`, `pin_memory=True`)."""
     schema = getattr(func, "_schema", None)
     if schema is None or any(r.alias_info is not None for r in schema.returns):
         return []
-    return [_nbytes(t) for t in tensors_in(out)]
+    return [_nbytes(t) for t in tensors_in(out) if not pinned.in_pinned_memory(t)]
 
 
 def _elements(args: tuple, kwargs: dict, out: Any) -> int:
