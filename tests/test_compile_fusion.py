@@ -88,6 +88,27 @@ def test_the_backward_of_the_region_is_attributed_to_it_and_fused(run: Any) -> N
     ]
 
 
+def test_reductions_along_two_axes_fuse_only_from_torch_2_10(run: Any) -> None:
+    """y = x * 2; y.sum(1), y.sum(0). Inductor fuses nodes of one iteration space only (`SIMDScheduling.can_fuse`):
+    the row sum (4096 outputs of 1024) takes the product as its prologue, the column sum (1024 of 4096) is another
+    loop order. Before torch 2.10 (no MixOrderReduction) it is a second kernel, into which the product, a pointwise
+    node, is inlined as well (never written): x + the row sums, then x + the column sums. From 2.10 one kernel
+    reads x and writes the two sums."""
+    seen, _ = run
+    assert seen["two_axes"] == kernel(X + 4 * N + 4 * C)
+    assert seen["two_axes_before_2.10"] == kernel(X + 4 * N) + kernel(X + 4 * C)
+
+
+def test_iteration_spaces_that_share_a_kernel() -> None:
+    """Inductor's rule, (numel, rnumel) of two nodes: pointwise ones of one numel; reductions of one shape; a
+    pointwise node over a reduction's input or output; the two orders of one tensor only with mix-order fusion."""
+    assert fusion.fits(4096, 1, 4096, 1) and not fusion.fits(4096, 1, 1024, 1)
+    assert fusion.fits(4096 * 1024, 1, 4096, 1024) and fusion.fits(4096, 1024, 4096, 1)
+    assert not fusion.fits(4096 * 1024, 1, 4096, 512)
+    assert fusion.fits(4096, 1024, 4096, 1024) and not fusion.fits(4096, 1024, 4096, 512)
+    assert not fusion.fits(4096, 1024, 1024, 4096) and fusion.fits(4096, 1024, 1024, 4096, mix_order=True)
+
+
 def test_inductor_extern_kernels_are_not_fused() -> None:
     for op in (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.convolution.default):
         assert fusion.kind(op) == fusion._EXTERN

@@ -50,11 +50,16 @@ import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from phantora.runtime.compute import _GATHER, OpCost, _op_info, tensors_in
+from phantora.runtime.simcuda import torch_release
 from phantora.runtime.simcuda.tensor import SimCudaTensor, cuda_index, direct, is_cuda_device
 
 ENV = "PHANTORA_COMPILE_FUSION"
 MAX_FUSION_SIZE = 64  # torch._inductor.config.max_fusion_size
 TIER = "fused"
+# The first torch release whose Inductor fuses a reduction along one axis with one along the other of the same tensor
+# (MixOrderReduction in torch/_inductor/scheduler.py; pytorch/pytorch#165370, "generate fused rms/layer norm bwd",
+# opened 2025-10-13, after 2.9's branch cut): before it a norm backward's dx and dw reductions are two kernels.
+MIX_ORDER_REDUCTION = (2, 10)
 
 # Reductions and other ops Inductor lowers to generated (fusible) kernels that torch does not tag pointwise.
 FUSED = frozenset(
@@ -167,7 +172,8 @@ def _classify(func: Any) -> int:
     if name.startswith("_foreach"):
         return _EXTERN  # the optimizer's multi-tensor kernels: Inductor's combo kernels are not modelled
     if torch.Tag.pointwise in getattr(func, "tags", ()) or name in FUSED:
-        return _FUSE
+        # a CUDA-only op whose kernel is Python (simcuda/cuda_only.py) is charged as itself
+        return _FUSE if direct(func) else _EXTERN
     return _EXTERN
 
 
@@ -175,8 +181,10 @@ def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes a kernel reads of `t`: its elements, or for a broadcast (stride-0) view the memory it spans."""
     if type(t) is SimCudaTensor:
         t = t.elem  # the same shape and strides, and its methods skip the subclass's torch-function check
+    if t.is_contiguous():
+        return t.numel() * t.element_size()
     n = t.numel()
-    if n and not t.is_contiguous():
+    if n:
         span = 1
         for size, stride in zip(t.shape, t.stride(), strict=True):
             if size > 1:
@@ -185,15 +193,57 @@ def tensor_bytes(t: torch.Tensor) -> int:
     return n * t.element_size()
 
 
+def _numel(t: torch.Tensor) -> int:
+    return (t.elem if type(t) is SimCudaTensor else t).numel()
+
+
+def _space(ins: list[torch.Tensor], outs: list[torch.Tensor], gather: bool) -> tuple[int, int]:
+    """An op's iteration space as Inductor's scheduler groups a node: (numel, 1) for a pointwise one (its output's
+    elements; a gather's too), (output elements, elements reduced into each) for a reduction (an output smaller
+    than its largest input by a whole factor)."""
+    m = _numel(outs[0]) if outs else 0
+    if gather or not ins or not m:
+        return m, 1
+    big = max(_numel(t) for t in ins)
+    if big > m and big % m == 0:
+        return m, big // m
+    return m, 1
+
+
+def fits(numel1: int, rnumel1: int, numel2: int, rnumel2: int, mix_order: bool = False) -> bool:
+    """Whether nodes of two iteration spaces can share one generated kernel, by Inductor's rule
+    (`SIMDScheduling.can_fuse`, torch/_inductor/codegen/simd.py): two pointwise nodes of the same numel; two
+    reductions of the same (numel, rnumel); a pointwise node and a reduction when the pointwise one covers the
+    reduction's input (numel x rnumel: a prologue or an epilogue in its loop) or its output (numel). With
+    `mix_order` (Inductor's MixOrderReduction, torch 2.10 on) also two reductions of the same tensor along the two
+    axes, (n, r) and (r, n): a norm backward's row reduction and its weight gradient's column one."""
+    if rnumel1 > 1 and rnumel2 > 1:
+        return (numel1 == numel2 and rnumel1 == rnumel2) or (mix_order and numel1 == rnumel2 and rnumel1 == numel2)
+    if rnumel1 == 1 and rnumel2 == 1:
+        return numel1 == numel2
+    if rnumel1 == 1:
+        numel1, rnumel1, numel2 = numel2, rnumel2, numel1
+    return numel2 == numel1 * rnumel1 or numel2 == numel1
+
+
+_Src = tuple[int, weakref.ref, int, "_Buf | None"]  # (id, the tensor, its bytes, the buffer that made it)
+MAX_SOURCES = 16  # a pointwise chain reading more is realized (Inductor's realize_reads/opcount thresholds, roughly)
+
+
 class _Buf:
     """A tensor an open group made: written out at the group's end if still referenced then."""
 
-    __slots__ = ("group", "nbytes", "refs")
+    __slots__ = ("group", "nbytes", "refs", "shared", "srcs")
 
-    def __init__(self, group: _Group, nbytes: int, ref: weakref.ref) -> None:
+    def __init__(self, group: _Group, nbytes: int, ref: weakref.ref, srcs: list[_Src] | None) -> None:
         self.group = group
         self.nbytes = nbytes
         self.refs = [ref]
+        self.shared = False  # read back by a kernel of another iteration space: written whatever the program keeps
+        # What a pointwise op's result is computed from (the tensors in memory and the reductions' results its
+        # pointwise chain reads): a kernel that cannot join its group inlines the chain and reads these, as Inductor
+        # inlines an unrealized pointwise node into each consumer. None: a reduction's result, a buffer of its own.
+        self.srcs = srcs
 
     def alive(self) -> bool:
         for r in self.refs:
@@ -205,9 +255,11 @@ class _Buf:
 class _Group:
     """Ops fused into one kernel so far."""
 
-    __slots__ = ("bufs", "dtype", "flops", "names", "ops", "read", "seen")
+    __slots__ = ("bufs", "dtype", "flops", "names", "numel", "ops", "read", "rnumel", "seen")
 
-    def __init__(self) -> None:
+    def __init__(self, numel: int, rnumel: int) -> None:
+        self.numel = numel  # its iteration space, as Inductor groups a kernel's nodes: (numel, reduced numel)
+        self.rnumel = rnumel
         self.bufs: list[_Buf] = []
         self.seen: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor read from outside) -> (it, its bytes)
         self.read = 0
@@ -232,9 +284,11 @@ class _Group:
         self.dtype = self.dtype or other.dtype
         self.ops += other.ops
         self.names += other.names
+        if other.rnumel > 1 and self.rnumel == 1:
+            self.numel, self.rnumel = other.numel, other.rnumel
 
     def written(self) -> int:
-        return sum(b.nbytes for b in self.bufs if b.alive())
+        return sum(b.nbytes for b in self.bufs if b.shared or b.alive())
 
 
 _SIMCUDA_ONLY = (SimCudaTensor,)
@@ -255,6 +309,9 @@ class Fusion:
         self.depth = 0  # compiled calls running (nested ones count)
         self.in_backward = False
         self.pushed = False
+        self.hooked = False  # the session's `charge` is `_charge`
+        self._node: Any = None  # the autograd node `_in_region` last asked about (during a backward), and its answer
+        self._node_in = False
         self.busy = False  # an op is being run: the mode's inner trips for it go straight through
         self._mode: Any = None  # the ChargeMode stood in front of, and its own dispatch
         self._inner: Any = None
@@ -266,6 +323,7 @@ class Fusion:
         self.ends: list[int] = []
         self._seq_start = 0
         self._saved_charge: Any = None
+        self.mix_order = torch_release.modelled() >= MIX_ORDER_REDUCTION
         self.kernels = 0  # fused kernels charged
         self.fused_ops = 0  # ops in them
 
@@ -300,6 +358,7 @@ class Fusion:
     def end_backward(self) -> None:
         self.flush()
         self.in_backward = False
+        self._node = None
         if not self.depth:
             self._pop()
 
@@ -317,15 +376,27 @@ class Fusion:
         self._mode = mode
         self._own_attr = "__torch_dispatch__" in mode.__dict__
         self._inner = mode.__torch_dispatch__
-        handle = self._dispatch
+        # torch checks `__self__`; the partial calls `_dispatch(self, mode, ...)` without a Python frame of its own
+        mode.__torch_dispatch__ = MethodType(functools.partial(Fusion._dispatch, self), mode)  # type: ignore[method-assign]
+        self.pushed = True
 
-        def dispatch(_mode: Any, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
-            return handle(func, types, args, kwargs)
-
-        mode.__torch_dispatch__ = MethodType(dispatch, mode)  # type: ignore[method-assign]  # torch checks `__self__`
+    def _hook(self) -> None:
+        """The session's charges come to `_charge` (while an op's charge is caught or groups are open; otherwise
+        the compiled per-op path charges an extern kernel itself)."""
+        s = self.session
         self._saved_charge = s.__dict__.get("charge")
         s.charge = self._charge
-        self.pushed = True
+        self.hooked = True
+
+    def _unhook(self) -> None:
+        if not self.hooked:
+            return
+        self.hooked = False
+        s = self.session
+        if self._saved_charge is None:
+            s.__dict__.pop("charge", None)
+        else:
+            s.charge = self._saved_charge
 
     def _pop(self) -> None:
         if not self.pushed:
@@ -337,11 +408,7 @@ class Fusion:
         else:
             mode.__dict__.pop("__torch_dispatch__", None)
         self._mode = self._inner = None
-        s = self.session
-        if self._saved_charge is None:
-            s.__dict__.pop("charge", None)
-        else:
-            s.charge = self._saved_charge
+        self._unhook()
 
     def _real_charge(self, name: str, cost: OpCost) -> None:
         charge = self._saved_charge
@@ -367,11 +434,15 @@ class Fusion:
         node = _current_node()
         if node is None:
             return False
+        if node is self._node:  # the node whose backward runs several ops: asked once
+            return self._node_in
         seq = node._sequence_nr()
         i = bisect.bisect_right(self.starts, seq) - 1
-        return i >= 0 and seq < self.ends[i]
+        self._node = node
+        self._node_in = found = i >= 0 and seq < self.ends[i]
+        return found
 
-    def _dispatch(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def _dispatch(self, _mode: Any, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
         inner = self._inner
         if self.busy:
             return inner(func, types, args, kwargs)
@@ -397,8 +468,6 @@ class Fusion:
                     kwargs = {n: v for n, v in kwargs.items() if n != "device"}  # autocast's .to(dtype): a cast
                 else:
                     k = _EXTERN  # onto the GPU, or onto another
-            elif not direct(func):
-                k = _EXTERN  # a CUDA-only op whose kernel is Python (simcuda/cuda_only.py): charged as itself
             else:
                 for t in args:
                     if type(t) is SimCudaTensor:
@@ -415,6 +484,8 @@ class Fusion:
         self.busy = True
         try:
             if k == _FUSE:
+                if not self.hooked:
+                    self._hook()
                 cap: list[OpCost] = []
                 self.capture = cap
                 try:
@@ -459,52 +530,99 @@ class Fusion:
         ins = tensors_in(args)
         if kwargs:
             tensors_in(kwargs, ins)
+        gather = _op_info(func)[0] == _GATHER
+        outs = tensors_in(out)
+        numel, rnumel = _space(ins, outs, gather)
+        mix = self.mix_order
         group: _Group | None = None
         reads: list[torch.Tensor] = []
+        inlined: list[_Src] = []
         for t in ins:
             e = made.get(id(t))
-            if e is not None and e[0]() is t:
-                g = e[1].group
-                if group is None:
-                    group = g
-                elif g is not group:
-                    first, second = (group, g) if self.groups.index(group) < self.groups.index(g) else (g, group)
-                    first.absorb(second)
-                    self.groups.remove(second)
-                    group = first
-            else:
+            if e is None or e[0]() is not t:
                 reads.append(t)
+                continue
+            buf = e[1]
+            g = buf.group
+            if g is group:
+                continue
+            if not fits(g.numel, g.rnumel, numel, rnumel, mix) or (
+                group is not None and not fits(group.numel, group.rnumel, g.numel, g.rnumel, mix)
+            ):  # another iteration space: another kernel
+                if buf.srcs is not None:
+                    inlined += buf.srcs  # a pointwise chain's result: recomputed here from what it reads
+                else:
+                    buf.shared = True  # a reduction's result: its kernel writes it, this one reads it back
+                    reads.append(t)
+            elif group is None:
+                group = g
+            else:
+                first, second = (group, g) if self.groups.index(group) < self.groups.index(g) else (g, group)
+                first.absorb(second)
+                self.groups.remove(second)
+                group = first
         if group is not None and group.ops >= MAX_FUSION_SIZE:
             self._close(group)  # Inductor's limit: its outputs this op takes are read back from memory
             reads = ins
             group = None
         if group is None:
-            group = _Group()
+            group = _Group(numel, rnumel)
             self.groups.append(group)
-        gather = _op_info(func)[0] == _GATHER
+        elif rnumel > 1 and group.rnumel == 1:
+            group.numel, group.rnumel = numel, rnumel  # a reduction over the pointwise ops before it
         seen = group.seen
+        srcs: list[_Src] | None = [] if rnumel == 1 else None
         for t in reads:
             key = id(t)
             e2 = seen.get(key)
+            e = made.get(key)
+            src_buf = e[1] if e is not None and e[0]() is t else None
             if e2 is None or e2[0]() is not t:  # (an id a dead tensor had may be another's now)
                 nbytes = tensor_bytes(out) if gather and t is args[0] else tensor_bytes(t)
-                seen[key] = (weakref.ref(t), nbytes)
+                e2 = seen[key] = (weakref.ref(t) if src_buf is None else e[0], nbytes)  # type: ignore[index]
                 group.read += nbytes
+            if srcs is not None:
+                if src_buf is not None and src_buf.srcs is not None:
+                    srcs += src_buf.srcs
+                else:
+                    srcs.append((key, e2[0], e2[1], src_buf))
+        for key, ref, nbytes, src_buf in inlined:
+            if src_buf is not None:
+                if src_buf.group is group:
+                    continue  # made in this kernel
+                src_buf.shared = True
+            e2 = seen.get(key)
+            if e2 is None or e2[0]() is not ref():
+                seen[key] = (ref, nbytes)
+                group.read += nbytes
+        if srcs is not None:
+            if inlined:
+                srcs += inlined
+            for t in ins:  # this group's own results it reads: their chains
+                e = made.get(id(t))
+                if e is not None and e[0]() is t and e[1].group is group:
+                    if e[1].srcs is None:
+                        srcs.append((id(t), e[0], e[1].nbytes, e[1]))
+                    else:
+                        srcs += e[1].srcs
+            if len(srcs) > MAX_SOURCES:
+                srcs = None
         group.ops += 1
         group.flops += flops
         group.dtype = group.dtype or dtype
         if len(group.names) < 4:
             group.names.append(func.overloadpacket.__name__)
-        for t in tensors_in(out):
+        for t in outs:
             e = made.get(id(t))
             if e is not None and e[0]() is t:
                 if e[1].group is not group:  # written in place by this group: it is this group's output now
                     e[1].group.bufs.remove(e[1])
                     e[1].group = group
                     group.bufs.append(e[1])
+                e[1].srcs = None  # a mutated buffer is realized
                 continue
             r = weakref.ref(t)
-            buf = _Buf(group, tensor_bytes(t), r)
+            buf = _Buf(group, tensor_bytes(t), r, srcs)
             group.bufs.append(buf)
             made[id(t)] = (r, buf)
 
@@ -516,6 +634,8 @@ class Fusion:
         self.made.clear()
         for g in groups:
             self._charge_group(g)
+        if self.hooked:
+            self._unhook()
 
     def _close(self, group: _Group) -> None:
         self.groups.remove(group)
@@ -527,8 +647,11 @@ class Fusion:
         self._charge_group(group)
 
     def _charge_group(self, g: _Group) -> None:
+        written = g.written()
+        if not written:
+            return  # every result inlined into other kernels or dropped: Inductor generates no kernel for it
         model = self.session.model
-        nbytes = g.read + g.written()
+        nbytes = g.read + written
         ns = memory_ns(model, nbytes)
         if g.flops:
             ns = max(ns, math.ceil(g.flops / model.gpu.peak(g.dtype) * 1e9))
