@@ -8,6 +8,7 @@ too): 2.7 and 5.5 ms a step of build-nanogpt's loss on an A100 (16,384 rows of 5
 from __future__ import annotations
 
 import pytest
+import torch
 
 from phantora.perfmodel.gpus import get_gpu
 from phantora.perfmodel.model import ComputeModel
@@ -35,3 +36,25 @@ def test_the_backward_is_a_zero_fill_of_its_output(gpu: str) -> None:
     # a bf16 input halves the bytes written
     ns16 = model.predict_ns("aten::nll_loss_backward", shapes, ["bfloat16", "bfloat16", "int64", "bfloat16"])
     assert ns16 == pytest.approx(ns / 2, rel=0.05)
+
+
+def test_the_roofline_counts_the_same_bytes() -> None:
+    """The runtime's byte count (`--compute-model roofline`'s time, the bytes results report under either model, the
+    host model's CPU kernels, which work alike: LossNLL.cpp): the forward reads a target and the element it names
+    a row and writes the loss and total weight; the backward reads its grad_output, total_weight and the targets,
+    zero-fills its [N, C] output and writes one element a row. Not the [N, C] input, which it takes for its shape."""
+    from phantora.runtime.compute import Roofline, op_bytes
+
+    aten = torch.ops.aten
+    x = torch.empty(ROWS, CLASSES, device="meta")
+    target = torch.empty(ROWS, dtype=torch.int64, device="meta")
+    fwd_args = (x, target, None, 1, -100)
+    loss, total = aten.nll_loss_forward.default(*fwd_args)
+    assert op_bytes(aten.nll_loss_forward.default, fwd_args, {}, (loss, total)) == ROWS * (8 + 4) + 4 + 4
+    bwd_args = (torch.empty((), device="meta"), x, target, None, 1, -100, total)
+    grad = aten.nll_loss_backward.default(*bwd_args)
+    want = 4 + ROWS * 8 + 4 + ROWS * CLASSES * 4 + ROWS * 4
+    assert op_bytes(aten.nll_loss_backward.default, bwd_args, {}, grad) == want
+    h100 = get_gpu("h100")
+    fwd_ns = Roofline(h100, launch_ns=0).cost(aten.nll_loss_forward.default, fwd_args, {}, (loss, total)).ns
+    assert fwd_ns == pytest.approx((ROWS * 12 + 8) / h100.mem_bw * 1e9, abs=1)

@@ -128,7 +128,11 @@ def _first_dtype(args: Any) -> str:
 
 
 # kinds of op, decided once per OpOverload
-_FREE, _LAUNCH, _GATHER, _PLAIN = 0, 1, 2, 3
+_FREE, _LAUNCH, _GATHER, _PLAIN, _NLL_FORWARD, _NLL_BACKWARD = 0, 1, 2, 3, 4, 5
+# nll_loss touches one element a row (aten/src/ATen/native/cuda/Loss.cu, LossNLL.cpp on the host): the forward
+# gathers it, the backward zero-fills its output and scatters it; neither reads the [N, C] input
+_NLL = {"nll_loss_forward": _NLL_FORWARD, "nll_loss2d_forward": _NLL_FORWARD}
+_NLL |= {"nll_loss_backward": _NLL_BACKWARD, "nll_loss2d_backward": _NLL_BACKWARD}
 
 
 _INFO: dict[int, tuple[int, Any]] = {}  # id(OpOverload) -> info; OpOverloads live as long as torch
@@ -150,7 +154,7 @@ def _classify(func: Any) -> tuple[int, Any]:
     if name in _LAUNCH_ONLY:
         return _LAUNCH, None
     formula = flop_registry.get(_FLOP_ALIASES.get(packet, packet))
-    return (_GATHER if name in _GATHERS else _PLAIN), formula
+    return (_GATHER if name in _GATHERS else _NLL.get(name, _PLAIN)), formula
 
 
 def op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
@@ -166,9 +170,32 @@ def op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
 
 def op_bytes(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
     """Bytes an op moves through GPU memory: its inputs and outputs (gathers read only what they output)."""
-    if _op_info(func)[0] == _GATHER:
+    kind = _op_info(func)[0]
+    if kind == _GATHER:
         return _nbytes(args[1:]) + _nbytes(kwargs) + 2 * _nbytes(out)
+    if kind in (_NLL_FORWARD, _NLL_BACKWARD):
+        return _nll_bytes(kind, args, kwargs, out)
     return _nbytes(args) + _nbytes(kwargs) + _nbytes(out)
+
+
+def _nll_bytes(kind: int, args: tuple, kwargs: dict, out: Any) -> int:
+    """nll_loss's bytes: a row's target, its class weight (if any) and the element it names (read by the forward,
+    written by the backward's scatter), and the outputs (the backward's a zero-fill of [N, C]); the backward also
+    reads its grad_output and total_weight. Arguments as aten's schema: (self, target, weight, reduction,
+    ignore_index), the backward's after grad_output and with total_weight last."""
+    names = ("self", "target", "weight", "reduction", "ignore_index", "total_weight")
+    first = 0 if kind == _NLL_FORWARD else 1
+    got = dict(zip(names, args[first:], strict=False)) | {k: v for k, v in kwargs.items() if k in names}
+    x, target, weight = got.get("self"), got.get("target"), got.get("weight")
+    if not isinstance(x, torch.Tensor) or not isinstance(target, torch.Tensor):
+        return _nbytes(args) + _nbytes(kwargs) + _nbytes(out)  # not aten's schema: count everything
+    a_row = target.element_size() + x.element_size()
+    if isinstance(weight, torch.Tensor):
+        a_row += weight.element_size()
+    total = target.numel() * a_row + _nbytes(out)
+    if kind == _NLL_BACKWARD:
+        total += _nbytes(args[0] if args else kwargs.get("grad_output")) + _nbytes(got.get("total_weight"))
+    return total
 
 
 def _sig(x: Any) -> Any:
