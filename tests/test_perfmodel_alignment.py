@@ -63,3 +63,20 @@ def test_tf32_is_part_of_the_cache_key() -> None:
     fp32, _ = model.timed_call(make_call("aten::mm", shapes, ["float32", "float32"]))
     tf32, _ = model.timed_call(make_call("aten::mm", shapes, ["float32", "float32"], {"tf32": True}))
     assert fp32 > 4 * tf32
+
+
+def test_a_call_times_the_same_whatever_was_asked_before() -> None:
+    """The cache holds a call's time under everything it depends on, the output hints too: nll_loss with
+    reduction="none" writes a loss a row (its `out_shapes`), with "mean" one value, on the same inputs. Each, asked
+    second in a model, equals its own time asked first in a fresh one."""
+    rows = 1 << 20
+
+    def nll(outs: list) -> object:
+        extra = {"out_shapes": outs, "out_dtypes": ["float32", "float32"]}
+        return make_call("aten::nll_loss_forward", [(rows, 50257), (rows,)], ["float32", "int64"], extra)
+
+    per_row, reduced = nll([[rows], []]), nll([[], []])
+    for first, second in ((reduced, per_row), (per_row, reduced)):
+        model = ComputeModel("h100")
+        model.timed_call(first)
+        assert model.timed_call(second) == ComputeModel("h100").timed_call(second)

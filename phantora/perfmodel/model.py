@@ -98,10 +98,12 @@ class ComputeModel:
         return self.timed_call(call)[0]
 
     def timed_call(self, call: OpCall) -> tuple[int, str]:
-        """(ns, tier) of a normalised call: table first, then the curves. Cached per call key and TF32 use (a
-        hint, not part of the table key, that changes an fp32 product's peak)."""
+        """(ns, tier) of a normalised call: table first, then the curves. Cached per call key, TF32 use and the
+        output hints (hints are not part of the table key, but TF32 changes an fp32 product's peak and the outputs
+        a memory-bound op's bytes: nll_loss's reduction, a value-dependent output's size)."""
         tf32 = bool(call.extra.get("tf32", self.tf32))
-        key = (*call.key(), tf32)
+        outs = call.extra.get("out_shapes"), call.extra.get("out_dtypes")
+        key = (*call.key(), tf32, json.dumps(outs, separators=(",", ":")))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
