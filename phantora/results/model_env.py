@@ -18,7 +18,7 @@ from phantora.errors import InputError
 
 # Every PHANTORA_* variable a rank or the launcher reads from the user's environment that changes simulated results.
 MODEL_SWITCHES = (
-    "PHANTORA_HOST_COMPUTE",  # runtime/hostwork.py: host ops and PCIe copies (on by default)
+    "PHANTORA_HOST_COMPUTE",  # runtime/hostwork.py: host ops and PCIe copies (off by default)
     "PHANTORA_HOST",  # perfmodel/hosts.py: the target host
     "PHANTORA_HOST_THREADS",  # runtime/hostwork.py: the host ops' modelled threads
     "PHANTORA_NCCL_HOST_LAUNCH",  # runtime/nccl_launch.py: NCCL calls' host launch (on by default)
