@@ -91,7 +91,8 @@ def timer_is_the_step(its: list[tuple[int, float, float]], steps: list[dict], ba
     `should_reset = not is_first_iteration`, its iteration count likewise), so iteration 2 prints the mean of
     iterations 1 and 2 since the timer started: (iteration 1's figure + step 2) / 2, within half of the first
     figure's rounding more; iteration 3 prints its own step, less the `dist.barrier()` that restarts the timer
-    (`barrier_ms`: 10 us on one host, inside the rounding; 17.7 us across testbed16's hosts, where it is not)."""
+    (`barrier_ms`: about 15 us on one host with the host's launch, 17.7 us across testbed16's hosts; either can
+    cross a rounding boundary, as a 2.061 ms step printed 2.0 did, so the callers pass it)."""
     (_, first, _), (_, second, _), *rest = its
     step2 = steps[1]["time_ns"] / 1e6 - barrier_ms
     assert second == pytest.approx((first + step2) / 2, abs=0.05 + 0.025 + 1e-9)

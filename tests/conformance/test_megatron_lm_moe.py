@@ -33,6 +33,7 @@ from test_megatron_lm import (
     MODEL,
     NO_APEX_NO_TE,
     RUN,
+    barrier_ms,
     iterations,
     timer_is_the_step,
     trains,
@@ -113,7 +114,7 @@ def test_mixture_of_experts_in_phantom_mode(tmp_path: Path) -> None:
     assert run.results()["moe_routing"] == "balanced"
     its = iterations(run)
     assert [i for i, _, _ in its] == [1, 2, 3] and len(run.steps()) == 3
-    timer_is_the_step(its, run.steps())
+    timer_is_the_step(its, run.steps(), barrier_ms(run))
     assert_documented(run.step_ms(), "pretrain_gpt.py", "core_v0.17.0 in phantom mode")
 
 
@@ -140,7 +141,7 @@ def test_the_alltoall_dispatcher_in_phantom_mode_on_the_packet_network(tmp_path:
     assert run.results()["moe_routing"] == "balanced"
     its = iterations(run)
     assert [i for i, _, _ in its] == [1, 2, 3] and len(run.steps()) == 3
-    timer_is_the_step(its, run.steps())
+    timer_is_the_step(its, run.steps(), barrier_ms(run))
     tokens, k, ep, h, experts, steps, layers = 128 * 2, 2, 2, 128, 4, 3, 2
     tokens_bytes, probs_bytes = tokens * k // ep * h * 4, tokens * k // ep * 4
     with (out / "flows.csv").open() as f:
