@@ -1,5 +1,5 @@
-"""NCCL_IB_SPLIT_DATA_ON_QPS as the NCCL that runs reads it (net_ib.cc `ncclIbMultiSend`): before v2.18.3-1 there is
-no such variable and every message is split over all of its connection's queue pairs; v2.18.3-1 to 2.19 read it
+"""NCCL_IB_SPLIT_DATA_ON_QPS as the NCCL that runs reads it (net_ib.cc `ncclIbMultiSend`): before v2.18.1-1 there is
+no such variable and every message is split over all of its connection's queue pairs; v2.18.1-1 to 2.19 read it
 with a default of 1; from v2.20.3-1 the default is 0 (each message whole on the next queue pair in turn)."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ QPS = 4
     [
         ("2.17", None, True),  # no variable: always split
         ("2.17.1", "0", True),  # set, but that NCCL does not read it
-        ("2.18.1", "0", True),
+        ("2.18.1", "0", False),  # v2.18.1-1's net_ib.cc reads it (NCCL_PARAM IbSplitDataOnQps, default 1)
+        ("2.18.1", None, True),
         ("2.18.3", None, True),  # the variable, default 1
         ("2.18", "0", False),  # 2.18 named alone: its newest patch (2.18.6), which reads it
         ("2.19.4", None, True),

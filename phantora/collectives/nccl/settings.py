@@ -235,13 +235,13 @@ def _qps(env: Mapping[str, str]) -> int:
 
 
 NEWEST_PATCH = 99  # a minor named alone: its newest release (as old_tuners.NEWEST_PATCH)
-SPLIT_QPS_VARIABLE_FROM = (2, 18, 3)  # net_ib.cc reads NCCL_IB_SPLIT_DATA_ON_QPS from v2.18.3-1 (default 1)
+SPLIT_QPS_VARIABLE_FROM = (2, 18, 0)  # net_ib.cc reads NCCL_IB_SPLIT_DATA_ON_QPS from v2.18.1-1 (default 1)
 SPLIT_QPS_OFF_FROM = (2, 20, 0)  # ... and defaults it to 0 from v2.20.3-1
 
 
 def _split_data_on_qps(env: Mapping[str, str]) -> bool:
     """Whether net_ib posts each message over every queue pair of its connection (`ncclIbMultiSend`) for the NCCL
-    that runs (PHANTORA_NCCL_VERSION; a minor named alone is its newest patch): always before v2.18.3-1, which has
+    that runs (PHANTORA_NCCL_VERSION; a minor named alone is its newest patch): always before v2.18.1-1, which has
     no NCCL_IB_SPLIT_DATA_ON_QPS; then the variable, 1 by default up to 2.19 and 0 from v2.20.3-1 (each message
     whole on the next queue pair in turn)."""
     major, minor, patch = nccl_release_of(env)
