@@ -197,19 +197,6 @@ def _numel(t: torch.Tensor) -> int:
     return (t.elem if type(t) is SimCudaTensor else t).numel()
 
 
-def _space(ins: list[torch.Tensor], outs: list[torch.Tensor], gather: bool) -> tuple[int, int]:
-    """An op's iteration space as Inductor's scheduler groups a node: (numel, 1) for a pointwise one (its output's
-    elements; a gather's too), (output elements, elements reduced into each) for a reduction (an output smaller
-    than its largest input by a whole factor)."""
-    m = _numel(outs[0]) if outs else 0
-    if gather or not ins or not m:
-        return m, 1
-    big = max(_numel(t) for t in ins)
-    if big > m and big % m == 0:
-        return m, big // m
-    return m, 1
-
-
 def fits(numel1: int, rnumel1: int, numel2: int, rnumel2: int, mix_order: bool = False) -> bool:
     """Whether nodes of two iteration spaces can share one generated kernel, by Inductor's rule
     (`SIMDScheduling.can_fuse`, torch/_inductor/codegen/simd.py): two pointwise nodes of the same numel; two
@@ -226,7 +213,7 @@ def fits(numel1: int, rnumel1: int, numel2: int, rnumel2: int, mix_order: bool =
     return numel2 == numel1 * rnumel1 or numel2 == numel1
 
 
-_Src = tuple[int, weakref.ref, int, "_Buf | None"]  # (id, the tensor, its bytes, the buffer that made it)
+_Src = tuple[int, weakref.ref, int, "_Buf | None"]  # (id of the weak reference, it, bytes, the buffer that made it)
 MAX_SOURCES = 16  # a pointwise chain reading more is realized (Inductor's realize_reads/opcount thresholds, roughly)
 
 
@@ -261,7 +248,7 @@ class _Group:
         self.numel = numel  # its iteration space, as Inductor groups a kernel's nodes: (numel, reduced numel)
         self.rnumel = rnumel
         self.bufs: list[_Buf] = []
-        self.seen: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor read from outside) -> (it, its bytes)
+        self.seen: dict[int, tuple[weakref.ref, int]] = {}  # id(a weak reference to a tensor read) -> (it, bytes)
         self.read = 0
         self.flops = 0
         self.dtype = ""
@@ -273,12 +260,11 @@ class _Group:
         for b in other.bufs:
             b.group = self
         self.bufs += other.bufs
-        for key, (ref, nbytes) in other.seen.items():
-            mine = self.seen.get(key)
-            if mine is None or mine[0]() is not ref() or ref() is None:
-                self.seen[key] = (ref, nbytes)
+        for key, entry in other.seen.items():
+            if key in self.seen:
+                self.read -= entry[1]  # both read it: once
             else:
-                self.read -= nbytes  # both read it: once
+                self.seen[key] = entry
         self.read += other.read
         self.flops += other.flops
         self.dtype = self.dtype or other.dtype
@@ -532,17 +518,31 @@ class Fusion:
             tensors_in(kwargs, ins)
         gather = _op_info(func)[0] == _GATHER
         outs = tensors_in(out)
-        numel, rnumel = _space(ins, outs, gather)
+        # one pass over the inputs: the buffer an open group made of each, and the largest input's elements
+        found: list[tuple[torch.Tensor, int, _Buf | None, Any]] = []
+        big = 0
+        for t in ins:
+            key = id(t)
+            e = made.get(key)
+            if e is not None and e[0]() is t:
+                found.append((t, key, e[1], e[0]))
+            else:
+                found.append((t, key, None, None))
+            n = _numel(t)
+            if n > big:
+                big = n
+        # the op's iteration space: (numel, 1) pointwise, (outputs, elements reduced into each) a reduction
+        numel = _numel(outs[0]) if outs else 0
+        rnumel = big // numel if not gather and numel and big > numel and not big % numel else 1
         mix = self.mix_order
         group: _Group | None = None
-        reads: list[torch.Tensor] = []
+        reads: list[tuple[torch.Tensor, int, _Buf | None, Any]] = []
         inlined: list[_Src] = []
-        for t in ins:
-            e = made.get(id(t))
-            if e is None or e[0]() is not t:
-                reads.append(t)
+        for item in found:
+            buf = item[2]
+            if buf is None:
+                reads.append(item)
                 continue
-            buf = e[1]
             g = buf.group
             if g is group:
                 continue
@@ -553,7 +553,7 @@ class Fusion:
                     inlined += buf.srcs  # a pointwise chain's result: recomputed here from what it reads
                 else:
                     buf.shared = True  # a reduction's result: its kernel writes it, this one reads it back
-                    reads.append(t)
+                    reads.append(item)
             elif group is None:
                 group = g
             else:
@@ -563,7 +563,7 @@ class Fusion:
                 group = first
         if group is not None and group.ops >= MAX_FUSION_SIZE:
             self._close(group)  # Inductor's limit: its outputs this op takes are read back from memory
-            reads = ins
+            reads = [(item[0], item[1], None, None) for item in found]
             group = None
         if group is None:
             group = _Group(numel, rnumel)
@@ -572,39 +572,37 @@ class Fusion:
             group.numel, group.rnumel = numel, rnumel  # a reduction over the pointwise ops before it
         seen = group.seen
         srcs: list[_Src] | None = [] if rnumel == 1 else None
-        for t in reads:
-            key = id(t)
-            e2 = seen.get(key)
-            e = made.get(key)
-            src_buf = e[1] if e is not None and e[0]() is t else None
-            if e2 is None or e2[0]() is not t:  # (an id a dead tensor had may be another's now)
+        for t, _key, src_buf, ref in reads:
+            if ref is None:
+                ref = weakref.ref(t)  # (torch keeps one weak reference a tensor: the same object each time)
+            rkey = id(ref)  # a weak reference the group holds: its id is no other's, even once the tensor is dead
+            e2 = seen.get(rkey)
+            if e2 is None:
                 nbytes = tensor_bytes(out) if gather and t is args[0] else tensor_bytes(t)
-                e2 = seen[key] = (weakref.ref(t) if src_buf is None else e[0], nbytes)  # type: ignore[index]
+                e2 = seen[rkey] = (ref, nbytes)
                 group.read += nbytes
             if srcs is not None:
                 if src_buf is not None and src_buf.srcs is not None:
                     srcs += src_buf.srcs
                 else:
-                    srcs.append((key, e2[0], e2[1], src_buf))
-        for key, ref, nbytes, src_buf in inlined:
+                    srcs.append((rkey, ref, e2[1], src_buf))
+        for rkey, ref, nbytes, src_buf in inlined:
             if src_buf is not None:
                 if src_buf.group is group:
                     continue  # made in this kernel
                 src_buf.shared = True
-            e2 = seen.get(key)
-            if e2 is None or e2[0]() is not ref():
-                seen[key] = (ref, nbytes)
+            if rkey not in seen:
+                seen[rkey] = (ref, nbytes)
                 group.read += nbytes
         if srcs is not None:
             if inlined:
                 srcs += inlined
-            for t in ins:  # this group's own results it reads: their chains
-                e = made.get(id(t))
-                if e is not None and e[0]() is t and e[1].group is group:
-                    if e[1].srcs is None:
-                        srcs.append((id(t), e[0], e[1].nbytes, e[1]))
+            for _t, _key, buf, ref in found:  # this group's own results it reads: their chains
+                if buf is not None and buf.group is group:
+                    if buf.srcs is None:
+                        srcs.append((id(ref), ref, buf.nbytes, buf))
                     else:
-                        srcs += e[1].srcs
+                        srcs += buf.srcs
             if len(srcs) > MAX_SOURCES:
                 srcs = None
         group.ops += 1
@@ -613,18 +611,20 @@ class Fusion:
         if len(group.names) < 4:
             group.names.append(func.overloadpacket.__name__)
         for t in outs:
-            e = made.get(id(t))
+            key = id(t)
+            e = made.get(key)
             if e is not None and e[0]() is t:
-                if e[1].group is not group:  # written in place by this group: it is this group's output now
-                    e[1].group.bufs.remove(e[1])
-                    e[1].group = group
-                    group.bufs.append(e[1])
-                e[1].srcs = None  # a mutated buffer is realized
+                buf = e[1]
+                if buf.group is not group:  # written in place by this group: it is this group's output now
+                    buf.group.bufs.remove(buf)
+                    buf.group = group
+                    group.bufs.append(buf)
+                buf.srcs = None  # a mutated buffer is realized
                 continue
             r = weakref.ref(t)
             buf = _Buf(group, tensor_bytes(t), r, srcs)
             group.bufs.append(buf)
-            made[id(t)] = (r, buf)
+            made[key] = (r, buf)
 
     # ----- the kernels --------------------------------------------------------------------------------
     def flush(self) -> None:
