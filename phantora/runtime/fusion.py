@@ -13,25 +13,29 @@ too), a dispatch mode above the rank's ChargeMode sees each op before it is char
 
 - views and aliases are free and carry their base's identity;
 - a pointwise op (`torch.Tag.pointwise`) or a reduction (`FUSED`) runs and is charged as usual, but the charge is
-  caught: the op joins the open group of any input an open group produced (groups merge), else starts one; an
-  input from outside the groups is a read of its bytes, once per group (a gather reads what it outputs);
+  caught: the op joins the open group of any input an open group produced (groups merge), else starts one, if
+  their iteration spaces can share a kernel (`fits`: Inductor's SIMDScheduling.can_fuse); an input from outside the
+  groups is a read of its bytes, once per group (a gather reads what it outputs); an input another group made in
+  another space is read back if a reduction made it (that group writes it) or recomputed from its pointwise
+  chain's sources (Inductor inlines unrealized pointwise nodes);
 - any other op (an extern kernel, a copy to or from the host, a sync) first closes the open groups, then is charged
   as itself; so does leaving the region (the forward's end, the backward's end).
 
-A group closes as one kernel: its reads plus the bytes of its outputs still alive (referenced by the program, saved
-for backward, or the region's outputs: a tensor the program will use again is alive now, one it dropped is an
-intermediate that stayed in registers), timed as max(bytes' time, FLOPs / peak) plus one launch (`memory_ns`: the
-bytes at HBM bandwidth under the roofline model, the calibrated model's elementwise kernel of as many bytes under
-it), charged under the name `fused:` and its first ops' names, tier "fused". Like Inductor (`max_fusion_size`),
-a group takes at most 64 ops.
+A group closes as one kernel (none if it writes nothing): its reads plus the bytes of its outputs still alive
+(referenced by the program, saved for backward, or the region's outputs: a tensor the program will use again is
+alive now, one it dropped is an intermediate that stayed in registers), timed as max(bytes' time, FLOPs / peak)
+plus one launch (`memory_ns`: the bytes at HBM bandwidth under the roofline model, the calibrated model's
+elementwise kernel of as many bytes under it), charged under the name `fused:` and its first ops' names, tier
+"fused". Like Inductor (`max_fusion_size`), a group takes at most 64 ops.
 
 Ops on complex tensors (rotary embeddings' `view_as_complex` products) stay their own kernels too: Inductor "does not
 support code generation for complex operators" (torch/_inductor/lowering.py) and falls back to the eager kernels.
 
 Not modelled: Inductor's recomputation in the backward (its min-cut partitioner saves fewer activations; here
 autograd's saved tensors are written), horizontal fusion of unrelated ops that only share an input (each is its own
-kernel), memory (the eager intermediates are still allocated), `mode="max-autotune"`'s Triton matmul templates and
-their epilogue fusion, and CUDA graphs (`reduce-overhead`, `max-autotune`): every mode is timed as the default one.
+kernel), fusion across an extern kernel neither side depends on (an extern kernel closes the open groups), memory
+(the eager intermediates are still allocated), `mode="max-autotune"`'s Triton matmul templates and their epilogue
+fusion, and CUDA graphs (`reduce-overhead`, `max-autotune`): every mode is timed as the default one.
 `PHANTORA_COMPILE_FUSION=off` times a compiled program eagerly, op by op, as before.
 """
 
