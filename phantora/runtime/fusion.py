@@ -674,16 +674,20 @@ def memory_ns(model: Any, nbytes: int) -> int:
     if perf is None or nbytes < 6:
         return math.ceil(nbytes / model.gpu.mem_bw * 1e9)
     n = (nbytes + 5) // 6
-    key = (id(perf), n)
-    ns = _MEMORY_NS.get(key)
+    cache = _MEMORY_NS.get(perf)
+    if cache is None:
+        cache = _MEMORY_NS[perf] = {}
+    ns = cache.get(n)
     if ns is None:
-        if len(_MEMORY_NS) > 1 << 16:
-            _MEMORY_NS.clear()
-        ns = _MEMORY_NS[key] = int(perf.predict_ns("aten::add", [[n], [n]], ["bf16", "bf16"]))
+        if len(cache) > 1 << 16:
+            cache.clear()
+        ns = cache[n] = int(perf.predict_ns("aten::add", [[n], [n]], ["bf16", "bf16"]))
     return ns
 
 
-_MEMORY_NS: dict[tuple[int, int], int] = {}  # (id(perfmodel), elements) -> ns: a step's groups repeat every step
+# perfmodel -> {elements: ns}: a step's groups repeat every step. Keyed by the model itself, weakly (an id a freed
+# model had could be another's).
+_MEMORY_NS: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()
 
 
 _modes: dict[int, Fusion] = {}  # id(session) -> its fusion layer
