@@ -65,8 +65,10 @@ def enable() -> None:
     global _default_context
     _default_context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
     from phantora.runtime.simcuda.tensor import on_first_cuda_tensor
+    from phantora.runtime.simcuda.tied_params import keep_ties
 
     on_first_cuda_tensor(unplaced_tensors_on_host)  # a CUDA program's unplaced tensors are host data
+    keep_ties()  # host parameters are meta tensors, which torch replaces on a move instead: ties broke
     _allow_fsdp_meta_params()
     use_fused_attention()
     _trunc_normal_without_rejection()

@@ -20,7 +20,6 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from phantora.runtime.simcuda import cuda_only, devices, guard, kept_values, lazy, rng
 from phantora.runtime.simcuda.devices import NotSimulatedError
-from phantora.runtime.simcuda.tied_params import keep_ties
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
 _CUDA = tuple(torch.device("cuda", i) for i in range(64))  # made once: a new wrapper is made for every op's output
@@ -208,11 +207,10 @@ def _module_moves_off_by_replacing(input: torch.Tensor, from_: torch.Tensor) -> 
 
 
 def patch_set_data() -> None:
-    """Route `Tensor.data` assignment through `_set_data`, and `Module._apply` with it (tied parameters stay tied)."""
+    """Route `Tensor.data` assignment through `_set_data` (phantom mode's `enable` keeps tied parameters tied)."""
     torch.Tensor.data = property(_get_data, _set_data)  # type: ignore[assignment,method-assign]
     torch.nn.modules.module.is_traceable_wrapper_subclass = _module_moves_in_place  # type: ignore[attr-defined]
     torch._has_compatible_shallow_copy_type = _module_moves_off_by_replacing  # type: ignore[assignment]
-    keep_ties()  # phantom mode's host parameters are meta tensors, which torch replaces instead: ties broke
 
 
 def is_cuda_device(dev: Any) -> bool:

@@ -24,8 +24,6 @@ from typing import Any
 
 import torch
 
-from phantora.runtime import phantom_mode
-
 _state = threading.local()
 _patched = False
 Slots = list[tuple[torch.nn.Module, str]]
@@ -53,7 +51,8 @@ def _retie(groups: list[Slots]) -> None:
 
 
 def keep_ties() -> None:
-    """Wrap `torch.nn.Module._apply` (and `to_empty`, which torch lets break ties) as the module says (idempotent)."""
+    """Wrap `torch.nn.Module._apply` (and `to_empty`, which torch lets break ties) as the module says (idempotent).
+    Phantom mode's `enable` calls it: elsewhere torch's own result stands."""
     global _patched
     if _patched:
         return
@@ -61,7 +60,7 @@ def keep_ties() -> None:
     original_to_empty: Callable[..., Any] = torch.nn.Module.to_empty
 
     def _apply(self: torch.nn.Module, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if getattr(_state, "inner", False) or not phantom_mode.enabled():  # a child's call, or torch's own ties
+        if getattr(_state, "inner", False):  # a child's call
             return original(self, fn, *args, **kwargs)
         groups = _slots(self)
         _state.inner = True
