@@ -102,8 +102,9 @@ class ComputeModel:
         output hints (hints are not part of the table key, but TF32 changes an fp32 product's peak and the outputs
         a memory-bound op's bytes: nll_loss's reduction, a value-dependent output's size)."""
         tf32 = bool(call.extra.get("tf32", self.tf32))
-        outs = call.extra.get("out_shapes"), call.extra.get("out_dtypes")
-        key = (*call.key(), tf32, json.dumps(outs, separators=(",", ":")))
+        shapes, dtypes = call.extra.get("out_shapes"), call.extra.get("out_dtypes")
+        outs = tuple(map(tuple, shapes)) if shapes else None, tuple(dtypes) if dtypes else None
+        key = (*call.key(), tf32, outs)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
