@@ -150,3 +150,52 @@ def test_under_the_calibrated_model_a_one_op_kernel_costs_the_eager_op() -> None
         eager = model.cost(aten.add.Tensor, (a, a), {}, a)
         assert fusion.memory_ns(model, 3 * 2 * n) + model.launch_ns == eager.ns
         assert fusion.memory_ns(model, 3 * 2 * n) > 3 * 2 * n / get_gpu(gpu).mem_bw * 1e9
+
+
+def _chain(t: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.layer_norm(torch.nn.functional.gelu(t * 2 + 1), (C,))
+
+
+def _session_running_a_region() -> tuple[Any, int]:
+    """A rank session in this process (roofline H100, no network) that ran the script's no-grad chain once as a
+    compiled region (`fusion.region`, what torch.compile's result is wrapped in); a weak reference to it and the
+    chain's simulated ns. Nothing of the session is returned strongly."""
+    import weakref
+
+    from phantora.runtime import session as session_mod
+    from phantora.runtime.compute import Roofline
+    from phantora.runtime.dispatch import ChargeMode
+    from phantora.runtime.nonet import NoNetworkClient
+    from phantora.runtime.session import RankSession
+    from phantora.runtime.simcuda.tensor import SimCudaTensor
+
+    s = RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), trace_level="none")
+    mode = ChargeMode(s)
+    x = SimCudaTensor(torch.randn(N, C), 0)
+    session_mod.install(s)
+    try:
+        with torch.no_grad(), mode:
+            start = s.clock.compute_ns
+            out = fusion.region(_chain)(x)
+            del out  # the region's output: alive at its end, so written
+            ns = s.clock.compute_ns - start
+        assert fusion.mode_of(s).kernels == 1
+    finally:
+        session_mod.install(None)
+    return weakref.ref(s), ns
+
+
+def test_a_dropped_session_and_its_fusion_layer_are_collected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fusion layer is kept per session, weakly: once the program drops a session, gc collects it and its layer
+    (before, a module dict held every session's layer, and the layer its session). The chain's fused time is the
+    closed form of the launched run's (x read once, the result written once, one launch), in each session."""
+    import gc
+
+    monkeypatch.setattr(device, "_installed", True)  # what simcuda.install sets in a rank (no device guard here)
+    refs = []
+    for _ in range(2):
+        ref, ns = _session_running_a_region()
+        assert ns == kernel(2 * X)
+        refs.append(ref)
+    gc.collect()
+    assert [r() for r in refs] == [None, None]

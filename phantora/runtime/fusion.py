@@ -294,7 +294,7 @@ class Fusion:
     higher-order operators (FlexAttention) would need a rule for it; they keep going to ChargeMode's."""
 
     def __init__(self, session: Any) -> None:
-        self.session = session
+        self._session = weakref.ref(session)  # weakly: `_modes` holds this layer as long as the session lives
         self.thread = _get_ident()
         self.depth = 0  # compiled calls running (nested ones count)
         self.in_backward = False
@@ -316,6 +316,11 @@ class Fusion:
         self.mix_order = torch_release.modelled() >= MIX_ORDER_REDUCTION
         self.kernels = 0  # fused kernels charged
         self.fused_ops = 0  # ops in them
+
+    @property
+    def session(self) -> Any:
+        """The rank session this layer serves (held weakly: `_modes` keeps the layer only while the session lives)."""
+        return self._session()
 
     # ----- entering and leaving ----------------------------------------------------------------------
     def enter_region(self) -> None:
@@ -387,6 +392,7 @@ class Fusion:
             s.__dict__.pop("charge", None)
         else:
             s.charge = self._saved_charge
+            self._saved_charge = None  # (a bound method of the session: not kept past the hook)
 
     def _pop(self) -> None:
         if not self.pushed:
@@ -403,7 +409,8 @@ class Fusion:
     def _real_charge(self, name: str, cost: OpCost) -> None:
         charge = self._saved_charge
         if charge is None:
-            type(self.session).charge(self.session, name, cost)
+            s = self._session()
+            type(s).charge(s, name, cost)
         else:
             charge(name, cost)
 
@@ -690,14 +697,16 @@ def memory_ns(model: Any, nbytes: int) -> int:
 _MEMORY_NS: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()
 
 
-_modes: dict[int, Fusion] = {}  # id(session) -> its fusion layer
+# session -> its fusion layer. Keyed by the session itself, weakly, and the layer refers to it weakly: a session the
+# program (or a test) drops is collected with its layer, open groups and region ranges.
+_modes: weakref.WeakKeyDictionary[Any, Fusion] = weakref.WeakKeyDictionary()
 
 
 def mode_of(session: Any) -> Fusion:
     """The fusion layer of a rank session (made on first use)."""
-    m = _modes.get(id(session))
-    if m is None or m.session is not session:
-        m = _modes[id(session)] = Fusion(session)
+    m = _modes.get(session)
+    if m is None:
+        m = _modes[session] = Fusion(session)
     return m
 
 
@@ -745,8 +754,8 @@ def _backward_entry(orig: Any) -> Any:
     @functools.wraps(orig)
     def run_backward(*args: Any, **kwargs: Any) -> Any:
         s = _session()
-        m = _modes.get(id(s)) if s is not None else None
-        if m is None or m.session is not s or not m.starts or m.in_backward or _get_ident() != m.thread:
+        m = _modes.get(s) if s is not None else None
+        if m is None or not m.starts or m.in_backward or _get_ident() != m.thread:
             return orig(*args, **kwargs)
         m.begin_backward()
         try:
