@@ -34,6 +34,7 @@ from phantora.netsim.engine_spec import EngineSpec
 from phantora.report import nccl_tests as nt
 from phantora.report import nccl_tests_flags as nf
 from phantora.report import nccl_tests_json as nj
+from phantora.report import nccl_tests_split as ns
 from phantora.report.nccl_tests_iters import iter_stats
 from phantora.report.nccl_tests_memory import memory_line, user_allocated
 from phantora.run_gpu import apply_gpu
@@ -125,7 +126,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "-G", "--cudagraph", type=int, default=0, help="graph launches: the calls replay with no host launch between"
     )
-    g.add_argument("-a", "--average", type=int, default=1, help="accepted, no effect: every rank's time is the same")
+    g.add_argument(
+        "-a",
+        "--average",
+        type=int,
+        default=1,
+        help="how the processes' times combine: 0 process 0's, 1 mean, 2 min, 3 max (they differ only between "
+        "NCCL_TESTS_SPLIT's communicators)",
+    )
     nf.add_arguments(g)
     add_out_options(p, "the table (nccl-tests.txt), results.json, config.json, flows.csv and links.csv", short=False)
     p.set_defaults(func=_with_run_dir(run))
@@ -226,7 +234,11 @@ def run(args: argparse.Namespace) -> int:
     sizes = nt.size_steps(minbytes, maxbytes, args.stepfactor, stepbytes)
     types = nt.datatypes(args.datatype, nt.compute_capability(topo))
     nt.check_fp8(spec, types, nt.compute_capability(topo))
-    blocks = nt.runs(spec, types, nt.redops(args.op), args.root, len(ranks))
+    split = _split(args, ranks, flags)
+    comm = split.groups[0] if split is not None else ranks  # process 0's communicator: the one it prints
+    blocks = nt.runs(spec, types, nt.redops(args.op), args.root, len(comm))
+    if split is not None and spec.rooted and args.root >= min(len(g) for g in split.groups):
+        raise InputError(f"root {args.root} is not a rank of every communicator of {ns.SPLIT}(_MASK)", field="-r")
     engine = engine_spec(args)
     config = engine.packet_used
     if config is not None:
@@ -251,23 +263,39 @@ def run(args: argparse.Namespace) -> int:
                       step=step, warmup=args.warmup_iters, iters=args.iters, topo=topo, ranks=ranks,
                       network=args.network, cc=cc, check=args.check, agg=args.agg_iters, graph=args.cudagraph,
                       blocking=flags.blocking, unalign=flags.unalign, per_iter_skip=per_iter_skip,
-                      parallel_init=flags.parallel_init, notes=_notes(flags)))  # fmt: skip
+                      parallel_init=flags.parallel_init, notes=_notes(flags) + ns.notes(split),
+                      colors=split.colors if split is not None else None))  # fmt: skip
     emit(*reduced, *nt.table_header(flags.report_cputime, flags.report_timestamps, flags.per_iter_timing))
     traffic = nt.Traffic() if args.out is not None else None  # flows.csv and links.csv: kept only for --out
-    bench = nt.Bench(spec, topo, ranks, types[0], iters=args.iters, warmup=0, gpus_per_thread=args.ngpus,
-                     agg=args.agg_iters, blocking=flags.blocking > 0, graph=args.cudagraph > 0,
-                     opts=opts, traffic=traffic)  # fmt: skip
+    benches = [
+        nt.Bench(
+            spec,
+            topo,
+            group,
+            types[0],
+            iters=args.iters,
+            warmup=0,
+            gpus_per_thread=args.ngpus,
+            agg=args.agg_iters,
+            blocking=flags.blocking > 0,
+            graph=args.cudagraph > 0,
+            opts=opts,
+            traffic=traffic,
+        )  # fmt: skip
+        for group in (split.groups if split is not None else (ranks,))
+    ]
     network_files: list[Path] = []
     results: list[tuple[nt.Run, nt.SizeResult]] = []
     records: list[dict[str, Any]] = []  # -J's results
     sim = make_engine(engine, topo, spawner=spawn_workers)
     try:
         for block in blocks:  # nccl-tests' TimeTest: warm every size up, then measure them (-N times)
-            bench.datatype, bench.root, bench.op = block.datatype, max(block.root, 0), block.op
-            nt.warm_up(bench, sim, nt.warmup_sizes(minbytes, maxbytes), args.warmup_iters)
+            for bench in benches:
+                bench.datatype, bench.root, bench.op = block.datatype, max(block.root, 0), block.op
+            ns.warm_up(benches, sim, nt.warmup_sizes(minbytes, maxbytes), args.warmup_iters)
             for _cycle in range(args.run_cycles):
                 for size in sizes:
-                    res = nt.bench_size(bench, sim, size)
+                    res = ns.bench(benches, sim, size, split.procs if split is not None else (1,), args.average)
                     results.append((block, res))
                     note = nt.fallback_note(res.choice)
                     if note is not None and note not in lines:  # NCCL logs it once, as its search runs
@@ -288,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
         sim.close()
     memory = None
     if flags.memory_report:
-        memory = memory_line(user_allocated(spec.layout, spec.kind, maxbytes, len(ranks), flags.unalign, args.check))
+        memory = memory_line(user_allocated(spec.layout, spec.kind, maxbytes, len(comm), flags.unalign, args.check))
     emit(*nt.footer([r for _, r in results], spec, memory, min_bw))
     avg = nt.avg_busbw([r for _, r in results])
     if json_path is not None:
@@ -297,13 +325,25 @@ def run(args: argparse.Namespace) -> int:
                              started + simulated_s, avg, okay)  # fmt: skip
         json_path.write_text(nj.encode(doc), encoding="ascii")
     if args.out is not None:
-        data = _results(args, spec, topo, ranks, cc, stepbytes, results, stats)
+        data = _results(args, spec, topo, ranks, cc, stepbytes, results, stats, split)
         paths = _write(args.out, lines, data) + network_files
         print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     if not nt.bw_passes(avg, min_bw):  # nccl-tests' main: TESTCHECK(result) prints, then returns testNumResults
         print(nt.check_failure_line(os.getpid()), flush=True)
         return nt.CHECK_FAILED_RC
     return 0
+
+
+def _split(args: argparse.Namespace, ranks: tuple[int, ...], flags: nf.HarnessFlags) -> ns.Split | None:
+    """NCCL_TESTS_SPLIT_MASK / NCCL_TESTS_SPLIT's communicators (None: one, the world). -I's per-process rows
+    are refused with more than one: its report of a split run is not modelled."""
+    colors = ns.split_colors(os.environ, args.np)
+    if colors is None:
+        return None
+    split = ns.split_run(colors, ranks, args.nthreads * args.ngpus)
+    if len(split.groups) > 1 and flags.per_iter_timing:
+        raise InputError(f"-I with {ns.MASK} / {ns.SPLIT}'s communicators is not modelled", field="-I")
+    return split
 
 
 def _network_files(out: Path, topo: Any, sim: Any, traffic: nt.Traffic, engine: EngineSpec) -> list[Path]:
@@ -408,6 +448,7 @@ def _results(
     stepbytes: int,
     results: list[tuple[nt.Run, nt.SizeResult]],
     stats: dict[str, Any],
+    split: ns.Split | None = None,
 ) -> dict[str, Any]:
     """results.json: the run's parameters and one record per table line (times in us and ns, bandwidths in GB/s,
     the line's datatype, op and root, the NCCL model's choice)."""
@@ -453,10 +494,12 @@ def _results(
                 "busbw_factor": r.factor,
                 "choice": r.choice,
                 **({"inplace_time_us": r.in_place().time_us} if r.inplace_ns is not None else {}),
+                **({"communicator_time_us": [t / 1e3 for t in r.comm_ns]} if r.comm_ns is not None else {}),
             }
             for b, r in results
         ],
         "avg_busbw": nt.avg_busbw([r for _, r in results]),
+        **({"split": ns.describe(split, args.average)} if split is not None else {}),
         "engine": stats,
     }
 

@@ -259,6 +259,7 @@ class SizeResult:
     inplace_gpu_ns: list[int] | None = None  # the same of the in-place group where it differs
     launch_ns: int = 0  # the host's launch time of one iteration (its -m calls; all of them under -z)
     blocking: bool = False  # -z: the host waited for each call inside the timed loop
+    comm_ns: list[float] | None = None  # NCCL_TESTS_SPLIT: each communicator's mean call time (process 0's first)
 
     def in_place(self) -> SizeResult:
         """The in-place column group's figures: this result, or its in-place times where they differ."""
@@ -495,20 +496,25 @@ def warm_up(bench: Bench, sim: NetworkSimulator, sizes: Sequence[int], calls: in
             _call(bench, sim, nbytes, f"nccl/{size}/w{i}")
 
 
-def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
-    """Warm-up (bench.warmup calls of this size; the command warms every size up front instead, see warm_up) then
-    measured iterations of one size, back to back on `sim` (each call starts when the previous one has finished on
-    every rank; the engine's state, e.g. congestion control, carries over)."""
+@dataclass(frozen=True)
+class SizePlan:
+    """One size's calls: the printed size and count, the collective's nbytes, and the calls of each iteration
+    (`calls` of `group` each: -m's calls as one launch where NCCL runs them as one, else one at a time)."""
+
+    size: int
+    printed: int
+    count: int
+    nbytes: int
+    calls: int
+    group: int
+
+
+def plan_size(bench: Bench, size: int) -> SizePlan:
+    """How nccl-tests' -n iterations of `size` run: -m's group of calls in one launch where NCCL runs it as one
+    (runs_as_one: one symmetric kernel on their total (symmetric_sched.cc), one legacy aggregate (coll_group.py),
+    or each peer's p2p operations in turn (p2p_calls.py)), else its calls one after another."""
     elt = DATATYPES[bench.datatype][1]
-    n = len(bench.ranks)
-    printed, count, nbytes = counts(bench.spec, size, elt, n)
-    choice = None
-    for i in range(bench.warmup):
-        got = _call(bench, sim, nbytes, f"nccl/{size}/w{i}")[1]
-        choice = choice or got
-    times: list[int] = []
-    # -m: the group's calls in one launch (runs_as_one): one symmetric kernel on their total (symmetric_sched.cc),
-    # one legacy aggregate (coll_group.py), or each peer's p2p operations in turn (p2p_calls.py)
+    printed, count, nbytes = counts(bench.spec, size, elt, len(bench.ranks))
     one = bench.agg > 1 and nbytes > 0 and len(bench.ranks) > 1
     if one:
         dtype = DATATYPES[bench.datatype][0]
@@ -518,16 +524,39 @@ def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
         if spec.kind != "send_recv":
             coll = _collective(spec, bench.ranks, nbytes, dtype, bench.root, bench.op, bench.agg)
         one = runs_as_one(coll, bench.topo, bench.opts)
+    return SizePlan(size, printed, count, nbytes, 1 if one else bench.agg, bench.agg if one else 1)
+
+
+def call_tag(bench: Bench, plan: SizePlan, i: int, a: int) -> str:
+    """The flows' tag of measured iteration i's call a."""
+    return f"nccl/{plan.size}/i{i}" + (f".{a}" if bench.agg > 1 and plan.calls > 1 else "")
+
+
+def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
+    """Warm-up (bench.warmup calls of this size; the command warms every size up front instead, see warm_up) then
+    measured iterations of one size, back to back on `sim` (each call starts when the previous one has finished on
+    every rank; the engine's state, e.g. congestion control, carries over)."""
+    plan = plan_size(bench, size)
+    choice = None
+    for i in range(bench.warmup):
+        got = _call(bench, sim, plan.nbytes, f"nccl/{size}/w{i}")[1]
+        choice = choice or got
+    times: list[int] = []
     measured = None  # the measured calls' choice: in a group of -m calls NCCL may choose otherwise than for one
     for i in range(bench.iters):
         total = 0
-        for a in range(1 if one else bench.agg):
-            tag = f"nccl/{size}/i{i}" + (f".{a}" if bench.agg > 1 and not one else "")
-            elapsed, got = _call(bench, sim, nbytes, tag, bench.agg if one else 1)
+        for a in range(plan.calls):
+            elapsed, got = _call(bench, sim, plan.nbytes, call_tag(bench, plan, i, a), plan.group)
             total += elapsed
             measured = measured or got
         times.append(total)
-    choice = measured or choice
+    return finish_size(bench, plan, times, measured or choice)
+
+
+def finish_size(bench: Bench, plan: SizePlan, times: list[int], choice: dict[str, Any] | None) -> SizeResult:
+    """The table line of one size from its iterations' GPU times: one rank's copy, the host's launches."""
+    n = len(bench.ranks)
+    nbytes = plan.nbytes
     # NCCL discards an empty collective before it launches anything (enqueue.cc, taskAppend): no host launch
     host_ns = 0 if bench.graph or nbytes == 0 else host_ns_per_call(bench.spec.kind, choice, n, bench.gpus_per_thread)
     inplace = gpu_inplace = None
@@ -542,7 +571,7 @@ def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
         inplace = launch_bound(inplace, host_ns * (bench.agg if bench.blocking else 1), bench.blocking)
     launch = host_ns * (bench.agg if bench.blocking else 1)
     times = launch_bound(times, launch, bench.blocking)
-    return SizeResult(printed, count, nbytes, times, bench.spec.factor(n), choice, bench.agg, inplace,
+    return SizeResult(plan.printed, plan.count, nbytes, times, bench.spec.factor(n), choice, bench.agg, inplace,
                       gpu_ns=gpu, inplace_gpu_ns=gpu_inplace, launch_ns=launch, blocking=bench.blocking)  # fmt: skip
 
 
@@ -587,11 +616,13 @@ def preamble(
     per_iter_skip: int | None = None,
     parallel_init: bool = False,
     notes: Sequence[str] = (),
+    colors: Sequence[int] | None = None,
 ) -> list[str]:
     """The lines before the table, as nccl-tests prints them (its version line, the test, the run's parameters,
     the devices: simulated GPUs of the topology), with two phantora comment lines after the version line and
     `notes` (more "# phantora: ..." lines) after them. `per_iter_skip`: -I's line, with -K's skip (None: no -I);
-    `parallel_init`: -p's line."""
+    `parallel_init`: -p's line; `colors`: each process's communicator colour (NCCL_TESTS_SPLIT), printed as its
+    devices' Group (None: 0)."""
     where = f"topology {topo.name} ({topo.num_ranks} GPUs), network {network}" + (f", cc {cc}" if cc else "")
     wrong = "0 (NCCL taken as correct; -c 0: N/A)" if check else "N/A (-c 0)"
     lines = [
@@ -610,8 +641,9 @@ def preamble(
     lines += ["# Parallel Init Enabled: threads call into NcclInitRank concurrently "] if parallel_init else []
     lines += ["#", "# Using devices"]
     for d in devices(topo, ranks, nthreads, ngpus):
-        lines.append(f"#  Rank {d.rank:2d} Group  0 Pid {d.pid:6d} on {d.host:>10s} device {d.device:2d} [{d.node}] "
-                     f"{d.name}")  # fmt: skip
+        color = colors[d.rank // (nthreads * ngpus)] if colors is not None else 0
+        lines.append(f"#  Rank {d.rank:2d} Group {color:2d} Pid {d.pid:6d} on {d.host:>10s} device {d.device:2d} "
+                     f"[{d.node}] {d.name}")  # fmt: skip
     return lines
 
 

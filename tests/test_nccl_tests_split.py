@@ -1,0 +1,130 @@
+"""NCCL_TESTS_SPLIT_MASK / NCCL_TESTS_SPLIT: nccl-tests' processes split into communicators that run at once.
+
+The colours are nccl-tests' own (src/common.cu `run`: strtoul base 16 for the mask; AND/&, OR/|, MOD/%, DIV// with
+parseInt for the split); the times are checked against the links' closed-form bound and against the -a rule of
+nccl-tests' Allreduce (mean, min, max over the processes; process 0's with -a 0)."""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.cli import main
+from phantora.errors import InputError
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.report import nccl_tests as nt
+from phantora.report import nccl_tests_split as ns
+from phantora.topology import load_topology
+
+
+@pytest.mark.parametrize(
+    ("env", "colors"),
+    [({"NCCL_TESTS_SPLIT_MASK": "0x7"}, [p & 7 for p in range(16)]),
+     ({"NCCL_TESTS_SPLIT_MASK": "7"}, [p & 7 for p in range(16)]),  # base 16 without 0x
+     ({"NCCL_TESTS_SPLIT_MASK": "10"}, [p & 16 for p in range(16)]),  # "10" is 16 in base 16
+     ({"NCCL_TESTS_SPLIT_MASK": "zz"}, [0] * 16),  # strtoul reads nothing: mask 0
+     ({"NCCL_TESTS_SPLIT": "AND 0x3"}, [p & 3 for p in range(16)]),
+     ({"NCCL_TESTS_SPLIT": "&3"}, [p & 3 for p in range(16)]),
+     ({"NCCL_TESTS_SPLIT": "and0b11"}, [p & 3 for p in range(16)]),  # case-insensitive, 0b binary
+     ({"NCCL_TESTS_SPLIT": "OR 1"}, [p | 1 for p in range(16)]),
+     ({"NCCL_TESTS_SPLIT": "%4"}, [p % 4 for p in range(16)]),
+     ({"NCCL_TESTS_SPLIT": "MOD 010"}, [p % 8 for p in range(16)]),  # base 0: a leading 0 is octal
+     ({"NCCL_TESTS_SPLIT": "DIV 8"}, [p // 8 for p in range(16)]),
+     ({"NCCL_TESTS_SPLIT": "/6"}, [p // 6 for p in range(16)]),
+     ({"NCCL_TESTS_SPLIT": "bogus"}, [0] * 16),  # no test matches: colour 0
+     ({"NCCL_TESTS_SPLIT_MASK": "0x1", "NCCL_TESTS_SPLIT": "DIV 8"}, [p & 1 for p in range(16)]),  # the mask wins
+     ({}, None)],
+)  # fmt: skip
+def test_colours_are_nccl_tests_own(env: dict[str, str], colors: list[int] | None) -> None:
+    assert ns.split_colors(env, 16) == colors
+
+
+def test_a_split_by_zero_is_an_error_naming_the_variable() -> None:
+    with pytest.raises(InputError) as err:
+        ns.split_colors({"NCCL_TESTS_SPLIT": "MOD 0"}, 8)
+    assert err.value.field == "NCCL_TESTS_SPLIT"
+
+
+def test_communicators_hold_their_processes_gpus_process_0s_first() -> None:
+    split = ns.split_run([1, 0, 1, 0], tuple(range(8)), 2)  # 4 processes of 2 GPUs (-g 2)
+    assert split.groups == ((0, 1, 4, 5), (2, 3, 6, 7)) and split.procs == (2, 2)
+
+
+def _rows(out: str) -> list[list[str]]:
+    return [ln.split() for ln in out.splitlines() if ln and not ln.startswith("#")]
+
+
+def test_rail_pairs_that_share_no_link_each_take_a_lone_pairs_time() -> None:
+    """rail128's first two hosts, NCCL_TESTS_SPLIT_MASK=0x7: 8 pairs (GPU i of each host), each on its own two
+    400G NICs and rail leaf i. Run at once, every pair's time equals that pair's alone: they share no link."""
+    topo = load_topology("rail128")
+    benches = [nt.Bench(nt.find_test("all_reduce"), topo, (i, i + 8), "float", iters=2, warmup=0) for i in range(8)]
+    sim = make_engine(EngineSpec(), topo)
+    together = ns.bench_split(benches, sim, 16 << 20)
+    sim.close()
+    alone_bench = nt.Bench(nt.find_test("all_reduce"), topo, (3, 11), "float", iters=2, warmup=0)
+    sim = make_engine(EngineSpec(), topo)
+    alone = nt.bench_size(alone_bench, sim, 16 << 20)
+    sim.close()
+    for r in together:
+        assert r.time_ns == pytest.approx(alone.time_ns, rel=1e-3)
+
+
+def test_pairs_across_an_oversubscribed_uplink_share_it(capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    """twoleaf8 (hosts 0-3 and 4-7 on two leaves, one 100G uplink each): NCCL_TESTS_SPLIT="MOD 4" makes 4 pairs
+    (p, p + 4) that all cross the uplink at once. A 2-rank all-reduce sends S each way, so 4 of them need 4 S over
+    12.5 GB/s: busbw (= algbw for 2 ranks) at most 12.5 / 4 GB/s, and close to it at 64 MiB."""
+    monkeypatch.setenv("NCCL_TESTS_SPLIT", "MOD 4")
+    argv = ["nccl-tests", "all_reduce_perf", "--topology", "twoleaf8", "-b", "64M", "-e", "64M", "-n", "2", "-w", "0"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    (row,) = _rows(out)
+    busbw = float(row[7])
+    assert 0.9 * 12.5 / 4 <= busbw <= 12.5 / 4
+    assert "#  Rank  5 Group  1 " in out  # process 5's colour, 5 % 4
+    monkeypatch.delenv("NCCL_TESTS_SPLIT")
+    assert main(argv[:2] + ["--np", "2", *argv[2:]]) == 0  # one pair alone on a leaf: no uplink, far faster
+    (lone,) = _rows(capsys.readouterr().out)
+    assert float(lone[7]) > 2 * busbw
+
+
+def test_a_combines_unequal_communicators_as_nccl_tests_allreduce(
+    capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """NCCL_TESTS_SPLIT="DIV 6" on 8 GPUs: a 6-rank and a 2-rank communicator. -a 0 prints process 0's time (the
+    6-rank one's), -a 2 the minimum, -a 3 the maximum, -a 1 the mean over the 8 processes: (6 t6 + 2 t2) / 8;
+    the size, count and busbw factor stay process 0's communicator's (6 ranks)."""
+    monkeypatch.setenv("NCCL_TESTS_SPLIT", "DIV 6")
+    base = ["nccl-tests", "all_gather_perf", "-b", "96M", "-e", "96M", "-n", "2", "-w", "0"]
+    times = {}
+    for a in (0, 1, 2, 3):
+        assert main([*base, "-a", str(a)]) == 0
+        (row,) = _rows(capsys.readouterr().out)
+        times[a] = float(row[5])
+        size, count = int(row[0]), int(row[1])
+        assert count == (96 << 20) // 4 // 6 // 4 * 4 and size == count * 4 * 6  # 16-byte multiples of 6 ranks
+        assert float(row[7]) == pytest.approx(size / 1e3 / times[a] * 5 / 6, abs=0.02)
+    t6 = times[0]
+    t2 = times[3] if times[2] == t6 else times[2]
+    assert t6 != t2 and times[2] == min(t6, t2) and times[3] == max(t6, t2)
+    assert times[1] == pytest.approx((6 * t6 + 2 * t2) / 8, abs=0.02)
+
+
+def test_one_colour_runs_the_world_and_prints_it(capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    """NCCL_TESTS_SPLIT="OR 3" on 4 processes: every colour 3, one communicator: the table of no split, with
+    Group 3 on every device line."""
+    argv = ["nccl-tests", "all_reduce_perf", "--np", "4", "-b", "1M", "-e", "1M", "-n", "2", "-w", "0"]
+    assert main(argv) == 0
+    plain = capsys.readouterr().out
+    monkeypatch.setenv("NCCL_TESTS_SPLIT", "OR 3")
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert _rows(out)[0][:13] == _rows(plain)[0][:13]
+    assert out.count(" Group  3 ") == 4
+
+
+def test_per_iteration_reports_of_a_split_are_refused(capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    monkeypatch.setenv("NCCL_TESTS_SPLIT_MASK", "1")
+    assert main(["nccl-tests", "all_reduce_perf", "--np", "4", "-b", "1M", "-e", "1M", "-I", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "-I" in err[0] and "NCCL_TESTS_SPLIT" in err[0]
