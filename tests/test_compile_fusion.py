@@ -118,6 +118,11 @@ def test_inductor_extern_kernels_are_not_fused() -> None:
         assert fusion.kind(op) == fusion._FUSE
     for op in (aten.view.default, aten.t.default, aten.detach.default):
         assert fusion.kind(op) == fusion._VIEW
+    # the compute model's reductions and fills are Inductor's generated kernels, but for its fallbacks
+    for op in (aten.sum.dim_IntList, aten.var_mean.correction, aten.amax.default, aten.zeros_like.default):
+        assert fusion.kind(op) == fusion._FUSE
+    for op in (aten._masked_softmax.default, aten._masked_softmax_backward.default):
+        assert fusion.kind(op) == fusion._EXTERN
 
 
 def test_the_switch_keeps_op_by_op_timing(monkeypatch: pytest.MonkeyPatch) -> None:

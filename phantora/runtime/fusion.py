@@ -53,6 +53,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
+from phantora.perfmodel.ops import FILL_OPS, REDUCTION_OPS
 from phantora.runtime.compute import _GATHER, OpCost, _op_info, tensors_in
 from phantora.runtime.simcuda import torch_release
 from phantora.runtime.simcuda.tensor import SimCudaTensor, cuda_index, direct, is_cuda_device
@@ -65,63 +66,26 @@ TIER = "fused"
 # opened 2025-10-13, after 2.9's branch cut): before it a norm backward's dx and dw reductions are two kernels.
 MIX_ORDER_REDUCTION = (2, 10)
 
-# Reductions and other ops Inductor lowers to generated (fusible) kernels that torch does not tag pointwise.
-FUSED = frozenset(
+# Reductions Inductor runs as their eager kernels: no lowering or decomposition in torch/_inductor (a fallback).
+INDUCTOR_FALLBACKS = frozenset({"_masked_softmax", "_masked_softmax_backward"})
+# Ops Inductor lowers to generated (fusible) kernels that torch does not tag pointwise: the compute model's reductions
+# and fills (perfmodel/ops.py, less the fallbacks) and these.
+_LOWERED = frozenset(
     {
-        "sum",
-        "mean",
-        "amax",
-        "amin",
-        "max",
-        "min",
-        "argmax",
-        "argmin",
-        "prod",
-        "var",
-        "var_mean",
-        "std",
-        "std_mean",
-        "norm",
-        "linalg_vector_norm",
-        "logsumexp",
-        "any",
-        "all",
-        "cumsum",
-        "_softmax",
-        "_log_softmax",
-        "_softmax_backward_data",
-        "_log_softmax_backward_data",
-        "native_layer_norm",
-        "native_layer_norm_backward",
+        "logsumexp",  # (a reduction the compute model times as elementwise)
         "native_group_norm",
         "native_group_norm_backward",
         "native_batch_norm",
         "native_batch_norm_backward",
         "_native_batch_norm_legit",
         "_native_batch_norm_legit_no_training",
-        "_fused_rms_norm",
-        "_fused_rms_norm_backward",
-        "nll_loss_forward",
-        "nll_loss_backward",
-        "nll_loss2d_forward",
-        "nll_loss2d_backward",
         "native_dropout",
         "native_dropout_backward",
         "_to_copy",
         "copy_",
         "clone",
         "contiguous",
-        "fill_",
-        "zero_",
-        "zeros",
-        "ones",
-        "full",
-        "zeros_like",
-        "ones_like",
-        "full_like",
-        "new_zeros",
         "new_ones",
-        "new_full",
         "scalar_tensor",
         "tril",
         "triu",
@@ -138,6 +102,8 @@ FUSED = frozenset(
         "arange",
     }
 )
+FUSED = (REDUCTION_OPS - INDUCTOR_FALLBACKS) | FILL_OPS | _LOWERED
+
 # Ops that launch no kernel but carry their input's identity (a saved tensor's `.data` is a detach).
 _ALIASES = frozenset({"detach", "alias", "lift_fresh", "_unsafe_view", "_reshape_alias"})
 _NO_KERNEL = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "set_", "resize_"})
