@@ -13,6 +13,7 @@ import pytest
 
 from phantora.cli import build_parser, main
 from phantora.report import nccl_tests as nt
+from phantora.report import nccl_tests_flags as nf
 from phantora.report import nccl_tests_json as nj
 from phantora.report.host_launch import host_launch_us
 from phantora.report.nccl_tests_iters import cpu_time_ns, event_intervals, iter_stats, percentile_index
@@ -287,3 +288,23 @@ def test_json_text_is_the_writers() -> None:
     assert nj.encode({"a/b": [1, nj.Double(0.5), None, True, "x\ty"]}) == '{"a\\/b":[1,0.500000,null,"true","x\\ty"]}'
     assert nj.encode(float("nan")) == '"nan"'
     assert nj.is_json_name("a.JSON") and not nj.is_json_name("a.json/b") and not nj.is_json_name("x.")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("8", 8), ("010", 8), ("0x10", 16), ("0X1f", 31), ("0", 0), ("-1", -1), ("+3", 3), (" 7 ", 7)],
+)
+def test_integer_flags_read_as_strtol_base_0(text: str, value: int) -> None:
+    """nccl-tests reads every integer flag with strtol(optarg, NULL, 0): hex, and octal after a leading 0."""
+    assert nf.c_int(text) == value
+
+
+@pytest.mark.parametrize("text", ["3x", "abc", "", "1.5", "08"])
+def test_an_integer_flag_strtol_would_read_in_part_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        nf.c_int(text)
+
+
+def test_an_octal_warm_up_count_is_nccl_tests_own(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["nccl-tests", "all_reduce_perf", "--np", "2", "-b", "8", "-e", "8", "-n", "0x3", "-w", "010"]) == 0
+    assert "warmup iters: 8 iters: 3 " in capsys.readouterr().out

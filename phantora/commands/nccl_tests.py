@@ -89,11 +89,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="processes, as `mpirun -np` launches them: ranks = --np x -t x -g (default: one per GPU with -g 1, "
         "or 1 when -g is given)",
     )
-    g.add_argument("-t", "--nthreads", type=int, default=1, help="threads per process (default 1)")
+    g.add_argument("-t", "--nthreads", type=nf.c_int, default=1, help="threads per process (default 1)")
     g.add_argument(
         "-g",
         "--ngpus",
-        type=int,
+        type=nf.c_int,
         default=None,
         help="GPUs per thread; one thread launches its GPUs' calls one after another (default 1 under --np, else "
         "every GPU of the topology)",
@@ -101,10 +101,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("-b", "--minbytes", default="32M", help="smallest size, e.g. 8, 64K, 1M (default 32M)")
     g.add_argument("-e", "--maxbytes", default="32M", help="largest size, e.g. 8G (default 32M)")
     g.add_argument("-i", "--stepbytes", default=None, help="size increment (default 1M; not with -f)")
-    g.add_argument("-f", "--stepfactor", type=int, default=None, help="size multiplication factor (not with -i)")
-    g.add_argument("-n", "--iters", type=int, default=20, help="measured iterations per size (default 20)")
+    g.add_argument("-f", "--stepfactor", type=nf.c_int, default=None, help="size multiplication factor (not with -i)")
+    g.add_argument("-n", "--iters", type=nf.c_int, default=20, help="measured iterations per size (default 20)")
     g.add_argument(
-        "-w", "--warmup_iters", type=int, default=1, help="warm-up iterations per size, not measured (default 1)"
+        "-w", "--warmup_iters", type=nf.c_int, default=1, help="warm-up iterations per size, not measured (default 1)"
     )
     g.add_argument(
         "-d", "--datatype", default="float", help=f"datatype: {', '.join(nt.DATATYPES)}, or all (default float)"
@@ -113,23 +113,33 @@ def register(sub: argparse._SubParsersAction) -> None:
         "-o", "--op", default="sum", help=f"reduction op, printed only: {', '.join(nt.REDOPS)}, or all (default sum)"
     )
     g.add_argument(
-        "-r", "--root", type=int, default=0, help="root rank of broadcast and reduce; -1: every rank (default 0)"
-    )
-    g.add_argument("-m", "--agg_iters", type=int, default=1, help="calls per iteration, in one NCCL group (default 1)")
-    g.add_argument("-N", "--run_cycles", type=int, default=1, help="print the measured sizes this many times")
-    g.add_argument(
-        "-c", "--check", type=int, default=1, help="#wrong is 0 (-c 1 or more: NCCL taken as correct) or N/A (-c 0)"
+        "-r", "--root", type=nf.c_int, default=0, help="root rank of broadcast and reduce; -1: every rank (default 0)"
     )
     g.add_argument(
-        "-z", "--blocking", type=int, default=0, help="1, 2, 3: the host waits for each call before the next"
+        "-m", "--agg_iters", type=nf.c_int, default=1, help="calls per iteration, in one NCCL group (default 1)"
+    )
+    g.add_argument("-N", "--run_cycles", type=nf.c_int, default=1, help="print the measured sizes this many times")
+    g.add_argument(
+        "-c",
+        "--check",
+        type=nf.c_int,
+        default=1,
+        help="#wrong is 0 (-c 1 or more: NCCL taken as correct) or N/A (-c 0)",
     )
     g.add_argument(
-        "-G", "--cudagraph", type=int, default=0, help="graph launches: the calls replay with no host launch between"
+        "-z", "--blocking", type=nf.c_int, default=0, help="1, 2, 3: the host waits for each call before the next"
+    )
+    g.add_argument(
+        "-G",
+        "--cudagraph",
+        type=nf.c_int,
+        default=0,
+        help="graph launches: the calls replay with no host launch between",
     )
     g.add_argument(
         "-a",
         "--average",
-        type=int,
+        type=nf.c_int,
         default=1,
         help="how the processes' times combine: 0 process 0's, 1 mean, 2 min, 3 max (they differ only between "
         "NCCL_TESTS_SPLIT's communicators)",

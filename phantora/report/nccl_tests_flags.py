@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,6 +24,25 @@ CTA_POLICY_MAX = 0 | 1 | 2  # NCCL's ctaPolicyIsValid: any OR of the policies (i
 CTA_POLICY_ZERO = 2  # 2.28.x: a config's CTAPolicy above NCCL_CTA_POLICY_ZERO is invalid
 CTA_POLICY_OR_FROM = 22902  # ctaPolicyIsValid, policies OR-ed
 DEVICE_CTA_DEFAULT = 16  # -V's default (common.cu: deviceCtaCount)
+
+
+_C_INT = re.compile(r"\s*([-+]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)\s*")
+
+
+def c_int(text: str) -> int:
+    """An integer flag as nccl-tests reads it, `strtol(optarg, NULL, 0)`: decimal, 0x hexadecimal or leading-0
+    octal (`-w 010` is 8), with a sign. strtol would read a prefix of anything and 0 of no digits; a value that is
+    not wholly such a number is refused (argparse names the flag), so that a typo cannot change the run."""
+    m = _C_INT.fullmatch(text)
+    if not m:
+        raise ValueError(text)
+    digits = m.group(2)
+    base = 16 if digits[:2].lower() == "0x" else 8 if digits.startswith("0") else 10
+    value = int(digits[2:] if base == 16 else digits, base)
+    return -value if m.group(1) == "-" else value
+
+
+c_int.__name__ = "integer"  # argparse's message: "invalid integer value: 'x'"
 
 
 @dataclass(frozen=True)
@@ -64,7 +84,7 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         ("-V", "--device_cta_count", "N", "CTAs of -D's kernels (default 16)"),
     ):
         default = -1 if short == "-x" else (DEVICE_CTA_DEFAULT if short == "-V" else 0)
-        g.add_argument(short, long, type=int, default=default, metavar=meta, help=text)
+        g.add_argument(short, long, type=c_int, default=default, metavar=meta, help=text)
     g.add_argument("-J", "--output_file", default=None, metavar="FILE", help="nccl-tests' JSON output (a .json file)")
 
 
