@@ -1,10 +1,12 @@
-"""Tensor-core GEMMs with a dimension that is not a multiple of 16 bytes: cuBLAS's unaligned kernels.
+"""Tensor-core GEMMs whose operands are off the 16-byte grid: cuBLAS's unaligned kernels.
 
-cuBLAS's fast tensor-core kernels load every operand row with 16-byte vector loads, so each leading
-dimension must be a multiple of 16 bytes (8 bf16/fp16 elements, 4 TF32 elements, 16 fp8 elements).
-A GEMM with a dimension off that grid (GPT-2's vocabulary of 50,257, say) runs an `align1`/`align2`
-kernel instead: element-wise loads, slower at the same shape. The curves are fitted on aligned shapes
-only (every GEMM row of perfdb and of the public data is aligned), so an unaligned GEMM gets their time
+cuBLAS's fast tensor-core kernels load every operand row with 16-byte vector loads, so each operand's contiguous
+extent, leading dimension and base pointer must be a multiple of 16 bytes (8 bf16/fp16 elements, 4 TF32, 16 fp8):
+cuBLAS docs 2.1.11 "Tensor Core Usage". Which sizes those are depends on how the operands lie in memory
+(gemm_layout.py, as `OpFeatures.grid`): for a linear layer, its hidden sizes (k and n), never its token count. A GEMM
+with one of them off the grid (GPT-2's vocabulary of 50,257, say, in the output layer's forward and both gradients)
+runs an `align1`/`align2` kernel instead: element-wise loads, slower at the same shape. The curves are fitted on
+aligned shapes only (every GEMM row of perfdb and of the public data is aligned), so an unaligned GEMM gets their time
 divided by UNALIGNED_EFF.
 
 UNALIGNED_EFF is a published per-kernel measurement: pytorch/pytorch issue #181718 (2026-04-28) times
@@ -13,11 +15,8 @@ aligned N=2040 (`ampere_bf16_s1688gemm_bf16_128x128_ldg8...`) at 155.9 TFLOP/s a
 odd N's that ran `cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_nn_align1` (2055, 2057, 2071, 2073:
 115.6, 106.8, 110.9, 112.0 TFLOP/s), mean 111.3: 0.714 of the aligned rate.
 
-Which dimension is a leading one depends on the operands' strides (a weight gradient multiplies a
-transposed view, so its m is a leading dimension), and costs are cached per shape, so any of m, n, k
-off the grid counts. Products with m or n = 1 are matrix-vector kernels, which do not use the tensor-core
-tiles: never penalised. Plain fp32 (no TF32) runs SIMT kernels, whose loads do not need 16 bytes: never
-penalised.
+Products with m or n = 1 are matrix-vector kernels, which do not use the tensor-core tiles: never penalised. Plain
+fp32 (no TF32) runs SIMT kernels, whose loads do not need 16 bytes: never penalised.
 """
 
 from __future__ import annotations
@@ -40,14 +39,14 @@ def grid_elements(dtype: str, tf32: bool = False) -> int:
 
 
 def is_unaligned_gemm(f: OpFeatures, tf32: bool = False) -> bool:
-    """True for a tensor-core GEMM (class gemm, m and n > 1) with m, n or k not a multiple of 16 bytes."""
+    """True for a tensor-core GEMM (class gemm, m and n > 1) with an operand's contiguous extent, leading dimension
+    or offset (`f.grid`, bytes) not a multiple of 16 bytes."""
     if f.op_class != "gemm" or len(f.dims) != 4:
         return False
-    _, m, n, k = f.dims
-    grid = grid_elements(f.dtype, tf32)
-    if grid == 0 or m <= 1 or n <= 1:
+    _, m, n, _ = f.dims
+    if grid_elements(f.dtype, tf32) == 0 or m <= 1 or n <= 1:
         return False
-    return any(d % grid for d in (m, n, k))
+    return any(b % VECTOR_BYTES for b in f.grid)
 
 
 def unaligned_factor(f: OpFeatures, tf32: bool = False) -> float:

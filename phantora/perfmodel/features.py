@@ -16,10 +16,12 @@ import numpy as np
 
 from phantora.errors import InputError
 from phantora.perfmodel.dtypes import dtype_bytes, normalize_dtype, promote
+from phantora.perfmodel.gemm_layout import grid_bytes
 from phantora.perfmodel.ops import base_name, canonical_op, is_inplace, op_class
 
 Shape = tuple[int, ...]
-HINT_KEYS = frozenset({"out_shapes", "out_dtypes", "tf32"})  # extra keys that help the model but do not name the call
+# extra keys that help the model but do not name the call (strides and offsets: a matrix product's operand layouts)
+HINT_KEYS = frozenset({"out_shapes", "out_dtypes", "tf32", "strides", "offsets"})
 
 ELEMENTWISE_OPS = {
     "add", "sub", "rsub", "mul", "div", "pow", "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "sqrt", "rsqrt",
@@ -67,7 +69,8 @@ class OpFeatures:
     `dims` is (batch, m, n, k) for GEMMs and (batch*heads, q_len, kv_len, head_dim) for attention;
     `pairs` counts the (query, key) score pairs attention computes (after the causal mask); `bcast`
     marks an elementwise op that broadcasts a non-scalar operand (strided index math); `writes` is the
-    part of `bytes` that is written.
+    part of `bytes` that is written; `grid` lists a GEMM's byte sizes that cuBLAS's fast kernels need on the
+    16-byte grid (its operands' contiguous extents, leading dimensions and offsets: gemm_layout.py).
     `tensors` counts the tensors per list of a foreach op; `mixed` marks an elementwise op whose
     operands differ in dtype from its result (PyTorch's slower casting path).
     """
@@ -85,6 +88,7 @@ class OpFeatures:
     pairs: int = 0
     bcast: bool = False
     writes: int = 0
+    grid: tuple[int, ...] = ()
 
 
 def make_call(op: str, shapes: list | tuple, dtypes: list | tuple, extra: dict | None = None) -> OpCall:
@@ -211,7 +215,10 @@ def _gemm(call: OpCall) -> OpFeatures:
     reads = nbytes(call.shapes[ia], da) + nbytes(call.shapes[ib], db) + extra * dtype_bytes(out_dtype)
     writes = b * m * n * dtype_bytes(out_dtype)
     flops = 2 * b * m * n * k + (b * m * n if extra else 0)
-    return OpFeatures("gemm", flops, reads + writes, da, reads + writes, dims=(b, m, n, k), op=call.op, writes=writes)
+    grid = grid_bytes(base, call.shapes, call.dtypes, out_dtype, call.extra)
+    return OpFeatures(
+        "gemm", flops, reads + writes, da, reads + writes, dims=(b, m, n, k), op=call.op, writes=writes, grid=grid
+    )
 
 
 # ---------------------------------------------------------------- attention

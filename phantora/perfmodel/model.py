@@ -99,12 +99,16 @@ class ComputeModel:
 
     def timed_call(self, call: OpCall) -> tuple[int, str]:
         """(ns, tier) of a normalised call: table first, then the curves. Cached per call key, TF32 use and the
-        output hints (hints are not part of the table key, but TF32 changes an fp32 product's peak and the outputs
-        a memory-bound op's bytes: nll_loss's reduction, a value-dependent output's size)."""
-        tf32 = bool(call.extra.get("tf32", self.tf32))
-        shapes, dtypes = call.extra.get("out_shapes"), call.extra.get("out_dtypes")
+        output and layout hints (hints are not part of the table key, but TF32 changes an fp32 product's peak, the
+        outputs a memory-bound op's bytes (nll_loss's reduction, a value-dependent output's size) and the operands'
+        strides and offsets whether a GEMM runs an unaligned kernel)."""
+        extra = call.extra
+        tf32 = bool(extra.get("tf32", self.tf32))
+        shapes, dtypes = extra.get("out_shapes"), extra.get("out_dtypes")
         outs = tuple(map(tuple, shapes)) if shapes else None, tuple(dtypes) if dtypes else None
-        key = (*call.key(), tf32, outs)
+        strides, offsets = extra.get("strides"), extra.get("offsets")
+        layout = (tuple(map(tuple, strides)) if strides else None, tuple(offsets) if offsets else None)
+        key = (*call.key(), tf32, outs, layout)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -119,8 +123,9 @@ class ComputeModel:
         return out
 
     def model_ns(self, f: OpFeatures, *, tf32: bool = False) -> int:
-        """The curves' time for features `f` (no table lookup); an unaligned tensor-core GEMM's is
-        divided by alignment.UNALIGNED_EFF (the curves are fitted on aligned GEMMs)."""
+        """The curves' time for features `f` (no table lookup); an unaligned tensor-core GEMM's (an operand's
+        contiguous extent, leading dimension or offset off the 16-byte grid) is divided by alignment.UNALIGNED_EFF
+        (the curves are fitted on aligned GEMMs)."""
         if f.op_class == "noop":
             return 0
         cols = columns([f], [peak_of(f, self.gpu, tf32)])

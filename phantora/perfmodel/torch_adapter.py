@@ -5,7 +5,7 @@ FLOP counting, the launch overhead and a per-shape cache) uses. `CalibratedModel
 `op_time_ns(func, args, kwargs, out) -> int` (kernel time only, no cache), for tools and tests.
 Tensor arguments are taken in argument order (lists flattened, as foreach ops take them); the
 scalar arguments that change an op's cost become `extra`; the actual outputs are passed as
-`out_shapes`/`out_dtypes` for memory-bound ops.
+`out_shapes`/`out_dtypes` for memory-bound ops, a matrix product's operands' `strides` and `offsets` for GEMMs.
 """
 
 from __future__ import annotations
@@ -68,6 +68,9 @@ def call_of(func: Any, args: tuple, kwargs: dict, out: Any) -> OpCall:
         if outs:
             extra["out_shapes"] = [list(t.shape) for t in outs]
             extra["out_dtypes"] = [_dtype_name(t.dtype) for t in outs]
+    if cls == "gemm":  # the operands' layouts decide whether cuBLAS runs an unaligned kernel (gemm_layout.py)
+        extra["strides"] = [list(t.stride()) for t in tensors]
+        extra["offsets"] = [t.storage_offset() for t in tensors]
     if any(t.dtype == torch.float32 for t in tensors[:2]) and torch.get_float32_matmul_precision() != "highest":
         extra["tf32"] = True
     return make_call(op, [tuple(t.shape) for t in tensors], [_dtype_name(t.dtype) for t in tensors], extra)

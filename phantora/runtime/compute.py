@@ -227,10 +227,34 @@ def cache_key(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple:
     return (op, _sig(args), _sig(tuple(kwargs.items())) if kwargs else (), _sig(out), precision.matmul_precision())
 
 
+_LAYOUT_BOUND: dict[int, bool] = {}  # id(OpOverload) -> is a matrix product (its cost depends on its operands' layout)
+
+
+def layout_bound(func: Any) -> bool:
+    """Whether the calibrated model's time of `func` depends on its operands' strides and offsets: an aten matrix
+    product (cuBLAS's unaligned kernels, perfmodel/gemm_layout.py). Decided once per op."""
+    got = _LAYOUT_BOUND.get(id(func))
+    if got is None:
+        from phantora.perfmodel.ops import op_class
+
+        schema = getattr(func, "_schema", None)
+        got = _LAYOUT_BOUND[id(func)] = schema is not None and op_class(schema.name) == "gemm"
+    return got
+
+
+def layout_sig(args: tuple, kwargs: dict) -> tuple:
+    """The strides and storage offsets of an op's tensor arguments (the cache-key part of a layout-bound op)."""
+    sig = [(t.stride(), t.storage_offset()) for t in args if isinstance(t, torch.Tensor)]
+    if kwargs or len(sig) < len(args):  # tensors in keywords or in lists (rare for a matrix product)
+        sig = [(t.stride(), t.storage_offset()) for t in tensors_in((args, kwargs))]
+    return tuple(sig)
+
+
 class Roofline:
     """Roofline model of one GPU."""
 
     kind = "roofline"
+    by_layout = False  # whether a matrix product's cost depends on its operands' layout (the calibrated model's does)
 
     def __init__(self, gpu: GpuSpec, launch_ns: int = DEFAULT_LAUNCH_NS) -> None:
         self.gpu = gpu
@@ -245,6 +269,8 @@ class Roofline:
         if _op_info(func)[0] == _FREE:
             return self._free
         key = cache_key(func, args, kwargs, out)
+        if self.by_layout and layout_bound(func):
+            key = (key, layout_sig(args, kwargs))
         try:
             cost = self._cache.get(key)
         except TypeError:  # an unhashable argument: no caching
@@ -255,7 +281,17 @@ class Roofline:
 
     def cost_for(self, key: tuple, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
         """`cost`, cached under `key`, which the caller made with the information of `cache_key` (the simulated
-        GPU's fast path makes it while it unwraps the arguments)."""
+        GPU's fast path makes it while it unwraps the arguments). A layout-bound op is cached with its operands'
+        layout and never under `key` alone, which the fast path reads first."""
+        if self.by_layout and layout_bound(func):
+            full = (key, layout_sig(args, kwargs))
+            try:
+                cost = self._cache.get(full)
+            except TypeError:  # an unhashable argument
+                return self.compute(func, args, kwargs, out)
+            if cost is None:
+                cost = self._cache[full] = self.compute(func, args, kwargs, out)
+            return cost
         try:
             cost = self.keyed.get(key)
         except TypeError:  # an unhashable argument
@@ -288,11 +324,13 @@ class Calibrated(Roofline):
     Time: the perfmodel's kernel time (a measured table entry for exactly this call, else the
     efficiency curves) plus `launch_ns` for every op that launches a kernel. FLOPs, bytes and the
     FLOP dtype: the roofline's counting, so MFU means the same under both models. Costs are cached
-    per `cache_key`. Ops the perfmodel cannot describe (another namespace, shapes it does not
-    know) get the roofline's time; `fallbacks` counts them by op name.
+    per `cache_key`, a matrix product's with its operands' strides and offsets (`layout_sig`). Ops the
+    perfmodel cannot describe (another namespace, shapes it does not know) get the roofline's time;
+    `fallbacks` counts them by op name.
     """
 
     kind = "calibrated"
+    by_layout = True
 
     def __init__(
         self,
