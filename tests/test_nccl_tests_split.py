@@ -128,3 +128,15 @@ def test_per_iteration_reports_of_a_split_are_refused(capsys: pytest.CaptureFixt
     assert main(["nccl-tests", "all_reduce_perf", "--np", "4", "-b", "1M", "-e", "1M", "-I", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "-I" in err[0] and "NCCL_TESTS_SPLIT" in err[0]
+
+
+@pytest.mark.parametrize(("split", "root"), [("DIV 6", "-1"), ("DIV 6", "3"), ("MOD 4", "2")])
+def test_a_root_not_on_every_communicator_is_refused_before_the_table(
+    split: str, root: str, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """broadcast.cu loops -r -1 over each communicator's own ranks (unequal ones never meet at the world's
+    barriers), and NCCL refuses a root a communicator lacks: one line naming -r, nothing on stdout."""
+    monkeypatch.setenv("NCCL_TESTS_SPLIT", split)
+    assert main(["nccl-tests", "broadcast_perf", "-r", root, "-b", "1K", "-e", "1K", "-n", "1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and "'-r'" in captured.err

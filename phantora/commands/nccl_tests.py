@@ -247,8 +247,8 @@ def run(args: argparse.Namespace) -> int:
     split = _split(args, ranks, flags)
     comm = split.groups[0] if split is not None else ranks  # process 0's communicator: the one it prints
     blocks = nt.runs(spec, types, nt.redops(args.op), args.root, len(comm))
-    if split is not None and spec.rooted and args.root >= min(len(g) for g in split.groups):
-        raise InputError(f"root {args.root} is not a rank of every communicator of {ns.SPLIT}(_MASK)", field="-r")
+    if split is not None and spec.rooted:
+        ns.check_root(split, args.root)
     engine = engine_spec(args)
     config = engine.packet_used
     if config is not None:

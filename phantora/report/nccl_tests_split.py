@@ -138,6 +138,19 @@ def split_run(colors: Sequence[int], ranks: Sequence[int], per_proc: int) -> Spl
     return Split(tuple(colors), tuple(groups), tuple(procs))
 
 
+def check_root(split: Split, root: int) -> None:
+    """A rooted test's -r on every communicator: a root each of them holds (NCCL refuses another), and -r -1 only
+    on communicators of one size (each loops over its own ranks, broadcast.cu / reduce.cu, so unequal ones would
+    run different numbers of blocks and never meet at nccl-tests' world barriers)."""
+    sizes = sorted({len(g) for g in split.groups})
+    if root == -1 and len(sizes) > 1:
+        raise InputError(f"-r -1 on communicators of {'/'.join(map(str, sizes))} ranks ({MASK} / {SPLIT}): each "
+                         "loops over its own roots, so nccl-tests' world barriers never meet", field="-r")  # fmt: skip
+    if root >= sizes[0]:
+        raise InputError(f"root {root} is not a rank of every communicator ({MASK} / {SPLIT}: the smallest has "
+                         f"{sizes[0]})", field="-r")  # fmt: skip
+
+
 def combine_times(means: Sequence[float], procs: Sequence[int], average: int) -> int:
     """Which communicator's time the printed line takes under -a (index into `means`, the communicators' mean
     call times, process 0's first): 0 process 0's; 2 the minimum; 3 the maximum; 1 (and any other value, which
