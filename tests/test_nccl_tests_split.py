@@ -140,3 +140,15 @@ def test_a_root_not_on_every_communicator_is_refused_before_the_table(
     assert main(["nccl-tests", "broadcast_perf", "-r", root, "-b", "1K", "-e", "1K", "-n", "1"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and "'-r'" in captured.err
+
+
+def test_the_packet_engine_shares_the_uplink_too(ns3_lib, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    """The uplink test through ns-3 (no CC): the 4 pairs' busbw is the uplink's share, 12.5 / 4 GB/s, times the
+    goodput of a link carrying data both ways: 1000 B of payload in a 1048-byte packet plus a 48-byte ACK of the
+    other direction's packet (docs/nccl-tests.md, the ACK stream)."""
+    monkeypatch.setenv("NCCL_TESTS_SPLIT", "MOD 4")
+    argv = ["nccl-tests", "all_reduce_perf", "--topology", "twoleaf8", "--network", "ns3", "-b", "16M", "-e", "16M"]
+    assert main([*argv, "-n", "2", "-w", "0"]) == 0
+    (row,) = _rows(capsys.readouterr().out)
+    bound = 12.5 / 4 * 1000 / 1096
+    assert 0.95 * bound <= float(row[7]) <= bound
