@@ -141,6 +141,11 @@ def test_the_runtime_cache_keys_a_product_by_its_layout() -> None:
     want = ALIGNED_2040 / (sum(ALIGN1.values()) / len(ALIGN1))
     assert costs[1] / costs[0] == pytest.approx(want, rel=2e-3)
     assert costs[2] == costs[0]
+    assert key not in runtime.keyed  # the fast path, which reads `keyed` by shapes alone, never answers them
+    fp32 = [a.float() for a in (flat, view)]
+    b32 = b.float()
+    costs = [runtime.cost_for(("fp32",), mm, (a, b32), {}, mm(a, b32)).ns for a in fp32]
+    assert costs[0] == costs[1] and ("fp32",) in runtime.keyed  # plain fp32 (SIMT): the layout does not matter
 
 
 def test_which_gemms_count() -> None:

@@ -38,7 +38,8 @@ DTYPE_NAMES: dict[torch.dtype, str] = {
     torch.int8: "int8",
     torch.uint8: "uint8",
 }
-for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
+FP8_DTYPE_NAMES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+for _name in FP8_DTYPE_NAMES:
     if hasattr(torch, _name):
         DTYPE_NAMES[getattr(torch, _name)] = "fp8"
 
@@ -242,6 +243,19 @@ def layout_bound(func: Any) -> bool:
     return got
 
 
+_TENSOR_CORE = {torch.bfloat16, torch.float16} | {getattr(torch, n) for n in FP8_DTYPE_NAMES if hasattr(torch, n)}
+
+
+def layout_matters(args: tuple) -> bool:
+    """Whether a matrix product on `args` runs on tensor cores (16-bit, fp8, or fp32 as TF32), whose fast kernels need
+    aligned operands; plain fp32 runs SIMT kernels, whatever the layout (perfmodel/alignment.py)."""
+    for t in args:
+        if isinstance(t, torch.Tensor):
+            if t.dtype in _TENSOR_CORE or (t.dtype is torch.float32 and precision.matmul_precision() != "highest"):
+                return True
+    return False
+
+
 def layout_sig(args: tuple, kwargs: dict) -> tuple:
     """The strides and storage offsets of an op's tensor arguments (the cache-key part of a layout-bound op)."""
     sig = [(t.stride(), t.storage_offset()) for t in args if isinstance(t, torch.Tensor)]
@@ -269,7 +283,7 @@ class Roofline:
         if _op_info(func)[0] == _FREE:
             return self._free
         key = cache_key(func, args, kwargs, out)
-        if self.by_layout and layout_bound(func):
+        if self.by_layout and layout_bound(func) and layout_matters(args):
             key = (key, layout_sig(args, kwargs))
         try:
             cost = self._cache.get(key)
@@ -281,9 +295,9 @@ class Roofline:
 
     def cost_for(self, key: tuple, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
         """`cost`, cached under `key`, which the caller made with the information of `cache_key` (the simulated
-        GPU's fast path makes it while it unwraps the arguments). A layout-bound op is cached with its operands'
-        layout and never under `key` alone, which the fast path reads first."""
-        if self.by_layout and layout_bound(func):
+        GPU's fast path makes it while it unwraps the arguments). A tensor-core matrix product is cached with its
+        operands' layout and never under `key` alone, which the fast path reads first."""
+        if self.by_layout and layout_bound(func) and layout_matters(args):
             full = (key, layout_sig(args, kwargs))
             try:
                 cost = self._cache.get(full)
