@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from phantora.collectives.back_pressure import Credits
+from phantora.collectives.rank_last import rank_last
 from phantora.errors import InputError
-from phantora.netsim.base import Flow
+from phantora.netsim.base import Flow, new_flow
 
 MAX_FLOWS = 1_000_000  # per collective: beyond this a DAG costs GBs; coarse granularity is the answer
 
@@ -50,9 +52,11 @@ def communicator_id(family: str, ranks: Sequence[int]) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
 
 
+@lru_cache(maxsize=1 << 16, typed=True)
 def connection_id(comm: int, src: int, dst: int, channel: int, qp: int = 0) -> int:
     """Queue pair `qp` of one channel's connection from endpoint `src` to endpoint `dst` in communicator `comm`
-    (never 0; qp 0 is the connection's only queue pair by default)."""
+    (never 0; qp 0 is the connection's only queue pair by default). Kept for the run's next collectives on the same
+    communicator (a pure function of its arguments)."""
     text = f"{comm}:{channel}:{src}:{dst}" + (f":{qp}" if qp else "")
     return (int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1) | 1
 
@@ -99,7 +103,8 @@ class DagBuilder:
     split_qps: bool = False  # NCCL_IB_SPLIT_DATA_ON_QPS: every message over all of them (else each on one, in turn)
     sent: MessageCounters = field(default_factory=dict)  # messages so far per connection (the run's, if given)
     flows: list[Flow] = field(default_factory=list)
-    _conns: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (s, d, channel, qp) -> conn
+    # (s, d, connection key, qp, channel) -> (its conn, its connection's qp 0's conn, its ECMP key)
+    _conns: dict[tuple[int, int, int, int, int], tuple[int, int, int]] = field(default_factory=dict)
     whole: dict[int, int] = field(default_factory=dict)  # a queue pair's conn -> its connection's (its qp 0's)
     helpers: int = 0  # trailing positions of ranks outside the group that only relay (`add_helper`)
     # (channel, src, dst) -> the position whose NIC the hop leaves by, where it is not src's own (NCCL's ring leaving
@@ -132,6 +137,8 @@ class DagBuilder:
         relayed parts of different senders are not messages of one queue pair. `ordered`: on the wire after the
         connection's ordered messages released before it (`Flow.queue`: `queue`, else the connection's; needs
         `comm`)."""
+        if not self.exits and not self.arrivals:  # (every hop by its own NICs)
+            return self._add(src, dst, size, tag, channel, deps, delay_ns, origin, ordered, queue)
         start = len(self.flows)
         fid = self._add(src, dst, size, tag, channel, deps, delay_ns, origin, ordered, queue)
         via = self.exits.get((channel, src, dst)) if self.exits else None
@@ -143,6 +150,41 @@ class DagBuilder:
             d = self.nodes[dst]
             self.arrived_at.update({f.id: self.nodes[into] for f in self.flows[start:] if f.dst == d})
         return fid
+
+    def add_hops(
+        self,
+        srcs: Sequence[int],
+        dsts: Sequence[int],
+        sizes: Sequence[int],
+        deps: Sequence[tuple[int, ...]],
+        tag: str,
+        channel: int,
+        delay_ns: int = 0,
+    ) -> list[int]:
+        """`add(srcs[i], dsts[i], sizes[i], tag, channel, deps[i], delay_ns)` for each i in turn; return their ids.
+        Where each hop is one flow on its own NICs (no exits or arrivals, one queue pair a connection) the flows are
+        made in one loop, each as `add` makes it."""
+        flows, nodes = self.flows, self.nodes
+        if self.exits or self.arrivals or self.qps != 1 or len(flows) + len(srcs) > MAX_FLOWS:
+            hops = zip(srcs, dsts, sizes, deps, strict=True)
+            return [self.add(src, dst, size, tag, channel, dep, delay_ns) for src, dst, size, dep in hops]
+        out: list[int] = []
+        put, first, full = out.append, self.first_id, self.prefix + tag
+        if not self.comm:
+            for src, dst, size, dep in zip(srcs, dsts, sizes, deps, strict=True):
+                s, d = nodes[src], nodes[dst]
+                fid = first + len(flows)
+                flows.append(new_flow(fid, s, d, size, dep, delay_ns, full, ecmp_key(s, d, channel)))
+                put(fid)
+            return out
+        conns = self._conns
+        for src, dst, size, dep in zip(srcs, dsts, sizes, deps, strict=True):
+            s, d = nodes[src], nodes[dst]
+            known = conns.get((s, d, channel, 0, channel)) or self._connection(s, d, channel, 0, channel)
+            fid = first + len(flows)
+            flows.append(new_flow(fid, s, d, size, dep, delay_ns, full, known[2], known[0]))
+            put(fid)
+        return out
 
     def _add(
         self,
@@ -158,7 +200,8 @@ class DagBuilder:
         queue: int,
     ) -> int:
         """`add`, its NIC as src's own."""
-        if len(self.flows) >= MAX_FLOWS:
+        flows = self.flows
+        if len(flows) >= MAX_FLOWS:
             raise InputError(
                 f"this collective needs more than {MAX_FLOWS:,} flows ({len(self.ranks)} ranks); use the coarse "
                 "granularity, fewer channels or bigger chunks",
@@ -166,12 +209,15 @@ class DagBuilder:
             )
         s, d = self.nodes[src], self.nodes[dst]
         if not self.comm:
-            key = ecmp_key(s, d, channel)
-            return self._append(Flow(self._next(), s, d, size, deps, delay_ns, self.prefix + tag, key=key))
-        qps = self.qps if self._network(s, d) else 1
+            fid = self.first_id + len(flows)
+            flows.append(new_flow(fid, s, d, size, deps, delay_ns, self.prefix + tag, ecmp_key(s, d, channel)))
+            return fid
         conn = channel if origin is None else channel | ((origin + 1) << 16)  # the connection's own id space
-        if qps == 1:
-            return self._append(self._message(s, d, size, deps, delay_ns, tag, channel, 0, conn, ordered, queue))
+        qps = self.qps
+        if qps == 1 or not self._network(s, d):
+            msg = self._message(s, d, size, deps, delay_ns, tag, channel, 0, conn, ordered, queue)
+            flows.append(msg)
+            return msg.id
         if not self.split_qps:  # net_ib: message k of a connection goes on its queue pair k mod qps
             n = self.sent.get((self.comm, s, d, conn), 0)
             self.sent[self.comm, s, d, conn] = n + 1
@@ -269,15 +315,22 @@ class DagBuilder:
     ) -> Flow:
         """A flow on queue pair `qp` of the connection (s, d, conn_key: the channel, or a relay's channel and
         sender); each queue pair its own ECMP key, from the channel."""
-        key = ecmp_key(s, d, channel) | (qp << 56)
-        conn = self._conns.get((s, d, conn_key, qp), 0)
-        if not conn:
-            conn = self._conns[s, d, conn_key, qp] = connection_id(self.comm, s, d, conn_key, qp)
-            self.whole[conn] = connection_id(self.comm, s, d, conn_key) if qp else conn
+        conn, whole, key = self._conns.get((s, d, conn_key, qp, channel)) or self._connection(
+            s, d, conn_key, qp, channel
+        )
         # a connection's messages in turn on its queue pairs, or each split over all of them (each pair its part)
         if ordered and not queue:
-            queue = conn if self.split_qps else self.whole[conn]
-        return Flow(self._next(), s, d, size, deps, delay_ns, self.prefix + tag, key=key, conn=conn, queue=queue)
+            queue = conn if self.split_qps else whole
+        fid = self.first_id + len(self.flows)
+        return new_flow(fid, s, d, size, deps, delay_ns, self.prefix + tag, key, conn, queue)
+
+    def _connection(self, s: int, d: int, conn_key: int, qp: int, channel: int) -> tuple[int, int, int]:
+        """Queue pair `qp` of the connection (s, d, conn_key) on `channel`, kept: (its conn, its connection's qp 0's
+        conn, its ECMP key)."""
+        conn = connection_id(self.comm, s, d, conn_key, qp)
+        whole = self.whole[conn] = connection_id(self.comm, s, d, conn_key) if qp else conn
+        got = self._conns[s, d, conn_key, qp, channel] = (conn, whole, ecmp_key(s, d, channel) | (qp << 56))
+        return got
 
     def add_helper(self, node: int, rank: int, host: object) -> int:
         """A position for a rank of the communicator outside the group that relays its flows (NCCL's PXN proxy of
@@ -302,22 +355,6 @@ class DagBuilder:
         depends on directly. Every other flow of the rank is an ancestor of one of them, so the rank
         is done exactly when all of them are.
         """
-        by_node = {node: pos for pos, node in enumerate(self.nodes)}
-        base = self.first_id
-        covered: set[tuple[int, int]] = set()  # (position, flow id) made redundant by a later flow
-        for f in self.flows:
-            if not f.deps:
-                continue
-            ends = (by_node[f.src], by_node[f.dst])
-            for d in f.deps:
-                g = self.flows[d - base]
-                for pos in ends:
-                    if by_node[g.src] == pos or by_node[g.dst] == pos:
-                        covered.add((pos, d))
         members = len(self.nodes) - self.helpers
-        last: dict[int, list[int]] = {r: [] for r in self.ranks[:members]}
-        for f in self.flows:
-            for pos in dict.fromkeys((by_node[f.src], by_node[f.dst])):
-                if (pos, f.id) not in covered and pos < members:
-                    last[self.ranks[pos]].append(f.id)
-        return FlowDag(self.flows, last, base + len(self.flows))
+        last = rank_last(self.flows, self.nodes, self.ranks, members, self.first_id)
+        return FlowDag(self.flows, last, self.first_id + len(self.flows))

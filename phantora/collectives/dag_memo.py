@@ -18,7 +18,7 @@ from typing import Any
 from phantora.collectives.dag import FlowDag
 from phantora.collectives.decompose import decompose
 from phantora.collectives.spec import AlgoOptions, Collective
-from phantora.netsim.base import Flow
+from phantora.netsim.base import Flow, moved_flows
 from phantora.topology.model import Topology
 
 
@@ -34,11 +34,11 @@ class _Counters(dict[tuple[int, int, int, int], int]):
 
 @dataclass(frozen=True)
 class _Made:
-    """A call's first decomposition: its first id, its tag prefix's length, its flows (deps as decomposed)."""
+    """A call's first decomposition: its first id, its flows (deps as decomposed) and their tags past the prefix."""
 
     first: int
-    cut: int
     flows: list[Flow]
+    tails: list[str]
     rank_last: dict[int, list[int]]
     choice: dict[str, Any] | None
 
@@ -63,18 +63,17 @@ class DagMemo:
             return _moved(made, first, prefix, gate)
         self.sent.posted = False
         dag = decompose(coll, self.topo, opts, first_flow_id=first, tag=tag, sent=self.sent)
-        if not self.sent.posted and all(f.tag.startswith(prefix) for f in dag.flows):
-            self._made[coll, opts] = _Made(first, len(prefix), dag.flows, dag.rank_last, dag.choice)
+        cut = len(prefix)
+        tags = [f.tag for f in dag.flows]
+        if not self.sent.posted and all(t[:cut] == prefix for t in tags):
+            self._made[coll, opts] = _Made(first, dag.flows, [t[cut:] for t in tags], dag.rank_last, dag.choice)
         flows = [f if f.deps else f.with_deps(gate) for f in dag.flows]
         return FlowDag(flows, dag.rank_last, dag.next_id, dag.choice)
 
 
 def _moved(made: _Made, first: int, prefix: str, gate: tuple[int, ...]) -> FlowDag:
     """`made`'s DAG with its ids from `first`, its tags under `prefix`, gated on `gate`."""
-    delta, cut = first - made.first, made.cut
-    flows = [
-        f.moved(f.id + delta, tuple([d + delta for d in f.deps]) if f.deps else gate, prefix + f.tag[cut:])
-        for f in made.flows
-    ]
+    delta = first - made.first
+    flows = moved_flows(made.flows, delta, prefix, made.tails, gate)
     last = {r: [i + delta for i in ids] for r, ids in made.rank_last.items()}
     return FlowDag(flows, last, first + len(flows), copy.deepcopy(made.choice))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from itertools import accumulate
 
 from phantora.collectives.back_pressure import Credits, forwarded
 from phantora.collectives.dag import DagBuilder, split
@@ -80,15 +81,13 @@ def ring_flows(
     n = len(order)
     first = start_deps or [()] * n
     tag = f"{name}/ch{channel}"
+    succ = order[1:] + order[:1]  # succ[i]: the group position after ring position i
     if not chunked:
-        got = [[0] for _ in range(n)]
         total = sum(slices)
         steps = (n - 1) * len(PHASES[kind])
-        for i in range(n):
-            size = coarse_bytes(kind, slices, total, i)
-            fid = b.add(order[i], order[(i + 1) % n], size, tag, channel, first[i], step_delay_ns * steps)
-            got[(i + 1) % n][0] = fid
-        return got
+        sizes = [coarse_bytes(kind, slices, total, i) for i in range(n)]
+        ids = b.add_hops(order, succ, sizes, first, tag, channel, step_delay_ns * steps)
+        return [[ids[i - 1]] for i in range(n)]  # position i receives from i - 1
     chunks = (cut or ring_chunks)(slices, chunk_bytes)
     k = len(chunks[0])
     last_step = len(ring_schedule(kind, n)) - 1
@@ -100,6 +99,19 @@ def ring_flows(
     prev = [0] * n  # the flow bringing the pass's chunk to each position at the previous step
     for c, s, sends in ring_passes(kind, chunks):
         ctag = f"{tag}/step{s}/chunk{c}" if k > 1 else f"{tag}/step{s}"
+        if not ordered:  # no credits to keep in turn: the step's n hops in one call
+            ins = [(p,) for p in prev] if s else first
+            if in_turn and not s:  # a rank runs its passes one after another
+                ins = [(*dep, mine[-1]) if mine else dep for dep, mine in zip(ins, sent, strict=True)]
+            ids = b.add_hops(order, succ, [size for _j, _offset, size in sends], ins, ctag, channel, step_delay_ns)
+            if in_turn:
+                for mine, fid in zip(sent, ids, strict=True):
+                    mine.append(fid)
+            prev = [ids[i - 1] for i in range(n)]
+            if s == last_step:
+                for i in range(n):
+                    recv[i][c] = prev[i]
+            continue
         now = [0] * n
         for i, (_j, _offset, size) in enumerate(sends):
             j = (i + 1) % n
@@ -135,9 +147,10 @@ def ring_passes(kind: str, chunks: list[list[int]]) -> Iterator[tuple[int, int, 
     """A chunked ring's messages in NCCL's order (the order `ring_flows` adds them): pass c moves chunk c of every
     slice through all the steps. Per (pass, step): what each ring position sends, (slice, offset in it, bytes)."""
     schedule = ring_schedule(kind, len(chunks))
+    starts = [[0, *accumulate(sizes)] for sizes in chunks]  # starts[j][c]: where chunk c of slice j begins
     for c in range(len(chunks[0])):
         for s, step in enumerate(schedule):
-            yield c, s, [(j, sum(chunks[j][:c]), chunks[j][c]) for j in step]
+            yield c, s, [(j, starts[j][c], chunks[j][c]) for j in step]
 
 
 def ring_collective(

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from phantora.errors import InputError, PhantoraError
+from phantora.netsim.batch_fast import plain_batch
 
 if TYPE_CHECKING:
     from phantora.netsim.observe import ChannelObserver, FabricObserver
@@ -60,24 +61,9 @@ class Flow:
         return self._remade(id, deps, self.delay_ns, tag)
 
     def _remade(self, id: int, deps: tuple[int, ...], delay_ns: int, tag: str) -> Flow:
-        g = _NEW(Flow)
-        s_id, s_src, s_dst, s_size, s_deps, s_delay, s_tag, s_prio, s_key, s_loss, s_rate, s_conn, s_queue, s_nic = (
-            _FLOW_SET
-        )
-        s_id(g, id)
-        s_src(g, self.src)
-        s_dst(g, self.dst)
-        s_size(g, self.size)
-        s_deps(g, deps)
-        s_delay(g, delay_ns)
-        s_tag(g, tag)
-        s_prio(g, self.priority)
-        s_key(g, self.key)
-        s_loss(g, self.loss_budget)
-        s_rate(g, self.rate_bps)
-        s_conn(g, self.conn)
-        s_queue(g, self.queue)
-        s_nic(g, self.via_nic)
+        g: Any = _Slots(id, self.src, self.dst, self.size, deps, delay_ns, tag, self.priority, self.key,
+                        self.loss_budget, self.rate_bps, self.conn, self.queue, self.via_nic)  # fmt: skip
+        g.__class__ = Flow
         return g
 
 
@@ -89,6 +75,99 @@ _FLOW_FIELDS = (
 if tuple(f.name for f in fields(Flow)) != _FLOW_FIELDS:  # (`Flow.with_deps` sets each of them)
     raise ImportError(f"phantora.netsim.base: Flow's fields are no longer {_FLOW_FIELDS}: update Flow.with_deps")
 _FLOW_SET = tuple(getattr(Flow, name).__set__ for name in _FLOW_FIELDS)
+
+
+class _Slots:
+    """A `Flow`'s slots, not frozen: a flow is made as one of these, its slots set by plain stores, then made a `Flow`
+    by setting its `__class__`, which CPython allows between classes of one slot layout (checked below). About a
+    fifth of `Flow(...)`'s instructions and half of setting a frozen flow's slots one by one (callgrind); the
+    planners make one a message (`collectives.dag.DagBuilder`, `collectives.dag_memo`)."""
+
+    __slots__ = _FLOW_FIELDS
+
+    def __init__(
+        self,
+        id: int,
+        src: int,
+        dst: int,
+        size: int,
+        deps: tuple[int, ...],
+        delay_ns: int,
+        tag: str,
+        priority: int,
+        key: int | None,
+        loss_budget: int,
+        rate_bps: int,
+        conn: int,
+        queue: int,
+        via_nic: bool,
+    ) -> None:
+        self.id = id
+        self.src = src
+        self.dst = dst
+        self.size = size
+        self.deps = deps
+        self.delay_ns = delay_ns
+        self.tag = tag
+        self.priority = priority
+        self.key = key
+        self.loss_budget = loss_budget
+        self.rate_bps = rate_bps
+        self.conn = conn
+        self.queue = queue
+        self.via_nic = via_nic
+
+
+def _check_slots() -> None:
+    """`_Slots` made a `Flow` is the `Flow` of the same fields (else the import fails, naming why)."""
+    probe: Any = _Slots(1, 2, 3, 4, (5,), 6, "t", 7, 8, 9, 10, 11, 12, True)
+    try:
+        probe.__class__ = Flow
+    except TypeError as exc:
+        raise ImportError(f"phantora.netsim.base: _Slots no longer has Flow's slot layout ({exc})") from None
+    if probe != Flow(1, 2, 3, 4, (5,), 6, "t", 7, 8, 9, 10, 11, 12, True):
+        raise ImportError("phantora.netsim.base: _Slots made a Flow is not the Flow of its fields")
+
+
+_check_slots()
+
+
+def new_flow(
+    id: int,
+    src: int,
+    dst: int,
+    size: int,
+    deps: tuple[int, ...],
+    delay_ns: int,
+    tag: str,
+    key: int | None = None,
+    conn: int = 0,
+    queue: int = 0,
+) -> Flow:
+    """`Flow(id, src, dst, size, deps, delay_ns, tag, key=key, conn=conn, queue=queue)` at a fifth of the cost
+    (`_Slots`)."""
+    g: Any = _Slots(id, src, dst, size, deps, delay_ns, tag, 3, key, 0, 0, conn, queue, False)
+    g.__class__ = Flow
+    return g
+
+
+def moved_flows(
+    flows: Sequence[Flow], delta: int, prefix: str, tails: Sequence[str], gate: tuple[int, ...]
+) -> list[Flow]:
+    """`flows` with their ids and deps moved by `delta`, tag i ``prefix + tails[i]``, and `gate` as the deps of those
+    that have none: `Flow.moved` for each, in one loop (a collective's DAG copied to a repeat's ids,
+    `collectives.dag_memo`)."""
+    make, cls, shift = _Slots, Flow, delta.__add__
+    out: list[Flow] = []
+    put = out.append
+    for f, tail in zip(flows, tails, strict=True):
+        deps = f.deps
+        moved = tuple(map(shift, deps)) if deps else gate
+        g: Any = make(f.id + delta, f.src, f.dst, f.size, moved, f.delay_ns, prefix + tail, f.priority, f.key,
+                      f.loss_budget, f.rate_bps, f.conn, f.queue, f.via_nic)  # fmt: skip
+        g.__class__ = cls
+        put(g)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +416,12 @@ def check_flow_batch(flows: Sequence[Flow], topology: Topology, known: Callable[
     Unique ids (`known(id)` says an earlier batch used it), endpoints of `topology`, sizes, delays and rate
     caps >= 0, deps on this batch or on known flows, and no dependency cycle. Errors name the flow.
     """
+    fast = plain_batch(flows, topology.endpoint_set, known)
+    return fast if fast is not None else checked_one_by_one(flows, topology, known)
+
+
+def checked_one_by_one(flows: Sequence[Flow], topology: Topology, known: Callable[[int], bool]) -> set[int]:
+    """`check_flow_batch` flow by flow: the first flow found wrong is named (`plain_batch` found something wrong)."""
     ends = topology.endpoint_set
     ids: set[int] = set()
     checked: set[int] = set()  # the batch's ids so far and the deps found known: a wide deps list is checked at C speed
