@@ -376,6 +376,8 @@ class Fusion:
         charge = self._saved_charge
         if charge is None:
             s = self._session()
+            if s is None:  # the session was collected: nothing left to charge
+                return
             type(s).charge(s, name, cost)
         else:
             charge(name, cost)
