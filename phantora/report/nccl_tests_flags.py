@@ -42,7 +42,7 @@ def c_int(text: str) -> int:
     return -value if m.group(1) == "-" else value
 
 
-c_int.__name__ = "integer"  # argparse's message: "invalid integer value: 'x'"
+c_int.__name__ = "int"  # argparse names the type in its error: "invalid int value: 'x'", as for int
 
 
 @dataclass(frozen=True)
