@@ -12,6 +12,9 @@ scheduler its runner accepts).
     .venv/bin/python bench/bench_per_packet.py --gpus 16 --bytes 64MiB --no-callgrind
     # the exact mode's per-event cost (issue 38): NVLink as packets on DGX-like hosts, DCQCN; keep the profile
     .venv/bin/python bench/bench_per_packet.py --topology testbed16 --cc dcqcn --keep-callgrind /tmp/cg.out
+    # cache misses per event (cachegrind's simulated caches: the same counts under any load), a large fabric
+    .venv/bin/python bench/bench_per_packet.py --build OLD --build NEW --topology leafspine1024 --bytes 128KiB \
+        --cc dcqcn --repeat 1 --no-callgrind --cache-sim
 """
 
 from __future__ import annotations
@@ -85,6 +88,30 @@ def callgrind(runner: Path, script: Path, out: Path, keep: Path | None = None) -
     return int(match.group(1))
 
 
+# Cache geometry of the simulated misses (--cache-sim): a first level of 48 KiB, 12-way, and a last level of 2 MiB,
+# 16-way, 64-byte lines (the development machine's AMD EPYC has 48 KiB of L1d and 1 MiB of L2 a core, 32 MiB of
+# shared L3). Fixed, so the counts are the same on any machine and under any load.
+CACHE_SIM = ("--D1=49152,12,64", "--LL=2097152,16,64")
+
+
+def cache_misses(runner: Path, script: Path, out: Path) -> dict[str, int]:
+    """Data references and simulated data-cache misses of one replay (valgrind --tool=cachegrind --cache-sim=yes)."""
+    proc = subprocess.run(
+        ["valgrind", "--tool=cachegrind", "--cache-sim=yes", *CACHE_SIM, "--cachegrind-out-file=/dev/null"]
+        + [str(runner), str(script), str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    counts = {}
+    for name, label in (("refs", "D   refs"), ("d1_misses", "D1  misses"), ("ll_misses", "LLd misses")):
+        match = re.search(rf"{label}:\s+([\d,]+)", proc.stderr)
+        if not match:
+            raise RuntimeError(f"cachegrind printed no '{label}'")
+        counts[name] = int(match.group(1).replace(",", ""))
+    return counts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", type=Path, action="append", help="build directory with phantora-ns3-runner (repeatable)")
@@ -93,8 +120,15 @@ def main() -> None:
     ap.add_argument("--keep-callgrind", type=Path, help="write the (last build's) callgrind profile here")
     ap.add_argument("--bytes", default="4MiB", help="all-reduce size")
     ap.add_argument("--cc", default="none")
-    ap.add_argument("--repeat", type=int, default=3, help="replays per build for CPU seconds (best kept)")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="replays per build for CPU seconds (best kept; builds alternate)"
+    )
     ap.add_argument("--no-callgrind", action="store_true", help="skip the instruction count")
+    ap.add_argument(
+        "--cache-sim",
+        action="store_true",
+        help="also count simulated data-cache misses per event (cachegrind, fixed geometry: CACHE_SIM)",
+    )
     args = ap.parse_args()
     builds = args.build or [runner_path().parent]
     use_cg = not args.no_callgrind and shutil.which("valgrind") is not None
@@ -109,10 +143,13 @@ def main() -> None:
         print(f"{where}, ring all-reduce {args.bytes}, cc {args.cc}, 1000-byte payloads, standalone runner")
         head = f"{'events':>10}{'data pkts':>10}{'CPU s':>8}{'M ev/CPU s':>11}{'instr/pkt':>11}"
         print(f"{'build':<40}{'scheduler':<30}{head}")
-        for build in builds:
+        # Each build's first replay finds its scheduler; the repeats then alternate between the builds, so on a
+        # shared machine every build meets the same swings of load (the CPU seconds kept: each build's best).
+        runs: list[tuple[Path, str, Path, dict[str, float], float]] = []
+        for i, build in enumerate(builds):
             runner = build / "phantora-ns3-runner"
             for sched in SCHEDULERS:  # the first one this build knows
-                s = with_scheduler(script, sched, d / "calls-run.txt")
+                s = with_scheduler(script, sched, d / f"calls-{i}.txt")
                 try:
                     summary, cpu = replay(runner, s, d / "o")
                     break
@@ -120,13 +157,24 @@ def main() -> None:
                     continue
             else:
                 raise SystemExit(f"{runner}: runs with none of {', '.join(SCHEDULERS)}")
-            cpu = min([cpu] + [replay(runner, s, d / "o")[1] for _ in range(args.repeat - 1)])
+            runs.append((runner, sched, s, summary, cpu))
+        for _ in range(args.repeat - 1):
+            for i, (runner, sched, s, summary, cpu) in enumerate(runs):
+                runs[i] = (runner, sched, s, summary, min(cpu, replay(runner, s, d / "o")[1]))
+        for build, (runner, sched, s, summary, cpu) in zip(builds, runs, strict=True):
             pkts = summary["data_packets"]
             instr = f"{callgrind(runner, s, d / 'o', args.keep_callgrind) / pkts:>11,.0f}" if use_cg else f"{'-':>11}"
             print(
                 f"{str(build):<40}{sched:<30}{summary['events']:>10}{pkts:>10}{cpu:>8.2f}"
                 f"{summary['events'] / cpu / 1e6:>11.2f}{instr}"
             )
+            if args.cache_sim:
+                m = cache_misses(runner, s, d / "o")
+                ev = summary["events"]
+                print(
+                    f"{'':<40}data refs {m['refs'] / ev:.1f}, first-level misses {m['d1_misses'] / ev:.2f}, "
+                    f"last-level misses {m['ll_misses'] / ev:.2f} per event (set-up included)"
+                )
 
 
 if __name__ == "__main__":

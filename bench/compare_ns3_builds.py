@@ -10,9 +10,10 @@ samples, drops, trims, CNPs, CE marks, per-flow transport stats, channel usage a
 HPCC reference run (`reference-runs/`, all four CCs, queues sampled every µs) and phantora runs on a 2:1
 oversubscribed leaf-spine with NVSwitch hosts (a ring all-reduce DAG plus an incast) under DCQCN, HPCC, TIMELY,
 DCTCP and Swift, spraying, the SACK receiver, three traffic classes under WRR, DLCP trimming, `wire=roce4k`,
-and a lossy fabric (PFC off). Exit status 1 if any case differs. `--old-set` / `--new-set` add PacketConfig
-overrides to one side's every case; by default the old side runs ns3::MapScheduler (builds before the wheel
-scheduler do not have it), so the comparison also checks the event order of the two schedulers.
+a lossy fabric (PFC off), the HPCC models' ECMP hash, credit-based flow control and `transport=uet`. Exit
+status 1 if any case differs. `--old-set` / `--new-set` add PacketConfig overrides to one side's every case; by
+default the old side runs ns3::MapScheduler (builds before the wheel scheduler do not have it), so the comparison
+also checks the event order of the two schedulers.
 
     .venv/bin/python bench/compare_ns3_builds.py --old /work/wt13p-oldbuild --new ns3-scratch/build
     .venv/bin/python bench/compare_ns3_builds.py --dump OUT.json      # this process's library only
@@ -68,6 +69,10 @@ PHANTORA_CASES: dict[str, tuple[list[str], tuple[int, ...], bool]] = {
     "hpcc-roce4k": (["cc=hpcc", "wire=roce4k"], (3,), False),
     "dcqcn-pfc": (["cc=dcqcn", "buffer_bytes=1000000"], (3,), False),
     "dcqcn-lossy-sack": (["cc=dcqcn", "pfc=false", "buffer_bytes=1000000", "rx=sack", "rto_ns=100000"], (3,), False),
+    "hpcc-ecmp-hpcc": (["cc=hpcc", "ecmp_hash=hpcc"], (3,), False),
+    "dctcp-roce4k": (["cc=dctcp", "wire=roce4k"], (3,), False),
+    "dcqcn-cbfc": (["cc=dcqcn", "cbfc=true", "buffer_bytes=1000000"], (3,), False),
+    "uet": (["transport=uet"], (3,), False),
 }
 
 

@@ -52,9 +52,11 @@ std::array<uint32_t, kNumPrio> ParseClassWeights(const std::string& text) {
 }
 
 int PickClass(ClassSched kind, const std::array<uint32_t, kNumPrio>& weights, uint64_t quantumBytes,
-              const std::array<std::deque<TxItem>, kNumPrio>& queues, const bool* paused, ClassSchedState& st) {
+              const std::array<std::deque<TxItem>, kNumPrio>& queues, uint32_t nonEmpty, const bool* paused,
+              ClassSchedState& st) {
   constexpr uint32_t kData = kNumPrio - 1;
-  auto ready = [&](uint32_t c) { return !queues[c].empty() && !paused[c]; };
+  auto has = [nonEmpty](uint32_t c) { return ((nonEmpty >> c) & 1U) != 0; };
+  auto ready = [&](uint32_t c) { return has(c) && !paused[c]; };
   if (kind != ClassSched::Weighted) {
     // Bit c: class c is ready. Strict takes the lowest; round robin the first from `rr` on, cyclically
     // over 1..7 (then the turn passes to the class after it).
@@ -78,7 +80,7 @@ int PickClass(ClassSched kind, const std::array<uint32_t, kNumPrio>& weights, ui
   bool any = false;
   for (uint32_t c = 1; c < kNumPrio; ++c) {
     any = any || ready(c);
-    if (queues[c].empty()) {
+    if (!has(c)) {
       st.deficit[c] = 0;
     }
   }

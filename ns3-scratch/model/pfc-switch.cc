@@ -284,8 +284,8 @@ void PfcSwitch::Receive(uint32_t inPort, const Ptr<PhantoraPacket>& pkt) {
   uint32_t wire = m_wire.Bytes(hdr);
   // Link credit the upstream port spent on this packet: the buffer is reserved for it (no admission check) and
   // it goes back as the packet leaves.
-  const uint32_t credit = pkt->linkCredit;
-  const uint8_t creditCls = pkt->linkClass;
+  const uint32_t credit = pkt->linkCredit;  // (on the packet's first cache line; linkClass is not: read if set)
+  const uint8_t creditCls = credit ? pkt->linkClass : 0;
   pkt->linkCredit = 0;
   const bool trimmable = m_trimBytes && !m_nvSwitch && (hdr.flags & kFlagLossTolerant) && !(hdr.flags & kFlagTrimmed) &&
                          hdr.type == PktType::Data && out < m_ports.size();
@@ -334,6 +334,7 @@ void PfcSwitch::Receive(uint32_t inPort, const Ptr<PhantoraPacket>& pkt) {
     LastByteQueued(out, cls, wire, hdr);
   }
   p.q[cls].push_back(TxItem{pkt, wire, inPort, static_cast<uint8_t>(cls), data, credit, creditCls});
+  p.nonEmpty |= 1U << cls;
   p.bytes[cls] += wire;
   p.total += wire;
   p.maxTotal = std::max(p.maxTotal, p.total);
@@ -369,16 +370,20 @@ bool PfcSwitch::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   }
   Port& p = m_ports[port];
   int cls = -1;
-  if (!p.q[0].empty()) {
+  if (p.nonEmpty & 1U) {
     cls = 0;
   } else {
-    cls = PickClass(m_classSched, m_classWeights, m_wire.headerBytes + 1000, p.q, paused, p.sched);
+    cls = PickClass(m_classSched, m_classWeights, m_wire.headerBytes + 1000, p.q, p.nonEmpty, paused, p.sched);
   }
   if (cls < 0) {
     return false;
   }
-  out = std::move(p.q[cls].front());
-  p.q[cls].pop_front();
+  std::deque<TxItem>& q = p.q[cls];
+  out = std::move(q.front());
+  q.pop_front();
+  if (q.empty()) {
+    p.nonEmpty &= ~(1U << cls);
+  }
   p.bytes[cls] -= out.wireBytes;
   p.total -= out.wireBytes;
   if (out.creditBytes) {
@@ -448,6 +453,7 @@ void PfcSwitch::SendPfc(uint32_t port, uint32_t cls, bool pause) {
   hdr.src = m_id;
   Port& p = m_ports[port];
   p.q[0].push_back(TxItem{pkt, m_wire.pfcBytes, port, 0, false});
+  p.nonEmpty |= 1U;
   p.bytes[0] += m_wire.pfcBytes;
   p.total += m_wire.pfcBytes;
   if (pause) {

@@ -95,20 +95,24 @@ class PfcSwitch : public Object, public PortOwner {
   void DoDispose() override;
 
  private:
-  struct Port {
-    std::array<std::deque<TxItem>, kNumPrio> q;
-    std::array<uint64_t, kNumPrio> bytes{};
+  /// An egress port's queues and state, cache-line aligned: what every packet reads first (line 0: the class
+  /// mask, totals, ECN and trim thresholds; line 1: the bytes per class; line 2: the class scheduler's turn), the
+  /// queues (ten cache lines) last.
+  struct alignas(64) Port {
+    uint32_t nonEmpty = 0;  ///< bit c: q[c] holds a packet
     uint64_t total = 0;
     uint64_t maxTotal = 0;    ///< peak of total
-    ClassSchedState sched;    ///< class scheduler state (round robin turn, DRR credits)
     uint64_t txBytes = 0;     ///< cumulative bytes sent (INT)
     uint64_t kmin = 0, kmax = 0;
     double pmax = 0;
     uint64_t trim = 0;        ///< trim threshold (bytes of the egress class queue; 0 = never)
+    std::array<uint64_t, kNumPrio> bytes{};
+    ClassSchedState sched;    ///< class scheduler state (round robin turn, DRR credits)
     uint64_t rateBps = 0;     ///< the rate kmin, kmax and trim are set for
     uint64_t kmin0 = 0, kmax0 = 0, trim0 = 0, rate0 = 0;  ///< as installed (ThresholdsFollowRate scales these)
     uint64_t ecnMarks = 0;    ///< marks made at this egress port
     uint64_t drops = 0;       ///< packets dropped arriving on this ingress port
+    std::array<std::deque<TxItem>, kNumPrio> q;
   };
 
   void SendPfc(uint32_t port, uint32_t cls, bool pause);

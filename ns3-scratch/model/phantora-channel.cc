@@ -30,6 +30,8 @@ TypeId PhantoraChannel::GetTypeId() {
 void PhantoraChannel::Attach(Ptr<PhantoraNetDevice> a, Ptr<PhantoraNetDevice> b) {
   m_dev[0] = a;
   m_dev[1] = b;
+  m_nodeId[0] = a->GetNodeId();  // the devices are on their nodes by now (PhantoraFabric::AddLink)
+  m_nodeId[1] = b->GetNodeId();
 }
 
 Ptr<PhantoraNetDevice> PhantoraChannel::GetPeer(const PhantoraNetDevice* dev) const {
@@ -66,7 +68,8 @@ void PhantoraChannel::Lose(const Ptr<PhantoraPacket>& pkt, bool down) {
 }
 
 void PhantoraChannel::Transmit(const PhantoraNetDevice* from, const Ptr<PhantoraPacket>& pkt, uint64_t txEndNs) {
-  PhantoraNetDevice* peer = PeekPointer(m_dev[0]) == from ? PeekPointer(m_dev[1]) : PeekPointer(m_dev[0]);
+  const uint32_t end = PeekPointer(m_dev[0]) == from ? 1 : 0;
+  PhantoraNetDevice* peer = PeekPointer(m_dev[end]);
   if (!m_up) {
     Lose(pkt, true);
     return;
@@ -78,15 +81,15 @@ void PhantoraChannel::Transmit(const PhantoraNetDevice* from, const Ptr<Phantora
   const uint64_t now = FabricNowNs();
   const Time delay = FabricNs(txEndNs - now + m_delayNs + m_extraDelayNs);
   if (!m_slowPath) [[likely]] {  // no failure scheduled, not cut: no check on arrival (the common case)
-    ScheduleWithContextPooled(peer->GetNodeId(), delay, [peer, p = pkt] { peer->Receive(p); });
+    ScheduleWithContextPooled(m_nodeId[end], delay, [peer, p = pkt] { peer->Receive(p); });
     return;
   }
   if (m_cut) {
-    m_cut->Send(m_linkId, peer == PeekPointer(m_dev[1]) ? 1 : 0, pkt, txEndNs + m_delayNs + m_extraDelayNs,
+    m_cut->Send(m_linkId, end, pkt, txEndNs + m_delayNs + m_extraDelayNs,
                 m_mayFail ? m_epoch : UINT64_MAX);
     return;
   }
-  ScheduleWithContextPooled(peer->GetNodeId(), delay, [this, peer, p = pkt, epoch = m_epoch] {
+  ScheduleWithContextPooled(m_nodeId[end], delay, [this, peer, p = pkt, epoch = m_epoch] {
     if (epoch != m_epoch) {
       Lose(p, true);  // the cable failed while the packet was on it
       return;

@@ -67,6 +67,7 @@ class PhantoraChannel : public Channel {
 
   uint64_t m_delayNs = 1000;
   Ptr<PhantoraNetDevice> m_dev[2];
+  uint32_t m_nodeId[2] = {0, 0};  ///< m_dev[i]'s node id (the context of its arrivals), not read from the cold device
   bool m_up = true;
   bool m_mayFail = false;
   bool m_slowPath = false;  ///< m_mayFail or cut: Transmit's one test on the common path

@@ -6,6 +6,7 @@
 
 #include "ns3/header.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace ns3 {
@@ -31,11 +32,37 @@ constexpr uint8_t kFlagCredit = 128;  ///< data: carries a credit request in `cr
 constexpr uint8_t kTypeViaNic = 0x80;
 
 /**
+ * Every field of a PhantoraHeader but its INT records. A packet taken from the free list resets these only
+ * (PhantoraPacket::Make): nothing reads an INT record past `nHops`, so the 256 bytes of `hops` are left as they
+ * were instead of written per packet. The order keeps what every hop reads (type to `viaNic`: a switch's route,
+ * class, wire bytes and traces) in the 64 bytes of the packet's first cache line (PhantoraPacket's layout).
+ */
+struct PhantoraHeaderFields {
+  PktType type = PktType::Data;
+  uint8_t prio = 0;       ///< traffic class; for PFC the paused class
+  uint8_t flags = 0;      ///< kFlag* bits
+  uint8_t nHops = 0;      ///< INT records present
+  uint32_t src = 0;       ///< source node id
+  uint32_t dst = 0;       ///< destination node id
+  uint32_t payload = 0;   ///< payload bytes (data)
+  uint64_t flowId = 0;    ///< queue pair (flow) id
+  uint64_t seq = 0;       ///< data: first payload byte; ACK/NACK: next byte expected
+  uint64_t ecmpKey = 0;   ///< flow key hashed by ECMP (only hashed: the route through the NICs is `viaNic`)
+  bool viaNic = false;    ///< its flow leaves its endpoints through their NICs, even over a shared NVSwitch
+  uint16_t entropy = 0;   ///< data: UET entropy value (LoadBalancing reps/oblivious hash it); ACK/NACK: echoed
+  uint64_t tsNs = 0;      ///< data: send time; ACK: echoed send time of the data packet
+  uint64_t sackLo = 0;    ///< ACK with kFlagSack: first byte of the received block holding the data packet
+  uint64_t sackHi = 0;    ///< ACK with kFlagSack: one past its last byte
+  uint64_t sackBitmap = 0;  ///< ACK with kFlagSack, Receiver rud: bit i = packet at seq + i x payload received
+  uint64_t credit = 0;    ///< data with kFlagCredit: the cumulative grant asked for; Credit: the cumulative grant
+};
+
+/**
  * Routing, transport and telemetry fields of a packet. The serialised form carries every field
  * at full precision (INT records too); the bytes a packet occupies on the wire are modelled
  * separately (payload + configured header overhead), so this size does not affect timing.
  */
-class PhantoraHeader : public Header {
+class PhantoraHeader : public Header, public PhantoraHeaderFields {
  public:
   static TypeId GetTypeId();
   TypeId GetInstanceTypeId() const override;
@@ -48,24 +75,14 @@ class PhantoraHeader : public Header {
   void PushHop(const IntHop& hop);
   /// A Credit packet, or data carrying a credit request: `credit` is serialised.
   bool HasCredit() const;
+  /// Every field as a new header's, but the INT records past nHops = 0, which stay as they were (never read).
+  void ResetFields() { static_cast<PhantoraHeaderFields&>(*this) = PhantoraHeaderFields{}; }
+  /// `*this = h` without the INT records past h.nHops (never read).
+  void AssignUsed(const PhantoraHeader& h) {
+    static_cast<PhantoraHeaderFields&>(*this) = h;
+    std::copy(h.hops, h.hops + std::min<uint32_t>(h.nHops, kMaxIntHops), hops);
+  }
 
-  PktType type = PktType::Data;
-  uint8_t prio = 0;       ///< traffic class; for PFC the paused class
-  uint8_t flags = 0;      ///< kFlag* bits
-  uint8_t nHops = 0;      ///< INT records present
-  uint32_t src = 0;       ///< source node id
-  uint32_t dst = 0;       ///< destination node id
-  uint64_t flowId = 0;    ///< queue pair (flow) id
-  uint64_t seq = 0;       ///< data: first payload byte; ACK/NACK: next byte expected
-  uint32_t payload = 0;   ///< payload bytes (data)
-  uint64_t ecmpKey = 0;   ///< flow key hashed by ECMP (only hashed: the route through the NICs is `viaNic`)
-  bool viaNic = false;    ///< its flow leaves its endpoints through their NICs, even over a shared NVSwitch
-  uint64_t tsNs = 0;      ///< data: send time; ACK: echoed send time of the data packet
-  uint64_t sackLo = 0;    ///< ACK with kFlagSack: first byte of the received block holding the data packet
-  uint64_t sackHi = 0;    ///< ACK with kFlagSack: one past its last byte
-  uint64_t sackBitmap = 0;  ///< ACK with kFlagSack, Receiver rud: bit i = packet at seq + i x payload received
-  uint16_t entropy = 0;   ///< data: UET entropy value (LoadBalancing reps/oblivious hash it); ACK/NACK: echoed
-  uint64_t credit = 0;    ///< data with kFlagCredit: the cumulative grant asked for; Credit: the cumulative grant
   IntHop hops[kMaxIntHops] = {};
 };
 

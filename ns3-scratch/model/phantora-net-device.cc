@@ -254,7 +254,7 @@ void PhantoraNetDevice::Receive(const Ptr<PhantoraPacket>& pkt) {
     }
     return;
   }
-  if (m_creditReturn && pkt->linkCredit) {  // the flag first: linkCredit is on another cache line of the packet
+  if (m_creditReturn && pkt->linkCredit) {
     const uint32_t c = pkt->linkClass % kNumPrio;
     const uint64_t expected = m_creditRecv[c] + pkt->linkCredit;
     m_creditRecv[c] = pkt->linkSent;

@@ -141,26 +141,33 @@ class PhantoraNetDevice : public NetDevice {
   /// Refresh m_blocked (PFC pause or no credit) and the credit-blocked time.
   void UpdateBlocked();
 
+  // What every packet this port sends or receives reads (Kick, TransmitNext, Send, Receive), first and together:
+  // a port is cold when its next packet comes (thousands of ports in a large fabric), so these take two cache
+  // lines, not one each as they did spread over the object.
   PortOwner* m_owner = nullptr;
-  Ptr<Node> m_node;
-  uint32_t m_nodeId = 0;
   Ptr<PhantoraChannel> m_channel;
-  uint32_t m_ifIndex = 0;
-  uint32_t m_port = 0;
   uint64_t m_rateBps = 0;
-  uint16_t m_mtu = 1500;
+  uint64_t m_lastEndPs = 0;  ///< exact end of the last serialisation
+  uint64_t m_txRem = 0;      ///< sub-ps remainder of the serialisation times (in bit-ps / rate units)
+  uint64_t m_txBytes = 0;
+  uint64_t m_txPackets = 0;
+  uint32_t m_port = 0;
+  uint32_t m_nodeId = 0;
   bool m_busy = false;
   bool m_dequeuing = false;
   bool m_kickPending = false;
-  uint64_t m_lastEndPs = 0;  ///< exact end of the last serialisation
-  uint64_t m_txRem = 0;      ///< sub-ps remainder of the serialisation times (in bit-ps / rate units)
+  bool m_creditSend = false;    ///< credit-based flow control, sending side (below)
+  bool m_creditReturn = false;  ///< ... receiving side
+  uint8_t m_creditDue = 0;      ///< bit c: a credit frame of class c is due
   bool m_paused[kNumPrio] = {};
+  TracedCallback<Ptr<const Packet>> m_txTrace;  ///< fed PhantoraPacket::ToPacket(), only when connected
+
+  Ptr<Node> m_node;
+  uint32_t m_ifIndex = 0;
+  uint16_t m_mtu = 1500;
   uint64_t m_pausedSinceNs[kNumPrio] = {};
   uint64_t m_pausedNs = 0;  ///< class-ns spent paused, summed
-  uint64_t m_txBytes = 0;
-  uint64_t m_txPackets = 0;
   // Credit-based flow control (classes 1..7; index 0 unused). Sending side:
-  bool m_creditSend = false;
   uint32_t m_creditMaxPacket = 0;
   uint64_t m_creditLimit[kNumPrio] = {};  ///< cumulative: the bytes the receiver lets us have sent
   uint64_t m_creditSent[kNumPrio] = {};   ///< cumulative bytes sent with credit
@@ -170,17 +177,14 @@ class PhantoraNetDevice : public NetDevice {
   uint64_t m_creditBlockedNs = 0;
   bool m_creditResync = false;  ///< the link failed: take the receiver's counts when it is up again
   // Receiving side:
-  bool m_creditReturn = false;
   uint64_t m_creditSize = 0;
   uint64_t m_creditUpdate = 1;
   uint32_t m_creditFrameBytes = 64;
   uint64_t m_creditRecv[kNumPrio] = {};   ///< cumulative bytes received with credit (a failure's resync)
   uint64_t m_creditFreed[kNumPrio] = {};  ///< cumulative bytes freed by the owner
   uint64_t m_creditTold[kNumPrio] = {};   ///< m_creditFreed as of the last credit frame
-  uint8_t m_creditDue = 0;                ///< bit c: a credit frame of class c is due
   uint64_t m_creditFrames = 0;
   TracedCallback<uint32_t, uint32_t, uint64_t> m_creditRxTrace;  ///< (port, class, new cumulative limit)
-  TracedCallback<Ptr<const Packet>> m_txTrace;  ///< fed PhantoraPacket::ToPacket(), only when connected
   TracedCallback<uint32_t, uint32_t, bool> m_pfcRxTrace;  ///< (port, class, pause) on a received PFC frame
 };
 

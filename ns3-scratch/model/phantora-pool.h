@@ -17,10 +17,18 @@ class Pool {
  public:
   static void* Get(std::size_t size) {
     if (size != sizeof(T)) {  // a subclass without its own pool
-      return ::operator new(size);
+      if constexpr (alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__) {
+        return ::operator new(size, std::align_val_t{alignof(T)});
+      } else {
+        return ::operator new(size);
+      }
     }
     if (s_free == nullptr) {
-      return ::operator new(sizeof(Block));
+      if constexpr (alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__) {
+        return ::operator new(sizeof(Block), std::align_val_t{alignof(T)});  // a cache-line-aligned class
+      } else {
+        return ::operator new(sizeof(Block));
+      }
     }
     Block* b = s_free;
     s_free = b->next;
@@ -28,7 +36,11 @@ class Pool {
   }
   static void Put(void* p, std::size_t size) {
     if (size != sizeof(T)) {
-      ::operator delete(p);
+      if constexpr (alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__) {
+        ::operator delete(p, std::align_val_t{alignof(T)});
+      } else {
+        ::operator delete(p);
+      }
       return;
     }
     Block* b = static_cast<Block*>(p);

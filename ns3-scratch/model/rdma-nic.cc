@@ -721,7 +721,7 @@ void RdmaNic::ReceiveData(uint32_t port, const PhantoraHeader& hdr) {
       rx.ackTimer.Cancel();
       SendAck(hdr, PktType::Ack, rx);
     } else {
-      rx.unacked = hdr;
+      rx.unacked.AssignUsed(hdr);
       if (!rx.ackTimer.IsPending()) {
         rx.ackTimer = Simulator::Schedule(m_ackDelay, &RdmaNic::AckTimeout, this, hdr.flowId);
       }
@@ -752,7 +752,7 @@ void RdmaNic::ReceiveDataSack(Rx& rx, const PhantoraHeader& hdr) {
   const bool ce = hdr.flags & kFlagCe;
   const bool inOrder = a.advanced && hdr.seq == before && rx.expected == before + hdr.payload;
   if (inOrder && !last && !ce && ++rx.sinceAck < m_ackInterval) {
-    rx.unacked = hdr;
+    rx.unacked.AssignUsed(hdr);
     if (!rx.ackTimer.IsPending()) {
       rx.ackTimer = Simulator::Schedule(m_ackDelay, &RdmaNic::AckTimeout, this, hdr.flowId);
     }
@@ -795,7 +795,7 @@ void RdmaNic::ReceiveDataRud(Rx& rx, const PhantoraHeader& hdr) {
   const bool ce = hdr.flags & kFlagCe;
   const bool inOrder = a.advanced && hdr.seq == before && rx.expected == before + hdr.payload;
   if (inOrder && !last && !ce && ++rx.sinceAck < m_ackInterval) {
-    rx.unacked = hdr;
+    rx.unacked.AssignUsed(hdr);
     if (!rx.ackTimer.IsPending()) {
       rx.ackTimer = Simulator::Schedule(m_ackDelay, &RdmaNic::AckTimeout, this, hdr.flowId);
     }

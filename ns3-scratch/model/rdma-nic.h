@@ -114,21 +114,21 @@ class RdmaNic : public Object, public PortOwner {
 
   /// Counters of this NIC (summed over the fabric by PhantoraNetwork::Stats).
   struct Counters {
-    uint64_t dataPackets = 0;
+    uint64_t dataPackets = 0;  // (the four per-packet counts first: one cache line)
+    uint64_t acks = 0;
+    uint64_t payloadBytesDelivered = 0;
+    uint64_t ecnEchoes = 0;  ///< ACKs and NACKs received with ECN echo, whatever the CC
     uint64_t retxPackets = 0;
     uint64_t retxBytes = 0;
     uint64_t oooPackets = 0;       ///< data packets received with a hole before them
     uint64_t reorderMaxBytes = 0;  ///< max over flows of FlowTransportStats::reorderMaxBytes
-    uint64_t acks = 0;
     uint64_t nacks = 0;
     uint64_t timeouts = 0;
     uint64_t cnps = 0;  ///< CNPs received: ACKs and NACKs with ECN echo, for a CC that uses CNPs (UsesCnp)
-    uint64_t ecnEchoes = 0;  ///< ACKs and NACKs received with ECN echo, whatever the CC
     uint64_t trimNacks = 0;  ///< Receiver rud: NACKs of trimmed packets received by senders
     uint64_t entropiesExplored = 0;  ///< LoadBalancing reps / oblivious: fresh entropy values drawn
     uint64_t entropiesRecycled = 0;  ///< LoadBalancing reps: entropy values reused after a good ACK
     uint64_t repsFreezes = 0;  ///< LoadBalancing reps: connections frozen by a retransmission timeout
-    uint64_t payloadBytesDelivered = 0;
     uint64_t queuePairs = 0;  ///< queue pairs opened: one per connection, plus one per flow without a connection
     uint64_t failovers = 0;   ///< queue pairs moved to another port at a re-convergence (PortFailover)
   };
@@ -206,6 +206,7 @@ class RdmaNic : public Object, public PortOwner {
     Conn* conn = nullptr;         ///< its queue pair (`own`, or a connection's in m_conns)
     std::unique_ptr<Conn> own;    ///< the queue pair of a flow without a connection
     bool stalled = false;         ///< no route to its destination: off every port's list until Repin finds one
+    bool creditOn = false;        ///< its CC runs under receiver credits (read per Dequeue: beside sndNxt)
     uint64_t base = 0;            ///< where this message starts in its queue pair's byte stream
     uint64_t sndNxt = 0;
     uint64_t sndUna = 0;
@@ -223,7 +224,6 @@ class RdmaNic : public Object, public PortOwner {
     RudSender rud;              ///< Receiver = rud: the packets in flight
     EntropyPicker ev;           ///< LoadBalancing reps / oblivious: entropy per data packet
     uint16_t pathEntropy = 0;   ///< Receiver rod: the queue pair's one entropy value
-    bool creditOn = false;      ///< its CC runs under receiver credits
     uint64_t bdpBytes = 0;      ///< its path's BDP (as given to CCs): SLEEK's largest window
     EventId probe;              ///< Sleek: the tail-loss probe
     uint64_t probeAtNs = 0;     ///< Sleek: when it is due (each ACK moves it on)
@@ -321,48 +321,50 @@ class RdmaNic : public Object, public PortOwner {
   bool GetIntEnabled() const;
   void SetIntEnabled(bool on);
 
+  // Read for every packet (Dequeue, BuildData, Receive, SendAck, ReceiveAck): together at the start of the object,
+  // a few cache lines, as a NIC is cold when its next packet comes (a thousand NICs in a large fabric).
   uint32_t m_id = 0;
-  // Attributes.
-  uint32_t m_payloadBytes = 1000;
-  WireFormat m_wire;
-  uint32_t m_ackInterval = 1;
-  Time m_ackDelay;
+  uint32_t m_payloadBytes = 1000;  // (attribute)
+  WireFormat m_wire;               // (attributes)
+  uint32_t m_ackInterval = 1;      // (attribute)
+  RxMode m_rxMode = RxMode::GoBackN;
+  EntropyMode m_entropyMode = EntropyMode::None;
   bool m_ackHighPrio = true;
   bool m_markLastByte = false;  ///< MarkLastByte
-  std::string m_classSchedText = "rr";
   bool m_strict = false;
+  bool m_sleek = false;
+  std::vector<Ptr<PhantoraNetDevice>> m_dev;
+  std::vector<Port> m_ports;
+  FlatIdMap<Qp> m_qps;  ///< the flows being sent, by id (looked up per ACK)
+  FlatIdMap<Rx> m_rx;   ///< the flows being received, by id (looked up per data packet)
+  Ptr<RouteTable> m_routes;
+  Counters m_counters;
+  // Attributes.
+  Time m_ackDelay;
+  std::string m_classSchedText = "rr";
   Time m_nackInterval;
   Time m_rto;
   std::string m_rxModeName = "gbn";
-  RxMode m_rxMode = RxMode::GoBackN;
   Time m_reorderWindow;
   std::string m_lbModeName = "ecmp";
-  EntropyMode m_entropyMode = EntropyMode::None;
   uint32_t m_entropies = 256;
   uint32_t m_repsBuffer = 8;
   Time m_repsFreeze;
   uint32_t m_repsThawExplore = 16;
   double m_creditRate = 0.99;
-  bool m_sleek = false;
   double m_sleekFactor = 1.5;
   uint32_t m_sleekMinPackets = 5;
   uint32_t m_creditQuantum = 4;
   bool m_portFailover = true;
   Ptr<UniformRandomVariable> m_evRng;
   // Wiring.
-  Ptr<RouteTable> m_routes;
   FlowCallback m_dataComplete;
   FlowCallback m_senderDone;
   PathQuery m_baseRtt;
   PathQuery m_bdp;
   ObjectFactory m_ccFactory;
-  Counters m_counters;
-  std::vector<Ptr<PhantoraNetDevice>> m_dev;
-  std::vector<Port> m_ports;
-  FlatIdMap<Qp> m_qps;  ///< the flows being sent, by id (looked up per ACK)
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> m_conns;  ///< connections by QpSpec::conn
   std::unordered_map<uint64_t, std::vector<Qp*>> m_queues;  ///< QpSpec::queue -> its flows not finished, in order
-  FlatIdMap<Rx> m_rx;  ///< the flows being received, by id (looked up per data packet)
   std::unordered_map<uint64_t, FlowTransportStats> m_doneTx;  ///< finished queue pairs' retransmissions
 
   TracedCallback<uint64_t, uint64_t> m_nackTrace;     ///< (flow, seq) NACK sent by this receiver

@@ -717,6 +717,69 @@ class PacketViewTest : public TestCase {
   }
 };
 
+/// The bytes of `h` serialised (every field, and the INT records up to nHops).
+static std::vector<uint8_t> HeaderBytes(const PhantoraHeader& h) {
+  Ptr<Packet> pkt = Create<Packet>();
+  pkt->AddHeader(h);
+  std::vector<uint8_t> out(pkt->GetSize());
+  pkt->CopyData(out.data(), out.size());
+  return out;
+}
+
+/// A recycled packet (PhantoraPacket::Make from the free list) resets only the header's fields, not its INT records
+/// past nHops = 0: it must serialise as a new header does, whatever the packet carried before; its link credit is
+/// cleared; it is cache-line aligned. AssignUsed copies what a header carries (its fields, its INT records up to
+/// nHops).
+class RecycledPacketTest : public TestCase {
+ public:
+  RecycledPacketTest() : TestCase("PhantoraPacket::Make: a recycled packet is a new one; AssignUsed") {}
+
+ private:
+  void DoRun() override {
+    Ptr<PhantoraPacket> p = PhantoraPacket::Make();
+    PhantoraPacket* used = PeekPointer(p);
+    PhantoraHeader& h = p->hdr;
+    h.type = PktType::Ack;
+    h.prio = 5;
+    h.flags = kFlagSack | kFlagEcnEcho | kFlagCredit;
+    h.src = 11;
+    h.dst = 12;
+    h.payload = 700;
+    h.flowId = 99;
+    h.seq = 123456;
+    h.ecmpKey = 0xdeadbeef;
+    h.viaNic = true;
+    h.entropy = 77;
+    h.tsNs = 4242;
+    h.sackLo = 1000;
+    h.sackHi = 2000;
+    h.sackBitmap = 0xff;
+    h.credit = 31337;
+    for (uint64_t i = 0; i < 3; ++i) {
+      h.PushHop(IntHop{100 + i, 200 + i, static_cast<uint32_t>(300 + i), 400'000'000'000ULL});
+    }
+    p->linkCredit = 1048;
+    p->linkSent = 5000;
+    p->linkClass = 3;
+    PhantoraHeader copy;
+    copy.AssignUsed(h);
+    NS_TEST_ASSERT_MSG_EQ((HeaderBytes(copy) == HeaderBytes(h)), true, "AssignUsed: the same serialised header");
+    NS_TEST_ASSERT_MSG_EQ(copy.hops[2].qlenBytes, 302u, "AssignUsed: the INT records up to nHops");
+    p = nullptr;  // the last reference: back on the free list
+    Ptr<PhantoraPacket> q = PhantoraPacket::Make();
+    NS_TEST_ASSERT_MSG_EQ(PeekPointer(q), used, "the packet just freed is taken again");
+    const PhantoraHeader blank;
+    NS_TEST_ASSERT_MSG_EQ((HeaderBytes(q->hdr) == HeaderBytes(blank)), true, "serialises as a new header");
+    NS_TEST_ASSERT_MSG_EQ(q->hdr.nHops, 0, "no INT record");
+    NS_TEST_ASSERT_MSG_EQ(q->linkCredit, 0u, "no link credit");
+    NS_TEST_ASSERT_MSG_EQ(q->linkSent, 0u, "no link count");
+    NS_TEST_ASSERT_MSG_EQ(q->linkClass, 0, "no link class");
+    NS_TEST_ASSERT_MSG_EQ(reinterpret_cast<uintptr_t>(PeekPointer(q)) % 64, 0u, "cache-line aligned");
+    NS_TEST_ASSERT_MSG_EQ(reinterpret_cast<uintptr_t>(PeekPointer(Create<PhantoraPacket>())) % 64, 0u,
+                          "cache-line aligned when new");
+  }
+};
+
 /// Two 1 MB flows on one connection (SetConnection) are messages on one queue pair: the second is sent after the
 /// first, so the first ends as a lone flow does and the second after both flows' bytes at line rate; one queue
 /// pair is opened. Without a connection each flow has its own, they share the link and both end after both flows'
@@ -822,6 +885,7 @@ class PhantoraModelTestSuite : public TestSuite {
     AddTestCase(new RateCapTest, TestCase::Duration::QUICK);
     AddTestCase(new FlowletOrderTest, TestCase::Duration::QUICK);
     AddTestCase(new ConnectionOrderTest, TestCase::Duration::QUICK);
+    AddTestCase(new RecycledPacketTest, TestCase::Duration::QUICK);
     for (const int64_t resumeNs : {11'000, 12'345, 450'321, 5'000'017}) {
       AddTestCase(new DcqcnResumeTest(resumeNs), TestCase::Duration::QUICK);
     }
