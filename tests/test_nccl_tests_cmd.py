@@ -27,6 +27,8 @@ FACTOR = {
     "broadcast_perf": lambda n: 1.0,
     "reduce_perf": lambda n: 1.0,
     "sendrecv_perf": lambda n: 1.0,
+    "gather_perf": lambda n: (n - 1) / n,
+    "scatter_perf": lambda n: (n - 1) / n,
 }
 
 

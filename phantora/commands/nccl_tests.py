@@ -1,7 +1,7 @@
 """`phantora nccl-tests TEST [nccl-tests flags] [--topology T]`: nccl-tests on a simulated topology.
 
 TEST is one of all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf, broadcast_perf,
-reduce_perf, sendrecv_perf. The flags are nccl-tests' own: -b/-e sizes (K, M, G suffixes: powers of 1024), -f
+reduce_perf, sendrecv_perf, gather_perf, scatter_perf. The flags are nccl-tests' own: -b/-e sizes (K, M, G suffixes: powers of 1024), -f
 step factor or -i step increment, -t threads and -g GPUs per thread, -d datatype (or all), -o reduction op
 (printed only; or all), -n iterations, -w warm-up iterations, -m calls per iteration (one NCCL group), -N cycles,
 -r root (-1: every root), -c check (#wrong 0, or N/A with -c 0), -z blocking, -G CUDA graph, -C CPU time, -S

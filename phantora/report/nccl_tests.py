@@ -63,8 +63,26 @@ TESTS: dict[str, BenchSpec] = {
         BenchSpec("broadcast_perf", "broadcast", "full", lambda n: 1.0, False, True),
         BenchSpec("reduce_perf", "reduce", "full", lambda n: 1.0, True, True),
         BenchSpec("sendrecv_perf", "send_recv", "full", lambda n: 1.0, True, False),
+        BenchSpec("gather_perf", "gather", "per_rank", lambda n: (n - 1) / n, False, True),
+        BenchSpec("scatter_perf", "scatter", "per_rank", lambda n: (n - 1) / n, False, True),
     )
 }
+# the tests that run as one NCCL group of send/recv pairs (sendrecv.cu; gather.cu and scatter.cu: ncclGather /
+# ncclScatter from NCCL 2.28, before that a group of ncclSend / ncclRecv with the root; either is one p2p group)
+P2P_KINDS = ("send_recv", "gather", "scatter")
+
+
+def p2p_pairs(kind: str, ranks: Sequence[int], root: int) -> list[tuple[int, int]]:
+    """The (sender, receiver) pairs of one call of a p2p test: sendrecv every rank to the next; gather every other
+    rank to the root (the communicator's rank `root`), scatter the root to every other. The root's own block is a
+    copy inside its GPU, not a transfer."""
+    n = len(ranks)
+    if kind == "send_recv":
+        return [(ranks[i], ranks[(i + 1) % n]) for i in range(n)] if n > 1 else []
+    r = ranks[root]
+    others = [x for x in ranks if x != r]
+    return [(x, r) for x in others] if kind == "gather" else [(r, x) for x in others]
+
 
 # nccl-tests datatype names -> (phantora collective dtype, bytes per element); aliases accepted on input
 DATATYPES: dict[str, tuple[str, int]] = {
@@ -331,12 +349,13 @@ def build_iteration(
     is the one of NCCL's model's longest time: sendrecv's group is one launch with every pair in flight, so its
     slowest pair (one across nodes) bounds the call."""
     n = len(ranks)
-    if spec.kind == "send_recv":
-        pairs = [(ranks[i], ranks[(i + 1) % n]) for i in range(n)] if n > 1 else []  # n == 1: a local copy
+    if spec.kind in P2P_KINDS:
+        pairs = p2p_pairs(spec.kind, ranks, root)  # sendrecv on one rank: a local copy
+        per_pair = nbytes if spec.kind == "send_recv" else nbytes // n  # gather, scatter: one rank's block each
         comm = tuple(ranks)
         group = tuple(pairs)  # one NCCL group: every pair in flight at once
         colls = [
-            (Collective("send_recv", pair, nbytes, dtype, None, comm, group, group_calls=calls), f"{tag}/r{i}")
+            (Collective("send_recv", pair, per_pair, dtype, None, comm, group, group_calls=calls), f"{tag}/r{i}")
             for i, pair in enumerate(pairs)
         ]
     else:
@@ -519,9 +538,9 @@ def plan_size(bench: Bench, size: int) -> SizePlan:
     if one:
         dtype = DATATYPES[bench.datatype][0]
         spec = bench.spec
-        ranks = bench.ranks if spec.kind != "send_recv" else bench.ranks[:2]
-        coll = Collective(spec.kind, tuple(ranks), nbytes, dtype, group_calls=bench.agg)
-        if spec.kind != "send_recv":
+        if spec.kind in P2P_KINDS:
+            coll = Collective("send_recv", tuple(bench.ranks[:2]), nbytes, dtype, group_calls=bench.agg)
+        else:
             coll = _collective(spec, bench.ranks, nbytes, dtype, bench.root, bench.op, bench.agg)
         one = runs_as_one(coll, bench.topo, bench.opts)
     return SizePlan(size, printed, count, nbytes, 1 if one else bench.agg, bench.agg if one else 1)
@@ -558,14 +577,16 @@ def finish_size(bench: Bench, plan: SizePlan, times: list[int], choice: dict[str
     n = len(bench.ranks)
     nbytes = plan.nbytes
     # NCCL discards an empty collective before it launches anything (enqueue.cc, taskAppend): no host launch
-    host_ns = 0 if bench.graph or nbytes == 0 else host_ns_per_call(bench.spec.kind, choice, n, bench.gpus_per_thread)
+    # gather and scatter: the root's thread launches work for every other rank, as an all-to-all's does
+    kind = "all_to_all" if bench.spec.kind in ("gather", "scatter") else bench.spec.kind
+    host_ns = 0 if bench.graph or nbytes == 0 else host_ns_per_call(kind, choice, n, bench.gpus_per_thread)
     inplace = gpu_inplace = None
     gpu = times
     if n == 1 and nbytes > 0:
         # One rank: NCCL copies the buffer on the GPU (enqueue.cc, ncclLaunchOneRank's cudaMemcpyAsync; a p2p
         # call to itself copies too) and an in-place collective does nothing; no network flow times either.
         copy = one_rank_copy_ns(bench.topo, nbytes) * bench.agg
-        inplace = [copy if bench.spec.kind in ("send_recv", "all_to_all") else 0] * len(times)
+        inplace = [copy if bench.spec.kind in (*P2P_KINDS, "all_to_all") else 0] * len(times)
         times = gpu = [copy] * len(times)
         gpu_inplace = inplace
         inplace = launch_bound(inplace, host_ns * (bench.agg if bench.blocking else 1), bench.blocking)

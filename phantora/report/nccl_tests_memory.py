@@ -19,7 +19,7 @@ def recv_bytes(layout: str, kind: str, maxbytes: int, nranks: int) -> int:
     if layout == "full":
         return maxbytes
     base = (maxbytes // nranks) & ~15
-    return base if kind == "reduce_scatter" else base * nranks
+    return base if kind in ("reduce_scatter", "scatter") else base * nranks
 
 
 def allocated(size: int) -> int:
