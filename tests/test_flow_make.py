@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from phantora.netsim.base import Flow, moved_flows, new_flow
+from phantora.netsim.base import Flow, flow_of, moved_flows, new_flow
 
 
 def test_new_flow_is_the_dataclass_flow() -> None:
@@ -32,3 +32,10 @@ def test_moved_flows_move_ids_deps_and_tags_and_gate_the_roots() -> None:
     ]
     assert got == want and all(type(f) is Flow for f in got)
     assert [f.with_deps((1,), 2) for f in got] == [dataclasses.replace(f, deps=(1,), delay_ns=2) for f in want]
+
+
+def test_flow_of_and_with_ends_are_the_dataclass_flows() -> None:
+    fields = (3, 1, 2, 64, (1, 2), 9, "t", 5, 77, 4, 8, 99, 11, True)
+    got = flow_of(*fields)
+    assert type(got) is Flow and got == Flow(*fields)
+    assert got.with_ends(6, 7) == dataclasses.replace(Flow(*fields), src=6, dst=7)

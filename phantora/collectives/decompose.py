@@ -125,9 +125,9 @@ def decompose(
     _build(b, coll, topo, opts, nodes, choice.kernel if choice is not None else "", calls)
     dag = b.finish()
     if b.left_by:  # NCCL's ring leaves an NCCL node of SHM GPUs through its channel's NIC (nccl/ring_nics.py)
-        dag.flows = [dataclasses.replace(f, src=b.left_by[f.id]) if f.id in b.left_by else f for f in dag.flows]
+        dag.flows = [f.with_ends(b.left_by[f.id], f.dst) if f.id in b.left_by else f for f in dag.flows]
     if b.arrived_at:  # and arrives at the same NIC of the next node
-        dag.flows = [dataclasses.replace(f, dst=b.arrived_at[f.id]) if f.id in b.arrived_at else f for f in dag.flows]
+        dag.flows = [f.with_ends(f.src, b.arrived_at[f.id]) if f.id in b.arrived_at else f for f in dag.flows]
     if topo is not base:
         dag.flows = through_nics(dag.flows, topo, base)
     if choice is not None:

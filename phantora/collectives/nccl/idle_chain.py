@@ -47,9 +47,10 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
     sent: dict[int, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))  # queue -> its last transmission's end
     ready = [(0.0, i) for i, n in enumerate(missing) if n == 0]
     heapq.heapify(ready)
+    pop, push, xfer_of, both_of = heapq.heappop, heapq.heappush, xfer.__getitem__, both.__getitem__
     while ready:
-        release, i = heapq.heappop(ready)
-        start_both, start_xfer = release, max((xfer[d] for d in deps[i]), default=0.0)
+        release, i = pop(ready)
+        start_both, start_xfer = release, max(map(xfer_of, deps[i]), default=0.0)
         queue = flows[i].queue
         if queue:
             prev = sent[queue]
@@ -60,5 +61,5 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
         for j in after[i]:
             missing[j] -= 1
             if missing[j] == 0:
-                heapq.heappush(ready, (max(both[d] for d in deps[j]), j))
+                push(ready, (max(map(both_of, deps[j])), j))
     return max(both, default=0.0), max(xfer, default=0.0)

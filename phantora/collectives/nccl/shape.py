@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 
 from phantora.collectives.nccl.idle_chain import critical_chains_ns
 from phantora.collectives.nccl.tuning import Choice
-from phantora.netsim.base import Flow
+from phantora.netsim.base import Flow, flow_of
 from phantora.topology.model import Topology
 
 WIRE_FACTOR = {"LL": 2.0, "LL128": 128.0 / 120.0, "Simple": 1.0}
@@ -149,7 +149,7 @@ def shape(
         caps = [0] * len(flows)
     delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps)
     return [
-        Flow(
+        flow_of(
             f.id,
             f.src,
             f.dst,
