@@ -29,6 +29,7 @@ FACTOR = {
     "sendrecv_perf": lambda n: 1.0,
     "gather_perf": lambda n: (n - 1) / n,
     "scatter_perf": lambda n: (n - 1) / n,
+    "hypercube_perf": lambda n: 1.0,
 }
 
 

@@ -66,3 +66,34 @@ def test_one_call_moves_n_minus_1_blocks_through_the_root(
 def test_a_root_outside_the_ranks_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["nccl-tests", "gather_perf", "--np", "4", "-r", "4", "-b", "1M", "-e", "1M"]) == 2
     assert "'-r'" in capsys.readouterr().err
+
+
+def test_a_hypercube_call_is_log2_n_exchanges_of_doubling_blocks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """hypercube.cu on 8 ranks: 3 groups, rank r swapping 2^k blocks with r ^ 2^k in group k, so each rank sends
+    1 + 2 + 4 = 7 blocks (n - 1, the bytes its algbw counts) and every flow joins a rank to its partner of that
+    step; algbw = busbw = 7 blocks over the time."""
+    out = tmp_path / "out"
+    argv = ["nccl-tests", "hypercube_perf", "--topology", _dgx(tmp_path, 8), "-b", "64M", "-e", "64M", "-n", "1"]
+    assert main([*argv, "-w", "0", "--out", str(out)]) == 0
+    capsys.readouterr()
+    (line,) = json.loads((out / S.RESULTS_JSON).read_text())["sizes"]
+    block = 8 * MiB
+    assert line["bytes"] == 64 * MiB and line["count"] == block // 4 and line["nbytes"] == 7 * block
+    with (out / S.FLOWS_CSV).open() as f:
+        flows = list(csv.DictReader(f))
+    assert sum(int(fl["size_bytes"]) for fl in flows) == 8 * 7 * block  # Simple at this size: no wire overhead
+    for fl in flows:
+        step = int(fl["tag"].split("/s")[1].split("/")[0])
+        assert int(fl["src"][3:]) ^ int(fl["dst"][3:]) == 1 << step
+    assert line["busbw"] == line["algbw"] == pytest.approx(7 * block / 1e3 / line["time_us"], rel=1e-9)
+
+
+@pytest.mark.parametrize(("argv", "flag"), [(["--np", "6"], "--np"), (["-m", "2"], "-m")])
+def test_a_hypercube_nccl_cannot_run_is_one_line(
+    argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["nccl-tests", "hypercube_perf", *argv, "-b", "1M", "-e", "1M"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"'{flag}'" in err[0]

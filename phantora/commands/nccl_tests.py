@@ -1,7 +1,8 @@
 """`phantora nccl-tests TEST [nccl-tests flags] [--topology T]`: nccl-tests on a simulated topology.
 
 TEST is one of all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf, broadcast_perf,
-reduce_perf, sendrecv_perf, gather_perf, scatter_perf. The flags are nccl-tests' own: -b/-e sizes (K, M, G suffixes: powers of 1024), -f
+reduce_perf, sendrecv_perf, gather_perf, scatter_perf, hypercube_perf. The flags are nccl-tests' own: -b/-e
+sizes (K, M, G suffixes: powers of 1024), -f
 step factor or -i step increment, -t threads and -g GPUs per thread, -d datatype (or all), -o reduction op
 (printed only; or all), -n iterations, -w warm-up iterations, -m calls per iteration (one NCCL group), -N cycles,
 -r root (-1: every root), -c check (#wrong 0, or N/A with -c 0), -z blocking, -G CUDA graph, -C CPU time, -S
@@ -246,6 +247,11 @@ def run(args: argparse.Namespace) -> int:
     nt.check_fp8(spec, types, nt.compute_capability(topo))
     split = _split(args, ranks, flags)
     comm = split.groups[0] if split is not None else ranks  # process 0's communicator: the one it prints
+    if spec.kind == nt.HYPERCUBE:
+        nt.check_hypercube(len(comm), args.agg_iters)
+        if split is not None and len(split.groups) > 1:
+            refused = f"hypercube_perf with {ns.MASK} / {ns.SPLIT}'s communicators is not modelled"
+            raise InputError(refused, field="TEST")
     blocks = nt.runs(spec, types, nt.redops(args.op), args.root, len(comm))
     if split is not None and spec.rooted:
         ns.check_root(split, args.root)

@@ -65,11 +65,30 @@ TESTS: dict[str, BenchSpec] = {
         BenchSpec("sendrecv_perf", "send_recv", "full", lambda n: 1.0, True, False),
         BenchSpec("gather_perf", "gather", "per_rank", lambda n: (n - 1) / n, False, True),
         BenchSpec("scatter_perf", "scatter", "per_rank", lambda n: (n - 1) / n, False, True),
+        BenchSpec("hypercube_perf", "hypercube", "per_rank", lambda n: 1.0, False, False),
     )
 }
 # the tests that run as one NCCL group of send/recv pairs (sendrecv.cu; gather.cu and scatter.cu: ncclGather /
 # ncclScatter from NCCL 2.28, before that a group of ncclSend / ncclRecv with the root; either is one p2p group)
 P2P_KINDS = ("send_recv", "gather", "scatter")
+# hypercube.cu: log2(n) steps, each its own group of ncclSend / ncclRecv with rank ^ 2^k of 2^k blocks
+HYPERCUBE = "hypercube"
+
+
+def hypercube_steps(nranks: int) -> int:
+    """The groups of one hypercube_perf call: log2(nranks) (its masks 1, 2, 4, ... below nranks)."""
+    return max(0, nranks.bit_length() - 1)
+
+
+def check_hypercube(nranks: int, agg: int) -> None:
+    """hypercube_perf's peers are rank ^ 2^k, which NCCL refuses outside the communicator: a power-of-two rank
+    count only. Its groups nest inside -m's group (ncclGroupStart / End), where NCCL would run every step at once:
+    -m above 1 is not modelled."""
+    if nranks & (nranks - 1):
+        raise InputError(f"hypercube_perf exchanges with rank ^ 2^k: {nranks} ranks is not a power of two (NCCL "
+                         "refuses a peer outside the communicator)", field="--np")  # fmt: skip
+    if agg > 1:
+        raise InputError("hypercube_perf with -m above 1 is not modelled (its steps' groups nest in -m's)", field="-m")
 
 
 def p2p_pairs(kind: str, ranks: Sequence[int], root: int) -> list[tuple[int, int]]:
@@ -258,6 +277,8 @@ def counts(spec: BenchSpec, size: int, elt: int, nranks: int) -> tuple[int, int,
         return count * elt, count, count * elt
     base = (count // nranks) & ~(16 // elt - 1)
     total = base * nranks * elt
+    if spec.kind == HYPERCUBE:  # hypercube.cu's bandwidth counts the n - 1 blocks a rank receives
+        return total, base, base * (nranks - 1) * elt
     return total, base, total
 
 
@@ -340,6 +361,7 @@ def build_iteration(
     sent: MessageCounters | None = None,
     redop: str = "sum",
     calls: int = 1,
+    step: int = 0,
 ) -> Iteration:
     """Decompose one call of the test. sendrecv: every rank r sends nbytes to r+1 and receives from r-1 at once,
     in one NCCL group on the test's communicator (n send_recv collectives, one per pair, on `ranks`' p2p channels
@@ -349,7 +371,18 @@ def build_iteration(
     is the one of NCCL's model's longest time: sendrecv's group is one launch with every pair in flight, so its
     slowest pair (one across nodes) bounds the call."""
     n = len(ranks)
-    if spec.kind in P2P_KINDS:
+    if spec.kind == HYPERCUBE:  # step k: every rank swaps 2^k blocks with rank ^ 2^k
+        mask = 1 << step
+        block = nbytes // max(1, n - 1)
+        pairs = [(ranks[i], ranks[i ^ mask]) for i in range(n)]
+        colls = [
+            (
+                Collective("send_recv", pair, block * mask, dtype, None, tuple(ranks), tuple(pairs)),
+                f"{tag}/s{step}/r{i}",
+            )
+            for i, pair in enumerate(pairs)
+        ]
+    elif spec.kind in P2P_KINDS:
         pairs = p2p_pairs(spec.kind, ranks, root)  # sendrecv on one rank: a local copy
         per_pair = nbytes if spec.kind == "send_recv" else nbytes // n  # gather, scatter: one rank's block each
         comm = tuple(ranks)
@@ -486,7 +519,17 @@ def launch_bound(gpu_ns: Sequence[int], host_ns: int, blocking: bool = False) ->
 def _call(
     bench: Bench, sim: NetworkSimulator, nbytes: int, tag: str, group: int = 1
 ) -> tuple[int, dict[str, Any] | None]:
-    """Run one call of `nbytes` (`group` of them as one kernel) on `sim` now: its time in ns and NCCL's choice."""
+    """Run one call of `nbytes` (`group` of them as one kernel) on `sim` now: its time in ns and NCCL's choice.
+    hypercube_perf: its steps one after another (each a group NCCL launches once the previous one has ended)."""
+    if bench.spec.kind == HYPERCUBE:
+        total, choice = 0, None
+        for k in range(hypercube_steps(len(bench.ranks))):
+            it = build_iteration(bench.spec, bench.ranks, nbytes, DATATYPES[bench.datatype][0], bench.root,
+                                 bench.topo, bench.opts, bench.next_id, tag, bench.sent, step=k)  # fmt: skip
+            bench.next_id = it.next_id
+            total += run_iteration(sim, it, bench.traffic)
+            choice = it.choice or choice  # the last step's, the largest
+        return total, choice
     dtype = DATATYPES[bench.datatype][0]
     it = build_iteration(
         bench.spec,
@@ -580,6 +623,8 @@ def finish_size(bench: Bench, plan: SizePlan, times: list[int], choice: dict[str
     # gather and scatter: the root's thread launches work for every other rank, as an all-to-all's does
     kind = "all_to_all" if bench.spec.kind in ("gather", "scatter") else bench.spec.kind
     host_ns = 0 if bench.graph or nbytes == 0 else host_ns_per_call(kind, choice, n, bench.gpus_per_thread)
+    if bench.spec.kind == HYPERCUBE:  # a launch for each step's group
+        host_ns *= hypercube_steps(n)
     inplace = gpu_inplace = None
     gpu = times
     if n == 1 and nbytes > 0:
