@@ -52,7 +52,7 @@ std::array<uint32_t, kNumPrio> ParseClassWeights(const std::string& text) {
 }
 
 int PickClass(ClassSched kind, const std::array<uint32_t, kNumPrio>& weights, uint64_t quantumBytes,
-              const std::array<std::deque<TxItem>, kNumPrio>& queues, uint32_t nonEmpty, const bool* paused,
+              const std::array<RingQueue<TxItem>, kNumPrio>& queues, uint32_t nonEmpty, const bool* paused,
               ClassSchedState& st) {
   constexpr uint32_t kData = kNumPrio - 1;
   auto has = [nonEmpty](uint32_t c) { return ((nonEmpty >> c) & 1U) != 0; };

@@ -3,6 +3,7 @@
 #define PHANTORA_CLASS_SCHEDULER_H
 
 #include "phantora-net-device.h"
+#include "ring-queue.h"
 
 #include <array>
 #include <cstdint>
@@ -33,12 +34,12 @@ struct ClassSchedState {
 
 /**
  * The data class a port sends next, or -1 if none may send. `queues[c]` holds class c's packets, bit c of
- * `nonEmpty` says it has any (kept by the caller: the eight queues span ten cache lines, which the round robin and
+ * `nonEmpty` says it has any (kept by the caller: the eight queues span five cache lines, which the round robin and
  * strict picks then never read), `paused[c]` its PFC state. Class 0 is not considered (the caller serves it
  * first). DRR quantum of class c = weights[c] x `quantumBytes`.
  */
 int PickClass(ClassSched kind, const std::array<uint32_t, kNumPrio>& weights, uint64_t quantumBytes,
-              const std::array<std::deque<TxItem>, kNumPrio>& queues, uint32_t nonEmpty, const bool* paused,
+              const std::array<RingQueue<TxItem>, kNumPrio>& queues, uint32_t nonEmpty, const bool* paused,
               ClassSchedState& st);
 
 }  // namespace ns3

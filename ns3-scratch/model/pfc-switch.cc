@@ -378,7 +378,7 @@ bool PfcSwitch::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   if (cls < 0) {
     return false;
   }
-  std::deque<TxItem>& q = p.q[cls];
+  RingQueue<TxItem>& q = p.q[cls];
   out = std::move(q.front());
   q.pop_front();
   if (q.empty()) {

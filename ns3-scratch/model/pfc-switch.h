@@ -97,7 +97,7 @@ class PfcSwitch : public Object, public PortOwner {
  private:
   /// An egress port's queues and state, cache-line aligned: what every packet reads first (line 0: the class
   /// mask, totals, ECN and trim thresholds; line 1: the bytes per class; line 2: the class scheduler's turn), the
-  /// queues (ten cache lines) last.
+  /// queues (five cache lines) last.
   struct alignas(64) Port {
     uint32_t nonEmpty = 0;  ///< bit c: q[c] holds a packet
     uint64_t total = 0;
@@ -112,7 +112,7 @@ class PfcSwitch : public Object, public PortOwner {
     uint64_t kmin0 = 0, kmax0 = 0, trim0 = 0, rate0 = 0;  ///< as installed (ThresholdsFollowRate scales these)
     uint64_t ecnMarks = 0;    ///< marks made at this egress port
     uint64_t drops = 0;       ///< packets dropped arriving on this ingress port
-    std::array<std::deque<TxItem>, kNumPrio> q;
+    std::array<RingQueue<TxItem>, kNumPrio> q;
   };
 
   void SendPfc(uint32_t port, uint32_t cls, bool pause);

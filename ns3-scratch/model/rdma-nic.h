@@ -257,7 +257,7 @@ class RdmaNic : public Object, public PortOwner {
     mutable uint32_t ackPort = UINT32_MAX;
   };
   struct Port {
-    std::deque<TxItem> ctrl;
+    RingQueue<TxItem> ctrl;
     std::vector<Qp*> active;
     uint32_t rr = 0;
     EventId wake;

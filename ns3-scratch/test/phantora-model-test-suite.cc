@@ -10,6 +10,7 @@
 #include "phantora-packet.h"
 #include "phantora-routing.h"
 #include "phantora-wheel-scheduler.h"
+#include "ring-queue.h"
 #include "switch-mmu.h"
 #include "uet-credit.h"
 #include "wire-format.h"
@@ -22,7 +23,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -780,6 +783,38 @@ class RecycledPacketTest : public TestCase {
   }
 };
 
+/// RingQueue against std::deque: the same fronts and sizes through a random run of pushes and pops that wraps and
+/// grows the ring; an element popped is released (a packet's reference goes as it leaves the queue).
+class RingQueueTest : public TestCase {
+ public:
+  RingQueueTest() : TestCase("RingQueue: a std::deque's FIFO, elements released as they leave") {}
+
+ private:
+  void DoRun() override {
+    RingQueue<std::shared_ptr<int>> ring;
+    std::deque<std::shared_ptr<int>> ref;
+    uint64_t state = 12345;
+    int next = 0;
+    for (int step = 0; step < 20000; ++step) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      const bool push = ref.empty() || (state >> 33) % 100 < (step < 10000 ? 60 : 40);  // grow, then drain
+      if (push) {
+        auto v = std::make_shared<int>(next++);
+        ring.push_back(v);
+        ref.push_back(v);
+      } else {
+        std::shared_ptr<int> out = ring.front();
+        NS_TEST_ASSERT_MSG_EQ(*out, *ref.front(), "the same front");
+        ring.pop_front();
+        ref.pop_front();
+        NS_TEST_ASSERT_MSG_EQ(out.use_count(), 1, "released by the ring as it left");
+      }
+      NS_TEST_ASSERT_MSG_EQ(ring.size(), ref.size(), "the same size");
+      NS_TEST_ASSERT_MSG_EQ(ring.empty(), ref.empty(), "the same emptiness");
+    }
+  }
+};
+
 /// Two 1 MB flows on one connection (SetConnection) are messages on one queue pair: the second is sent after the
 /// first, so the first ends as a lone flow does and the second after both flows' bytes at line rate; one queue
 /// pair is opened. Without a connection each flow has its own, they share the link and both end after both flows'
@@ -886,6 +921,7 @@ class PhantoraModelTestSuite : public TestSuite {
     AddTestCase(new FlowletOrderTest, TestCase::Duration::QUICK);
     AddTestCase(new ConnectionOrderTest, TestCase::Duration::QUICK);
     AddTestCase(new RecycledPacketTest, TestCase::Duration::QUICK);
+    AddTestCase(new RingQueueTest, TestCase::Duration::QUICK);
     for (const int64_t resumeNs : {11'000, 12'345, 450'321, 5'000'017}) {
       AddTestCase(new DcqcnResumeTest(resumeNs), TestCase::Duration::QUICK);
     }
