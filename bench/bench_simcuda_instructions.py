@@ -14,6 +14,13 @@ the count per op (the loop's set-up and the switching cancel). The trace is off,
   whole op as a program in a rank calls it: torch.add of the two cuda tensors under the rank's dispatch mode
   (`ChargeMode`; the mode's own cost, torch's Python dispatch, counted too); with `--baseline`, the whole op of
   the tree before too.
+- `--gemm`: a bf16 `aten.mm` of [2048, 4096] by [4096, 4096] meta tensors, and F.linear(x, w)'s `aten.mm(x, w.t())`
+  with the weight a transposed view, in phantom mode under the calibrated model (a matrix product's cost depends on
+  its operands' layout there: runtime/compute.py), for this tree (and the `--baseline` tree). torch's own meta mm
+  (a Python meta function) is counted in each; with a bias aten runs addmm, whose meta version is a Python
+  decomposition many times slower (timeit), so the bias is left out. 2026-12-04, `--gemm --baseline b765c772
+  --ops 500` (0035655c by the same command in its own tree): the mm 149,525 at b765c772, 164,886 at 0035655c,
+  149,522 after; F.linear's mm 149,482, 164,899, 152,337 (docs/runtime.md).
 - `--variants`: this tree with parts switched off: no memory tracking (PHANTORA_MEMORY=off), the tracker's
   bookkeeping off (only the storage object and a weak reference with an empty callback are made), the caching
   allocator model off, no charge.
@@ -35,6 +42,10 @@ from pathlib import Path
 from ab_trees import export_revision
 
 ROOT = Path(__file__).resolve().parent.parent
+GEMMS = {  # the variants of `--gemm`: a bf16 product of meta tensors in phantom mode, the calibrated model
+    "bf16 mm": "bf16 mm [2048, 4096] x [4096, 4096]",
+    "bf16 linear": "bf16 F.linear's mm(x, w.t())",
+}
 
 SCRIPT = """
 import os, subprocess, sys, weakref, torch
@@ -45,6 +56,7 @@ from phantora.perfmodel.gpus import get_gpu
 from phantora.runtime.simcuda import fastpath
 from phantora.runtime.simcuda.tensor import SimCudaTensor
 OPS, VARIANT = int(sys.argv[1]), sys.argv[2]
+GEMMS = ("bf16 mm", "bf16 linear")
 add = torch.ops.aten.add.Tensor
 s = RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), trace_level="none")
 s.report_every_ns = 1 << 62  # the clock report depends on real time: off, so that the count is exact
@@ -64,6 +76,19 @@ if VARIANT == "no tracker bookkeeping":
     s.memory.on_tensor = on_tensor
 a, b = SimCudaTensor(torch.randn(4), 0), SimCudaTensor(torch.randn(4), 0)
 op = fastpath.device_op
+call = (add, (a, b))
+if VARIANT in GEMMS:  # a bf16 product of meta tensors in phantom mode, costed by the calibrated model
+    from phantora.runtime.compute import build_model
+    s = RankSession(0, 1, NoNetworkClient(), build_model("calibrated", "h100"), trace_level="none", phantom=True)
+    s.report_every_ns = 1 << 62
+    def meta(*shape):
+        return torch.empty(*shape, device="meta", dtype=torch.bfloat16)
+    x, w = SimCudaTensor(meta(2048, 4096), 0), SimCudaTensor(meta(4096, 4096), 0)
+    if VARIANT == "bf16 mm":
+        call = (torch.ops.aten.mm.default, (x, w))
+    else:  # F.linear(x, w) of a 2-D x as aten runs it: mm(x, w.t()), the weight a transposed view
+        call = (torch.ops.aten.mm.default, (x, SimCudaTensor(meta(4096, 4096).t(), 0)))
+    assert op(s, *call, {}) is not fastpath.SLOW
 def toggle(state):
     subprocess.run(["callgrind_control", "-i", state, str(os.getpid())], stdout=subprocess.DEVNULL, check=True)
 if VARIANT == "plain torch":  # torch.add of the two host tensors, no mode: torch's own cost
@@ -84,11 +109,12 @@ if VARIANT in ("plain torch", "through the dispatch mode"):
             torch.add(a, b)
         toggle("off")
     sys.exit(0)
+func, fargs = call
 for _ in range(200):
-    op(s, add, (a, b), {})
+    op(s, func, fargs, {})
 toggle("on")
 for _ in range(OPS):
-    op(s, add, (a, b), {})
+    op(s, func, fargs, {})
 toggle("off")
 """
 
@@ -119,6 +145,7 @@ def main() -> None:
     p.add_argument("--baseline", help="a git revision to count too (its tree, exported)")
     p.add_argument("--variants", action="store_true", help="this tree with parts switched off, too")
     p.add_argument("--torch", action="store_true", help="plain torch.add and the whole op under the mode, too")
+    p.add_argument("--gemm", action="store_true", help="bf16 mm and F.linear's addmm under the calibrated model, too")
     args = p.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("this benchmark needs valgrind (callgrind and callgrind_control) on PATH")
@@ -140,9 +167,14 @@ def main() -> None:
         if args.variants:
             for variant in ("no memory tracking", "no tracker bookkeeping", "no allocator model", "no charge"):
                 runs.append((f"this tree, {variant}", ROOT, variant))
+        if args.gemm:
+            for variant, what in GEMMS.items():
+                if args.baseline:
+                    runs.append((f"before ({args.baseline}), {what}", before, variant))
+                runs.append((f"this tree, {what}", ROOT, variant))
         print("fastpath.device_op(torch.add of two 4-element cuda tensors), instructions per op (callgrind):")
         for name, tree, variant in runs:
-            print(f"  {name:46s} {per_op(tree, script, args.ops, variant, tmp):9,.0f}", flush=True)
+            print(f"  {name:56s} {per_op(tree, script, args.ops, variant, tmp):9,.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ import torch
 from torch.utils.flop_counter import flop_registry
 
 from phantora.errors import InputError
+from phantora.perfmodel.alignment import VECTOR_BYTES
+from phantora.perfmodel.gemm_layout import contiguous_strides
 from phantora.perfmodel.gpus import GpuSpec, get_gpu
 from phantora.rank_options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS
 from phantora.runtime import precision
@@ -256,6 +258,18 @@ def layout_matters(args: tuple) -> bool:
     return False
 
 
+def layout_part(t: torch.Tensor) -> tuple | None:
+    """What the simulated GPU's fast path adds to the (shape, dtype) of a matrix product's operand `t` in its cache
+    key: None when `t` lies as a contiguous tensor of its shape (gemm_layout.contiguous_strides) at a storage offset
+    on the 16-byte grid, else (its strides, its offset modulo VECTOR_BYTES elements). The calibrated model reads an
+    operand's layout only through its strides and whether offset * itemsize is a multiple of VECTOR_BYTES
+    (gemm_layout.py, alignment.py), which the offset modulo VECTOR_BYTES elements decides for any itemsize."""
+    strides, offset = t.stride(), t.storage_offset() % VECTOR_BYTES
+    if offset or strides != contiguous_strides(t.shape):
+        return strides, offset
+    return None
+
+
 def layout_sig(args: tuple, kwargs: dict) -> tuple:
     """The strides and storage offsets of an op's tensor arguments (the cache-key part of a layout-bound op)."""
     sig = [(t.stride(), t.storage_offset()) for t in args if isinstance(t, torch.Tensor)]
@@ -293,10 +307,22 @@ class Roofline:
             cost = self._cache[key] = self.compute(func, args, kwargs, out)
         return cost
 
+    def cost_keyed(self, key: tuple, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
+        """`cost`, cached in `keyed` under `key`, which holds everything the cost depends on: the simulated GPU's
+        fast path makes it while it unwraps the arguments (`cache_key`'s information, and for a matrix product under
+        a model `by_layout` its operands' `layout_part`s), and reads `keyed` first."""
+        try:
+            cost = self.keyed.get(key)
+        except TypeError:  # an unhashable argument
+            return self.cost(func, args, kwargs, out)
+        if cost is None:
+            cost = self.keyed[key] = self.cost(func, args, kwargs, out)
+        return cost
+
     def cost_for(self, key: tuple, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
-        """`cost`, cached under `key`, which the caller made with the information of `cache_key` (the simulated
-        GPU's fast path makes it while it unwraps the arguments). A tensor-core matrix product is cached with its
-        operands' layout and never under `key` alone, which the fast path reads first."""
+        """`cost`, cached under `key`, which the caller made with the information of `cache_key` alone. A
+        tensor-core matrix product is cached with its operands' layout and never under `key` alone (`cost_keyed`'s
+        cache, which the fast path reads first)."""
         if self.by_layout and layout_bound(func) and layout_matters(args):
             full = (key, layout_sig(args, kwargs))
             try:
@@ -306,13 +332,7 @@ class Roofline:
             if cost is None:
                 cost = self._cache[full] = self.compute(func, args, kwargs, out)
             return cost
-        try:
-            cost = self.keyed.get(key)
-        except TypeError:  # an unhashable argument
-            return self.cost(func, args, kwargs, out)
-        if cost is None:
-            cost = self.keyed[key] = self.cost(func, args, kwargs, out)
-        return cost
+        return self.cost_keyed(key, func, args, kwargs, out)
 
     def compute(self, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
         """`cost` without the cache."""

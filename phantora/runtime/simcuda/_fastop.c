@@ -71,6 +71,8 @@ static PyObject *g_session_type;  /* session.RankSession */
 static PyObject *g_device;        /* the dict of simcuda/device.py (its `_installed`) */
 static PyObject *g_tensor_module; /* the dict of simcuda/tensor.py (its `_seen`: a CUDA program's CPU tensors are host data) */
 static PyObject *g_plain_tail;    /* fastpath._plain_tail: a plain-tensor op's output that is not one plain tensor */
+static PyObject *g_layout_ops;    /* fastpath._LAYOUT_OPS: ids of the matrix products (keyed by operand layout) */
+static long long g_layout_grid;   /* compute.VECTOR_BYTES: an operand's offset is keyed modulo this many elements */
 static PyObject *g_fastpath;      /* the dict of simcuda/fastpath.py (its `device_op`: replaced, the mode's Python runs) */
 static PyObject *g_get_mode;      /* torch._C._get_dispatch_mode */
 static PyObject *g_fake_key;      /* torch._C._TorchDispatchModeKey.FAKE */
@@ -90,7 +92,7 @@ static PyObject *g_orig_general, *g_orig_charged; /* ChargeMode._general / _char
 static int g_ready = 0;
 
 static PyObject *s_elem, *s_is_meta, *s_shape, *s_dtype, *s_sim_index, *s_internal, *s_phantom, *s_by_storage,
-    *s_join_tensors, *s_op, *s_memory, *s_enabled, *s_model, *s_keyed, *s_cost_for, *s_charge, *s_on_tensor,
+    *s_join_tensors, *s_op, *s_memory, *s_enabled, *s_model, *s_keyed, *s_cost_keyed, *s_charge, *s_on_tensor,
     *s_on_outputs, *s_untyped_storage, *s_paused, *s_nbytes, *s_cdata, *s_live, *s_size_attr, *s_site, *s_resize,
     *s_limit, *s_oom, *s_free_cb, *s_event, *s_allocator, *s_small_held, *s_small_reserved, *s_grow_small,
     *s_note_reserved, *s_history, *s_free_py, *s_malloc, *s_allocations, *s_by_cat, *s_current, *s_step_peak, *s_program_peak, *s_peak,
@@ -99,14 +101,14 @@ static PyObject *s_elem, *s_is_meta, *s_shape, *s_dtype, *s_sim_index, *s_intern
     *s_report_in, *s_report_check, *s_requires_grad, *s_layout, *s_storage_offset, *s_stride, *s_device,
     *s_strides, *s_thread, *s_session, *s_installed, *s_general, *s_get, *s_device_op, *s_free, *s_free_c, *s_lost_cb, *s_kw_dd, *s_kw_sdd, *s_seen,
     *s_level, *s_ops_list, *s_ops_level, *s_report_every_ns, *s_last_report, *s_client, *s_advance_clock,
-    *s_charged, *s_host, *s_device_depth, *s_pin_memory, *s_python_route;
+    *s_charged, *s_host, *s_device_depth, *s_pin_memory, *s_python_route, *s_by_layout;
 
 static int intern_all(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1;
   I(s_elem, "elem") I(s_is_meta, "is_meta") I(s_shape, "shape") I(s_dtype, "dtype") I(s_sim_index, "_sim_index")
   I(s_internal, "_internal") I(s_phantom, "phantom") I(s_by_storage, "by_storage") I(s_join_tensors, "join_tensors")
   I(s_op, "_op") I(s_memory, "memory") I(s_enabled, "enabled") I(s_model, "model") I(s_keyed, "keyed")
-  I(s_cost_for, "cost_for") I(s_charge, "charge") I(s_on_tensor, "on_tensor") I(s_on_outputs, "on_outputs")
+  I(s_cost_keyed, "cost_keyed") I(s_charge, "charge") I(s_on_tensor, "on_tensor") I(s_on_outputs, "on_outputs")
   I(s_untyped_storage, "untyped_storage") I(s_paused, "_paused") I(s_nbytes, "nbytes") I(s_cdata, "_cdata")
   I(s_live, "live") I(s_size_attr, "size") I(s_site, "site") I(s_resize, "_resize") I(s_limit, "_limit")
   I(s_oom, "_oom") I(s_free_cb, "_free_cb") I(s_event, "_event") I(s_allocator, "allocator")
@@ -125,7 +127,7 @@ static int intern_all(void) {
   I(s_level, "level") I(s_ops_list, "_ops") I(s_ops_level, "ops") I(s_report_every_ns, "report_every_ns")
   I(s_last_report, "_last_report") I(s_client, "client") I(s_advance_clock, "advance_clock")
   I(s_charged, "_charged") I(s_host, "host") I(s_device_depth, "_device_depth") I(s_pin_memory, "pin_memory")
-  I(s_python_route, "PYTHON_ROUTE")
+  I(s_python_route, "PYTHON_ROUTE") I(s_by_layout, "by_layout")
 #undef I
   if (!(s_kw_dd = PyTuple_Pack(2, s_dtype, s_device))) return -1;
   if (!(s_kw_sdd = PyTuple_Pack(3, s_strides, s_dtype, s_device))) return -1;
@@ -684,6 +686,62 @@ static PyObject *sig(PyObject *x) {
   return PyObject_CallOneArg(g_sig, x);
 }
 
+/* Whether tensor `e` lies as a contiguous tensor of its shape at an offset on the layout grid (1), not (0), or an
+   error (-1); `strides` and `offset` are set to its strides (a new reference) and its offset modulo the grid when 0.
+   compute.layout_part's test, from tensorinfo.cc's reading where there is one. */
+static int plain_layout(PyObject *e, PyObject **strides, long long *offset) {
+  tensor_info_t ti;
+  int known = info(e, &ti);
+  if (known && ti.contiguous && ti.storage_offset % g_layout_grid == 0) return 1;
+  if (!(*strides = PyObject_CallMethodNoArgs(e, s_stride))) return -1;
+  if (known) {
+    *offset = ti.storage_offset % g_layout_grid;
+    return 0;
+  }
+  PyObject *off = PyObject_CallMethodNoArgs(e, s_storage_offset);
+  long long o = off ? PyLong_AsLongLong(off) : -1;
+  Py_XDECREF(off);
+  if (o == -1 && PyErr_Occurred()) goto fail;
+  *offset = o % g_layout_grid;
+  if (*offset) return 0;
+  PyObject *shape = PyObject_GetAttr(e, s_shape);
+  PyObject *want = shape ? PyObject_CallOneArg(g_contiguous_fn, shape) : NULL;
+  Py_XDECREF(shape);
+  int same = want ? PyObject_RichCompareBool(*strides, want, Py_EQ) : -1;
+  Py_XDECREF(want);
+  if (same < 0) goto fail;
+  if (!same) return 0;
+  Py_CLEAR(*strides);
+  return 1;
+fail:
+  Py_CLEAR(*strides);
+  return -1;
+}
+
+/* fastpath._lay_out: a matrix product's key (part i + 1 argument i's (shape, dtype)) with the strides and offset of
+   each operand that does not lie plainly folded in, as (shape, dtype, strides, offset); 0, or -1 on an error. */
+static int lay_out(PyObject *key, PyObject *unwrapped) {
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(unwrapped); i++) {
+    PyObject *e = PyTuple_GET_ITEM(unwrapped, i);
+    int t = PyObject_IsInstance(e, g_tensor);
+    if (t < 0) return -1;
+    if (!t) continue;
+    PyObject *strides = NULL;
+    long long offset = 0;
+    int plain_lay = plain_layout(e, &strides, &offset);
+    if (plain_lay < 0) return -1;
+    if (plain_lay) continue;
+    PyObject *old = PyTuple_GET_ITEM(key, i + 1), *off = PyLong_FromLongLong(offset);
+    PyObject *part = off ? PyTuple_Pack(4, PyTuple_GET_ITEM(old, 0), PyTuple_GET_ITEM(old, 1), strides, off) : NULL;
+    Py_XDECREF(off);
+    Py_DECREF(strides);
+    if (!part) return -1;
+    PyTuple_SET_ITEM(key, i + 1, part);  /* the key is this call's own, not yet hashed */
+    Py_DECREF(old);
+  }
+  return 0;
+}
+
 /* An op of the simulated GPU on its cuda tensors (`plain` 0), or, with `plain` 1, an op of a program that has made no
    cuda tensor on plain tensors, charged as GPU work (ChargeMode._charged's route): nothing unwrapped or wrapped. */
 static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, PyObject *kwargs, int plain) {
@@ -702,7 +760,7 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
   if (internal < 0) goto done;
   if (internal) goto slow;
   Py_ssize_t n = PyTuple_GET_SIZE(args);
-  int meta = 0, data = 0, kw_tensor = 0;
+  int meta = 0, data = 0, kw_tensor = 0, odd = 0; /* odd: a tensor argument may not lie plainly (plain_layout) */
   if (!(unwrapped = PyTuple_New(n))) goto done;
   if (!(key = PyTuple_New(1 + n + (nkw ? 1 : 0) + 2))) goto done;
   PyTuple_SET_ITEM(key, 0, Py_NewRef(op));
@@ -717,7 +775,9 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
       if (info(e, &ei)) {
         if (ei.is_meta) meta = 1;
         else data = 1;
+        if (!ei.contiguous || ei.storage_offset) odd = 1;  /* plain_layout decides, for a matrix product only */
       } else {
+        odd = 1;
         PyObject *m = PyObject_GetAttr(e, s_is_meta);
         if (!m) goto done;
         if (m == Py_True) meta = 1;
@@ -858,8 +918,18 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
     if (prec && PyObject_IsTrue(prec) == 1) Py_INCREF(prec);
     else if (PyErr_Occurred() || !(prec = PyObject_CallNoArgs(g_matmul_precision))) goto done;
     PyTuple_SET_ITEM(key, at + 1, prec);
-    if (!(model = dget(sd, session, s_model)) || !(keyed = PyObject_GetAttr(model, s_keyed))) goto done;
-    if (PyDict_CheckExact(keyed)) {  /* the model's cache of `cost_for`, read here */
+    if (!(model = dget(sd, session, s_model))) goto done;
+    if (odd) {  /* a matrix product under a model `by_layout` is keyed by its operands' layout too */
+      int lay = PySet_Contains(g_layout_ops, op);
+      if (lay > 0) {
+        PyObject *by = PyObject_GetAttr(model, s_by_layout);
+        lay = by ? PyObject_IsTrue(by) : -1;
+        Py_XDECREF(by);
+      }
+      if (lay < 0 || (lay && lay_out(key, unwrapped) < 0)) goto done;
+    }
+    if (!(keyed = PyObject_GetAttr(model, s_keyed))) goto done;
+    if (PyDict_CheckExact(keyed)) {  /* the model's cache of `cost_keyed`, read here */
       cost = PyDict_GetItemWithError(keyed, key);
       if (cost) Py_INCREF(cost);
       else if (PyErr_Occurred()) {
@@ -867,7 +937,7 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
         PyErr_Clear();
       }
     }
-    if (!cost && !(cost = PyObject_CallMethodObjArgs(model, s_cost_for, key, func, a, kw, out, NULL))) goto done;
+    if (!cost && !(cost = PyObject_CallMethodObjArgs(model, s_cost_keyed, key, func, a, kw, out, NULL))) goto done;
     if (charge(session, sd, name, cost) < 0) goto done;
   }
   if (plain) {  /* the op's own output (an in-place op's is its input) */
@@ -1152,10 +1222,18 @@ static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
       take(kw, "session", &g_session_type) || take(kw, "device", &g_device) ||
       take(kw, "tensor_module", &g_tensor_module) || take(kw, "plain_tail", &g_plain_tail) || take(kw, "get_mode", &g_get_mode) ||
       take(kw, "fake_key", &g_fake_key) || take(kw, "temp", &g_temp) || take(kw, "fastpath", &g_fastpath) ||
-      take(kw, "small_size", &small) || take(kw, "trace_op", &g_trace_op))
+      take(kw, "small_size", &small) || take(kw, "trace_op", &g_trace_op) || take(kw, "layout_ops", &g_layout_ops))
     return NULL;
   g_small_size = PyLong_AsLongLong(small);
   Py_DECREF(small);
+  if (PyErr_Occurred() || take(kw, "layout_grid", &small)) return NULL;
+  g_layout_grid = PyLong_AsLongLong(small);
+  Py_DECREF(small);
+  if (PyErr_Occurred()) return NULL;
+  if (g_layout_grid <= 0) {
+    PyErr_SetString(PyExc_ValueError, "_fastop.configure: layout_grid must be positive");
+    return NULL;
+  }
   if (PyErr_Occurred() || take(kw, "report_check_ops", &small)) return NULL;
   g_report_check_ops = PyLong_AsLongLong(small);
   Py_DECREF(small);
@@ -1176,7 +1254,7 @@ static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
     Py_XSETREF(g_func_flags, Py_NewRef(ff));
     Py_XSETREF(g_type_kind, Py_NewRef(tk));
   }
-  if (!PyDict_Check(g_plans) || !PyAnySet_Check(g_phantom_special) || !PyDict_Check(g_precision) ||
+  if (!PyDict_Check(g_plans) || !PyAnySet_Check(g_phantom_special) || !PyAnySet_Check(g_layout_ops) || !PyDict_Check(g_precision) ||
       !PyTuple_Check(g_cuda) || !PyDict_Check(g_contiguous) || !PyDict_Check(g_device) || !PyDict_Check(g_tensor_module) || !PyDict_Check(g_fastpath) || !PyType_Check(g_simcuda) ||
       !PyType_Check(g_tensor) || !PyType_Check(g_param) || !PyLong_Check(g_temp)) {
     PyErr_SetString(PyExc_TypeError, "_fastop.configure: an object of the wrong type");

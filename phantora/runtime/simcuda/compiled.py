@@ -194,6 +194,8 @@ def _objects(fastpath: ModuleType) -> dict[str, Any]:
         "slow": fastpath.SLOW,
         "plans": fastpath._PLANS,
         "plan": fastpath._plan,
+        "layout_ops": fastpath._LAYOUT_OPS,
+        "layout_grid": compute.VECTOR_BYTES,
         "phantom_special": fastpath._PHANTOM_SPECIAL,
         "to_copy_id": fastpath._TO_COPY,
         "casts_to_index": kept_values.casts_to_index,

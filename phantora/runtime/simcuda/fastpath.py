@@ -10,9 +10,11 @@ the compute lane, and its tensor outputs are wrapped (an in-place op returns its
 Every op pays this path, so it is written for few Python steps: what depends on the op alone (may it come
 here, its name) is decided once per op (`_plan`); its cost is looked up in the compute model's cache under
 a key made while the arguments are unwrapped (the op, each argument's shape and dtype or scalar, the
-output's shape and dtype, the fp32 matmul precision as runtime/precision.py caches it), so a repeated op never
-reaches the model; the output's wrapper is made without a Python constructor (`wrap_output`), from the shape and
-dtype the key read, and on the device index its input's wrapper keeps (`SimCudaTensor._sim_index`).
+output's shape and dtype, the fp32 matmul precision as runtime/precision.py caches it; a matrix product's operand
+that is not contiguous at an offset on the 16-byte grid also by its strides and offset, compute.layout_part: under the
+calibrated model its layout decides cuBLAS's kernel), so a repeated op never reaches the model; the output's wrapper
+is made without a Python constructor (`wrap_output`), from the shape and dtype the key read, and on the device index
+its input's wrapper keeps (`SimCudaTensor._sim_index`).
 
 `device_op` returns `SLOW` before doing anything when the op is not such a case; the caller then takes
 the general route.
@@ -26,7 +28,7 @@ from typing import Any
 import torch
 
 from phantora.runtime import precision
-from phantora.runtime.compute import _sig, tensors_in
+from phantora.runtime.compute import _sig, layout_bound, layout_part, tensors_in
 from phantora.runtime.simcuda import compiled, cuda_only, kept_values, rng
 from phantora.runtime.simcuda.tensor import RESHAPED_IN_PLACE, SimCudaTensor, wrap_output
 
@@ -50,6 +52,7 @@ _UNKNOWN: Any = object()
 # by id(op) (OpOverloads live as long as torch, and hashing one runs Python): the op's name if it may take the
 # fast path, None if it may not
 _PLANS: dict[int, str | None] = {}
+_LAYOUT_OPS: set[int] = set()  # ids of the fast ops whose cost may depend on their operands' layout (matrix products)
 
 
 def _plan(func: Any) -> str | None:
@@ -59,8 +62,22 @@ def _plan(func: Any) -> str | None:
     fast = (
         func.namespace == "aten" and func not in cuda_only.KERNELS and func not in _SPECIAL and not rng.is_random(func)
     )
+    if fast and layout_bound(func):
+        _LAYOUT_OPS.add(id(func))
     name = _PLANS[id(func)] = str(func.overloadpacket) if fast else None
     return name
+
+
+def _lay_out(key: list[Any], unwrapped: list[Any]) -> None:
+    """A matrix product's key (`key[i + 1]` the part of argument `i`) with each operand's `layout_part` folded in:
+    (shape, dtype, strides, offset) for an operand not contiguous at an offset on the 16-byte grid."""
+    i = 1
+    for e in unwrapped:
+        if isinstance(e, _TENSOR):
+            part = layout_part(e)
+            if part is not None:
+                key[i] = (e.shape, e.dtype, *part)
+        i += 1
 
 
 def _has_tensor(seq: Any) -> bool:
@@ -125,13 +142,15 @@ def device_op(session: Any, func: Any, args: tuple, kwargs: dict) -> Any:
             key.append((shape, dtype))
             key.append(precision.value or precision.matmul_precision())  # the cached value, else torch's
             model = session.model
+            if op in _LAYOUT_OPS and model.by_layout:
+                _lay_out(key, unwrapped)
             k = tuple(key)
             try:
-                cost = model.keyed.get(k)  # the model's cache of `cost_for`, read here: one call fewer per op
+                cost = model.keyed.get(k)  # the model's cache of `cost_keyed`, read here: one call fewer per op
             except TypeError:  # an unhashable argument
                 cost = None
             if cost is None:
-                cost = model.cost_for(k, func, a, kwargs, out)
+                cost = model.cost_keyed(k, func, a, kwargs, out)
             session.charge(name, cost)
         i = 0
         for e in unwrapped:  # one per argument, in order
