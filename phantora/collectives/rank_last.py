@@ -6,8 +6,6 @@ from collections.abc import Sequence
 from itertools import chain
 from operator import attrgetter
 
-import numpy as np
-
 from phantora.netsim.base import Flow
 
 _SRC, _DST, _DEPS = attrgetter("src"), attrgetter("dst"), attrgetter("deps")
@@ -28,6 +26,8 @@ def rank_last(
     n = len(flows)
     if not n:
         return last
+    import numpy as np  # here, not at import: netsim's start-up imports no numpy (tests/test_netsim_runner.py)
+
     pos_of = {node: pos for pos, node in enumerate(nodes)}
     sp = np.fromiter(map(pos_of.__getitem__, map(_SRC, flows)), np.int64, n)
     dp = np.fromiter(map(pos_of.__getitem__, map(_DST, flows)), np.int64, n)
