@@ -151,10 +151,10 @@ def check_root(split: Split, root: int) -> None:
                          f"{sizes[0]})", field="-r")  # fmt: skip
 
 
-def combine_times(means: Sequence[float], procs: Sequence[int], average: int) -> int:
+def combine_times(means: Sequence[float], average: int) -> int:
     """Which communicator's time the printed line takes under -a (index into `means`, the communicators' mean
     call times, process 0's first): 0 process 0's; 2 the minimum; 3 the maximum; 1 (and any other value, which
-    nccl-tests' MPI op leaves undefined) the mean, returned as -1 (see mean_weights)."""
+    nccl-tests' MPI op leaves undefined) the mean, returned as -1 (see mean_iterations)."""
     if average == 0:
         return 0
     if average == 2:
@@ -269,7 +269,7 @@ def combined(results: Sequence[SizeResult], procs: Sequence[int], average: int) 
     """The line process 0 prints: its communicator's size, count and factor, with the -a combination of every
     process's time (combine_times, mean_iterations)."""
     first = results[0]
-    pick = combine_times([r.time_ns for r in results], procs, average)
+    pick = combine_times([r.time_ns for r in results], average)
     if pick >= 0:
         src = results[pick]
         iters, inplace = src.iter_ns, src.inplace_ns
