@@ -635,6 +635,13 @@ def finish_size(bench: Bench, plan: SizePlan, times: list[int], choice: dict[str
         times = gpu = [copy] * len(times)
         gpu_inplace = inplace
         inplace = launch_bound(inplace, host_ns * (bench.agg if bench.blocking else 1), bench.blocking)
+    elif bench.spec.kind == HYPERCUBE and nbytes > 0:
+        # hypercube.cu first copies the rank's own block into its receive buffer with cudaMemcpyAsync, out of place
+        # only (in place the block already lies there): a device-to-device copy before the exchanges
+        copy = one_rank_copy_ns(bench.topo, nbytes // (n - 1))
+        gpu_inplace = list(times)
+        times = gpu = [t + copy for t in times]
+        inplace = launch_bound(gpu_inplace, host_ns, bench.blocking)
     launch = host_ns * (bench.agg if bench.blocking else 1)
     times = launch_bound(times, launch, bench.blocking)
     return SizeResult(plan.printed, plan.count, nbytes, times, bench.spec.factor(n), choice, bench.agg, inplace,
