@@ -193,6 +193,7 @@ def run_concurrently(sim: NetworkSimulator, chains: Sequence[_Chain]) -> None:
     ids = [max(ch.bench.next_id for ch in chains)] if chains else [0]  # flow ids: one counter for every chain
 
     def start_next(ch: _Chain) -> None:
+        """Submit `ch`'s next call that has flows (an empty one takes no time), or mark the chain done."""
         while len(ch.times) < len(ch.calls):
             tag, nbytes, group = ch.calls[len(ch.times)]
             b = ch.bench
