@@ -61,16 +61,12 @@ class Flow:
 
     def with_ends(self, src: int, dst: int) -> Flow:
         """This flow from `src` to `dst`: `dataclasses.replace`, as `with_deps` makes it."""
-        g: Any = _Slots(self.id, src, dst, self.size, self.deps, self.delay_ns, self.tag, self.priority, self.key,
-                        self.loss_budget, self.rate_bps, self.conn, self.queue, self.via_nic)  # fmt: skip
-        g.__class__ = Flow
-        return g
+        return flow_of(self.id, src, dst, self.size, self.deps, self.delay_ns, self.tag, self.priority, self.key,
+                       self.loss_budget, self.rate_bps, self.conn, self.queue, self.via_nic)  # fmt: skip
 
     def _remade(self, id: int, deps: tuple[int, ...], delay_ns: int, tag: str) -> Flow:
-        g: Any = _Slots(id, self.src, self.dst, self.size, deps, delay_ns, tag, self.priority, self.key,
-                        self.loss_budget, self.rate_bps, self.conn, self.queue, self.via_nic)  # fmt: skip
-        g.__class__ = Flow
-        return g
+        return flow_of(id, self.src, self.dst, self.size, deps, delay_ns, tag, self.priority, self.key,
+                       self.loss_budget, self.rate_bps, self.conn, self.queue, self.via_nic)  # fmt: skip
 
 
 _NEW = object.__new__
