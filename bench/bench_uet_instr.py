@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import bench_uet_cpu as cpu
 import bench_uet_live as live
+from callgrind_out import totals
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
@@ -64,20 +64,6 @@ def callgrind(script: Path, out: Path, cache_sim: bool, ll_bytes: int | None = N
         raise SystemExit(f"{script}: the runner under callgrind failed ({done.returncode}): {done.stderr[-2000:]}")
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     return int(summary["events"]), totals(prof)
-
-
-def totals(prof: Path) -> dict[str, int]:
-    """The `events:` names and `summary:` (or `totals:`) counts of a callgrind output file."""
-    names: list[str] = []
-    counts: list[int] = []
-    for line in prof.read_text().splitlines():
-        if line.startswith("events:"):
-            names = line.split()[1:]
-        elif re.match(r"(summary|totals):", line):
-            counts = [int(x) for x in line.split()[1:]]
-    if not names or not counts:
-        raise SystemExit(f"{prof}: no events / summary line")
-    return dict(zip(names, counts, strict=False))
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import driver_marks  # (this directory's, after the path above)
+from callgrind_out import instructions
 
 ROUND_MARKS = [
     ("phantora.netsim.decompose", "DecomposedSimulator", "_rounded", "round"),
@@ -48,7 +49,7 @@ def parts_by_process(d: Path) -> dict[int, list[int]]:
         m = re.fullmatch(r"cg\.(\d+)(?:\.(\d+))?", f.name)
         if m is None:
             continue
-        total = next((int(line.split()[1]) for line in f.open() if line.startswith("summary:")), 0)
+        total = instructions(f)
         got.setdefault(int(m.group(1)), {})[int(m.group(2) or 0)] = total
     return {pid: [p[i] for i in range(1, len(p))] + [p.get(0, 0)] for pid, p in got.items()}
 

@@ -27,6 +27,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from callgrind_out import instructions  # (this directory's, after the path above)
+
 MARKED = [  # (module, class or None, method, label)
     ("phantora.replay", None, "replay_inprocess", "replay"),
     ("phantora.replay", None, "plan_workload", "planning"),
@@ -82,7 +84,7 @@ def parts(d: Path) -> list[int]:
         m = re.fullmatch(r"cg\.(\d+)(?:\.(\d+))?", f.name)
         if m is None:
             continue
-        total = next((int(line.split()[1]) for line in f.open() if line.startswith("summary:")), 0)
+        total = instructions(f)
         if m.group(2) is None:
             last = total
         else:

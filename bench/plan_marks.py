@@ -27,8 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from callgrind_out import instructions  # (this directory's, after the path above)
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # this tree's phantora, not the venv's install
 
 WORKLOADS = {"replay": ("rail_allreduce.toml", 'bytes = "8MiB"'), "moe": ("moe_rail_alltoall.toml", 'bytes = "16MiB"')}
 
@@ -73,6 +77,8 @@ def key(plan: Any, rest: Callable[[Any], tuple[Any, ...]]) -> str:
 
 
 def run(case: str, reps: int) -> None:
+    """Plan CASE `reps` times between getsid marks (one callgrind dump part each) and print the best CPU seconds
+    and the plan's key."""
     plan, rest = planner(case)
     best, got = float("inf"), None
     for _ in range(reps):
@@ -87,7 +93,7 @@ def run(case: str, reps: int) -> None:
 def parts(d: Path) -> None:
     """The instructions of each dump part of the callgrind files in `d`, in order."""
     for f in sorted(d.glob("cg.*"), key=lambda p: [int(x) for x in re.findall(r"\d+", p.name)]):
-        total = next((int(line.split()[1]) for line in f.open() if line.startswith("summary:")), 0)
+        total = instructions(f)
         print(f"{f.name} {total / 1e9:.3f} G")
 
 
