@@ -130,6 +130,8 @@ def main() -> None:
         help="also count simulated data-cache misses per event (cachegrind, fixed geometry: CACHE_SIM)",
     )
     args = ap.parse_args()
+    if args.cache_sim and shutil.which("valgrind") is None:
+        raise SystemExit("--cache-sim needs valgrind (cachegrind), not found on PATH (apt-get install valgrind)")
     builds = args.build or [runner_path().parent]
     use_cg = not args.no_callgrind and shutil.which("valgrind") is not None
     if not args.no_callgrind and not use_cg:
