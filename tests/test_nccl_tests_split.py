@@ -152,3 +152,47 @@ def test_the_packet_engine_shares_the_uplink_too(ns3_lib, capsys: pytest.Capture
     (row,) = _rows(capsys.readouterr().out)
     bound = 12.5 / 4 * 1000 / 1096
     assert 0.95 * bound <= float(row[7]) <= bound
+
+
+def _line(iters: list[int], inplace: list[int] | None = None) -> nt.SizeResult:
+    return nt.SizeResult(size=1024, count=256, nbytes=1024, iter_ns=iters, factor=1.0, inplace_ns=inplace,
+                         launch_ns=5, blocking=True)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("average", "want_ns"),
+    [(0, 300), (1, (6 * 300 + 2 * 100) / 8), (2, 100), (3, 300), (4, 2 * (6 * 300 + 2 * 100))],
+)
+def test_average_is_nccl_tests_allreduce_over_every_thread(average: int, want_ns: float) -> None:
+    """Two communicators, process 0's of 6 processes (mean call 300 ns) and one of 2 (100 ns), 2 threads each:
+    common.cu's Allreduce takes process 0's thread 0's (-a 0), the sum over the 16 threads over 16 (1), the
+    minimum (2), the maximum (3), the sum (4); the in-place group alike; -C's host time stays process 0's."""
+    six, two = _line([280, 320], [290, 330]), _line([90, 110])
+    got = ns.combined([six, two], (6, 2), 2, average)
+    assert got.time_ns == pytest.approx(want_ns)
+    want_inplace = {0: 310, 1: (6 * 310 + 2 * 100) / 8, 2: 100, 3: 310, 4: 2 * (6 * 310 + 2 * 100)}[average]
+    assert got.in_place().time_ns == pytest.approx(want_inplace)
+    assert got.cpu_time_us == pytest.approx(0.300) and got.in_place().cpu_time_us == pytest.approx(0.310)
+    assert got.comm_ns == [300, 100] and (got.size, got.count) == (1024, 256)
+
+
+@pytest.mark.parametrize("average", [-1, 5])
+def test_an_average_nccl_tests_has_no_op_for_is_refused(average: int) -> None:
+    with pytest.raises(InputError, match="-a"):
+        ns.combine_times([1.0], (1,), 1, average)
+
+
+def test_a4_sums_every_thread_of_every_process_without_a_split(capsys: pytest.CaptureFixture[str]) -> None:
+    """One communicator of 2 processes x 2 threads: -a 0-3 print its time, -a 4 the sum over its 4 threads (4x
+    the time, a quarter of the bandwidths); -a 7 is one line naming -a and no table."""
+    base = ["nccl-tests", "all_reduce_perf", "--np", "2", "-t", "2", "-b", "1M", "-e", "1M", "-n", "2", "-w", "0"]
+    rows = {}
+    for a in (1, 3, 4):
+        assert main([*base, "-a", str(a)]) == 0
+        (rows[a],) = _rows(capsys.readouterr().out)
+    assert rows[3][5:8] == rows[1][5:8]
+    assert float(rows[4][5]) == pytest.approx(4 * float(rows[1][5]), rel=2e-3)
+    assert float(rows[4][7]) == pytest.approx(float(rows[1][7]) / 4, abs=0.02)
+    assert main([*base, "-a", "7"]) == 2
+    got = capsys.readouterr()
+    assert got.out.strip() == "" and len(got.err.strip().splitlines()) == 1 and "-a" in got.err

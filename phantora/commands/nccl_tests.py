@@ -142,8 +142,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--average",
         type=nf.c_int,
         default=1,
-        help="how the processes' times combine: 0 process 0's, 1 mean, 2 min, 3 max (they differ only between "
-        "NCCL_TESTS_SPLIT's communicators)",
+        help="how the threads' times combine over the processes: 0 process 0's, 1 mean, 2 min, 3 max (these differ "
+        "only between NCCL_TESTS_SPLIT's communicators), 4 sum",
     )
     nf.add_arguments(g)
     add_out_options(p, "the table (nccl-tests.txt), results.json, config.json, flows.csv and links.csv", short=False)
@@ -215,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
     spec = nt.find_test(args.test)
     topo = _topology(args.topology, args.gpu)
     ranks = _ranks(args, topo)
+    ns.check_average(args.average)
     for flag, value, low in (
         ("-n", args.iters, 1),
         ("-w", args.warmup_iters, 0),
@@ -311,7 +312,8 @@ def run(args: argparse.Namespace) -> int:
             ns.warm_up(benches, sim, nt.warmup_sizes(minbytes, maxbytes), args.warmup_iters)
             for _cycle in range(args.run_cycles):
                 for size in sizes:
-                    res = ns.bench(benches, sim, size, split.procs if split is not None else (1,), args.average)
+                    procs = split.procs if split is not None else (args.np,)
+                    res = ns.bench(benches, sim, size, procs, args.nthreads, args.average)
                     results.append((block, res))
                     note = nt.fallback_note(res.choice)
                     if note is not None and note not in lines:  # NCCL logs it once, as its search runs

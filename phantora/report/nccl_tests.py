@@ -299,19 +299,24 @@ class SizeResult:
     launch_ns: int = 0  # the host's launch time of one iteration (its -m calls; all of them under -z)
     blocking: bool = False  # -z: the host waited for each call inside the timed loop
     comm_ns: list[float] | None = None  # NCCL_TESTS_SPLIT: each communicator's mean call time (process 0's first)
+    host_ns: list[int] | None = None  # process 0's own iterations where -a combined iter_ns (-C's host time)
+    inplace_host_ns: list[int] | None = None  # the same of the in-place group where it differs
 
     def in_place(self) -> SizeResult:
         """The in-place column group's figures: this result, or its in-place times where they differ."""
         if self.inplace_ns is None:
             return self
         return SizeResult(self.size, self.count, self.nbytes, self.inplace_ns, self.factor, self.choice, self.agg,
-                          gpu_ns=self.inplace_gpu_ns, launch_ns=self.launch_ns, blocking=self.blocking)  # fmt: skip
+                          gpu_ns=self.inplace_gpu_ns, launch_ns=self.launch_ns, blocking=self.blocking,
+                          host_ns=self.inplace_host_ns)  # fmt: skip
 
     @property
     def cpu_time_us(self) -> float:
-        """nccl-tests' -C time of one call (us): the host's time in the timed loop over iterations x calls."""
-        n = len(self.iter_ns) * self.agg
-        return cpu_time_ns(self.iter_ns, self.launch_ns, self.blocking) / n / 1e3 if n else 0.0
+        """nccl-tests' -C time of one call (us): the host's time in the timed loop over iterations x calls (process
+        0's own: -a combines only the time the bandwidths come from, common.cu)."""
+        own = self.host_ns if self.host_ns is not None else self.iter_ns
+        n = len(own) * self.agg
+        return cpu_time_ns(own, self.launch_ns, self.blocking) / n / 1e3 if n else 0.0
 
     def iter_us(self) -> list[float]:
         """-I's time of each iteration (us, per call): between its CUDA events, over its -m calls."""

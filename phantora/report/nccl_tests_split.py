@@ -4,14 +4,15 @@ nccl-tests (src/common.cu, `run`) gives each MPI process a colour and splits MPI
 one NCCL communicator, and every communicator runs the same test at the same time. Its `Barrier` and `Allreduce`
 use the world, so each size starts together on every communicator; each then runs its iterations on its own, and
 the time printed is the -a combination (0: process 0's, 1: the mean over every thread of every process, 2: the
-minimum, 3: the maximum) of each process's time; process 0 prints the line with its own communicator's counts and
-bandwidth factor.
+minimum, 3: the maximum, 4: the sum) of each thread's time; process 0 prints the line with its own communicator's
+counts and bandwidth factor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 from phantora.errors import InputError, PhantoraError
@@ -151,25 +152,39 @@ def check_root(split: Split, root: int) -> None:
                          f"{sizes[0]})", field="-r")  # fmt: skip
 
 
-def combine_times(means: Sequence[float], average: int) -> int:
-    """Which communicator's time the printed line takes under -a (index into `means`, the communicators' mean
-    call times, process 0's first): 0 process 0's; 2 the minimum; 3 the maximum; 1 (and any other value, which
-    nccl-tests' MPI op leaves undefined) the mean, returned as -1 (see mean_iterations)."""
+AVERAGES = (0, 1, 2, 3, 4)  # nccl-tests' -a: process 0's, mean, min, max, sum (common.cu's Allreduce)
+
+
+def check_average(average: int) -> None:
+    """-a is one of nccl-tests' five; any other leaves its MPI_Allreduce without an op (MPI_Op(): the run fails)."""
+    if average not in AVERAGES:
+        raise InputError(f"{average}: nccl-tests' -a is 0 (process 0's), 1 (mean), 2 (min), 3 (max) or 4 (sum)",
+                         field="-a")  # fmt: skip
+
+
+def combine_times(means: Sequence[float], procs: Sequence[int], nthreads: int, average: int) -> list[Fraction]:
+    """The exact weight of each communicator's time in the printed one under -a (`means`: the communicators' mean call
+    times, process 0's first; `procs`: their processes; every process runs `nthreads` threads, each timing the
+    same calls). nccl-tests' Allreduce combines every thread of every process (MPI_COMM_WORLD, split or not):
+    0 process 0's thread 0's; 1 the sum over threads and processes over their number; 2 the minimum; 3 the
+    maximum; 4 the sum (so with one communicator np x nthreads times its time)."""
+    check_average(average)
+    n = len(means)
     if average == 0:
-        return 0
-    if average == 2:
-        return min(range(len(means)), key=lambda i: means[i])
-    if average == 3:
-        return max(range(len(means)), key=lambda i: means[i])
-    return -1
+        return [Fraction(i == 0) for i in range(n)]
+    if average in (2, 3):
+        pick = (min if average == 2 else max)(range(n), key=lambda i: means[i])
+        return [Fraction(i == pick) for i in range(n)]
+    if average == 1:
+        return [Fraction(p, sum(procs)) for p in procs]
+    return [Fraction(p * nthreads) for p in procs]
 
 
-def mean_iterations(iters: Sequence[Sequence[int]], procs: Sequence[int]) -> list[int]:
-    """-a 1: each iteration's time averaged over every process (each communicator weighted by its processes), so
-    that the mean over iterations is nccl-tests' mean over processes of each one's mean."""
-    total = sum(procs)
+def weighted_iterations(iters: Sequence[Sequence[int]], weights: Sequence[Fraction]) -> list[int]:
+    """Each iteration's time combined by `weights` (combine_times), so that the mean over iterations is the -a
+    combination of the communicators' means."""
     n = len(iters[0])
-    return [round(sum(p * t[i] for p, t in zip(procs, iters, strict=True)) / total) for i in range(n)]
+    return [round(sum(w * t[i] for w, t in zip(weights, iters, strict=True) if w)) for i in range(n)]
 
 
 @dataclass
@@ -266,20 +281,19 @@ def bench_split(benches: Sequence[Bench], sim: NetworkSimulator, size: int) -> l
     return out
 
 
-def combined(results: Sequence[SizeResult], procs: Sequence[int], average: int) -> SizeResult:
+def combined(results: Sequence[SizeResult], procs: Sequence[int], nthreads: int, average: int) -> SizeResult:
     """The line process 0 prints: its communicator's size, count and factor, with the -a combination of every
-    process's time (combine_times, mean_iterations)."""
+    thread's time (combine_times) in both column groups; -C's host time stays process 0's own."""
     first = results[0]
-    pick = combine_times([r.time_ns for r in results], average)
-    if pick >= 0:
-        src = results[pick]
-        iters, inplace = src.iter_ns, src.inplace_ns
-    else:
-        iters = mean_iterations([r.iter_ns for r in results], procs)
-        inplace = None
-        if any(r.inplace_ns is not None for r in results):
-            inplace = mean_iterations([r.in_place().iter_ns for r in results], procs)
-    return replace(first, iter_ns=iters, inplace_ns=inplace, comm_ns=[r.time_ns for r in results])
+    weights = combine_times([r.time_ns for r in results], procs, nthreads, average)
+    iters = weighted_iterations([r.iter_ns for r in results], weights)
+    inplace = None
+    if any(r.inplace_ns is not None for r in results):
+        inplace = weighted_iterations([r.in_place().iter_ns for r in results], weights)
+    comm = [r.time_ns for r in results] if len(results) > 1 else None
+    own_inplace = first.in_place().iter_ns if inplace is not None else None
+    return replace(first, iter_ns=iters, inplace_ns=inplace, comm_ns=comm, host_ns=first.iter_ns,
+                   inplace_host_ns=own_inplace)  # fmt: skip
 
 
 def notes(split: Split | None) -> list[str]:
@@ -301,12 +315,15 @@ def warm_up(benches: Sequence[Bench], sim: NetworkSimulator, sizes: Sequence[int
         warm_up_split(benches, sim, sizes, calls)
 
 
-def bench(benches: Sequence[Bench], sim: NetworkSimulator, size: int, procs: Sequence[int], average: int) -> SizeResult:
-    """One size's table line: one communicator's as nccl_tests.bench_size measures it; several at once combined
-    by -a (bench_split, combined)."""
+def bench(
+    benches: Sequence[Bench], sim: NetworkSimulator, size: int, procs: Sequence[int], nthreads: int, average: int
+) -> SizeResult:
+    """One size's table line: one communicator's as nccl_tests.bench_size measures it (-a changes it only at 4,
+    the sum over its processes' threads), several at once (bench_split); combined by -a (combined)."""
     if len(benches) == 1:
-        return bench_size(benches[0], sim, size)
-    return combined(bench_split(benches, sim, size), procs, average)
+        res = bench_size(benches[0], sim, size)
+        return res if average != 4 else combined([res], procs, nthreads, average)
+    return combined(bench_split(benches, sim, size), procs, nthreads, average)
 
 
 def describe(split: Split, average: int) -> dict[str, Any]:
