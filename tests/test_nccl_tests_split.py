@@ -173,6 +173,7 @@ def test_average_is_nccl_tests_allreduce_over_every_thread(average: int, want_ns
     want_inplace = {0: 310, 1: (6 * 310 + 2 * 100) / 8, 2: 100, 3: 310, 4: 2 * (6 * 310 + 2 * 100)}[average]
     assert got.in_place().time_ns == pytest.approx(want_inplace)
     assert got.cpu_time_us == pytest.approx(0.300) and got.in_place().cpu_time_us == pytest.approx(0.310)
+    assert got.iter_us() == six.iter_us() and got.in_place().iter_us() == six.in_place().iter_us()  # -I: its own
     assert got.comm_ns == [300, 100] and (got.size, got.count) == (1024, 256)
 
 

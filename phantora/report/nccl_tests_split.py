@@ -283,7 +283,7 @@ def bench_split(benches: Sequence[Bench], sim: NetworkSimulator, size: int) -> l
 
 def combined(results: Sequence[SizeResult], procs: Sequence[int], nthreads: int, average: int) -> SizeResult:
     """The line process 0 prints: its communicator's size, count and factor, with the -a combination of every
-    thread's time (combine_times) in both column groups; -C's host time stays process 0's own."""
+    thread's time (combine_times) in both column groups; -C's host time and -I's iterations stay process 0's own."""
     first = results[0]
     weights = combine_times([r.time_ns for r in results], procs, nthreads, average)
     iters = weighted_iterations([r.iter_ns for r in results], weights)
@@ -291,9 +291,16 @@ def combined(results: Sequence[SizeResult], procs: Sequence[int], nthreads: int,
     if any(r.inplace_ns is not None for r in results):
         inplace = weighted_iterations([r.in_place().iter_ns for r in results], weights)
     comm = [r.time_ns for r in results] if len(results) > 1 else None
-    own_inplace = first.in_place().iter_ns if inplace is not None else None
-    return replace(first, iter_ns=iters, inplace_ns=inplace, comm_ns=comm, host_ns=first.iter_ns,
-                   inplace_host_ns=own_inplace)  # fmt: skip
+    own, own_inplace = first, first.in_place() if inplace is not None else None
+    return replace(first, iter_ns=iters, inplace_ns=inplace, comm_ns=comm, host_ns=own.iter_ns,
+                   inplace_host_ns=own_inplace.iter_ns if own_inplace else None,
+                   gpu_ns=_gpu(own), inplace_gpu_ns=_gpu(own_inplace) if own_inplace else None)  # fmt: skip
+
+
+def _gpu(r: SizeResult) -> list[int]:
+    """`r`'s own iterations for -I: nccl-tests' per-iteration times are the maximum over every thread and process
+    (common.cu's gather of the iteration times), which -a does not touch."""
+    return r.gpu_ns if r.gpu_ns is not None else r.iter_ns
 
 
 def notes(split: Split | None) -> list[str]:
