@@ -299,6 +299,10 @@ class Roofline:
         key = cache_key(func, args, kwargs, out)
         if self.by_layout and layout_bound(func) and layout_matters(args):
             key = (key, layout_sig(args, kwargs))
+        return self._cached(key, func, args, kwargs, out)
+
+    def _cached(self, key: tuple, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
+        """`compute`, cached in `_cache` under `key` (none for an unhashable argument)."""
         try:
             cost = self._cache.get(key)
         except TypeError:  # an unhashable argument: no caching
@@ -324,14 +328,7 @@ class Roofline:
         tensor-core matrix product is cached with its operands' layout and never under `key` alone (`cost_keyed`'s
         cache, which the fast path reads first)."""
         if self.by_layout and layout_bound(func) and layout_matters(args):
-            full = (key, layout_sig(args, kwargs))
-            try:
-                cost = self._cache.get(full)
-            except TypeError:  # an unhashable argument
-                return self.compute(func, args, kwargs, out)
-            if cost is None:
-                cost = self._cache[full] = self.compute(func, args, kwargs, out)
-            return cost
+            return self._cached((key, layout_sig(args, kwargs)), func, args, kwargs, out)
         return self.cost_keyed(key, func, args, kwargs, out)
 
     def compute(self, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
