@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
@@ -63,7 +64,7 @@ def run_packet(topo: Topology, flows: list[Flow], cfg: PacketConfig) -> dict[str
         t2, c2 = time.perf_counter(), time.process_time()
         done = sim.drain()
         t3, c3 = time.perf_counter(), time.process_time()
-        st = sim.stats()
+        st = cast("dict[str, int]", sim.stats())  # the counters read here are ints
         samples = len(sim.queue_samples())
         drain_s = time.perf_counter() - t3
     sim_ns = max(c.end_ns for c in done)

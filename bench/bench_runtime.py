@@ -133,7 +133,7 @@ def in_process(ops: int, colls: int) -> dict[str, float]:
 
     def gloo_loop() -> None:
         for _ in range(colls):
-            gloo.allreduce([t]).wait()
+            gloo.allreduce([t]).wait()  # type: ignore[attr-defined]  # torch stubs omit the C++ method
 
     out["coll_gloo_us"] = best(gloo_loop, colls)
     return out

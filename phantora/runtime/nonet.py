@@ -73,6 +73,8 @@ class NoNetworkClient:
         stream: int | None = None,
         launch: int | None = None,
         after: Sequence[int] = (),
+        handoff: int | None = None,
+        gate: Sequence[int] = (),
         pg: int = 0,
     ) -> int:
         return self._new(t_issue_ns)

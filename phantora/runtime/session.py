@@ -107,6 +107,7 @@ class ClientLike(Protocol):
         launch: int | None = None,
         after: Sequence[int] = (),
         handoff: int | None = None,
+        gate: Sequence[int] = (),
         pg: int = 0,
     ) -> int: ...
 
