@@ -81,7 +81,8 @@ void PhantoraChannel::Transmit(const PhantoraNetDevice* from, const Ptr<Phantora
   const uint64_t now = FabricNowNs();
   const Time delay = FabricNs(txEndNs - now + m_delayNs + m_extraDelayNs);
   if (!m_slowPath) [[likely]] {  // no failure scheduled, not cut: no check on arrival (the common case)
-    ScheduleWithContextPooled(m_nodeId[end], delay, [peer, p = pkt] { peer->Receive(p); });
+    // Hint: the packet, whose first line Receive reads first (cold by then: it left here a link delay before).
+    ScheduleWithContextPooled(m_nodeId[end], delay, [peer, p = pkt] { peer->Receive(p); }, PeekPointer(pkt));
     return;
   }
   if (m_cut) {

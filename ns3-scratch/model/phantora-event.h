@@ -132,12 +132,13 @@ EventId SchedulePooled(const Time& delay, F f) {
 }
 
 /// Simulator::ScheduleWithContext(context, delay, f) with a pooled event (no EventId: it cannot be cancelled).
-/// With PhantoraSimulatorImpl, a RecycledEvent queued there directly (the same key: time, context, next uid).
+/// With PhantoraSimulatorImpl, a RecycledEvent queued there directly (the same key: time, context, next uid), with
+/// `hint`, the address `f` reads first, prefetched while the event before it runs (a hint only: never read).
 template <typename F>
-void ScheduleWithContextPooled(uint32_t context, const Time& delay, F f) {
+void ScheduleWithContextPooled(uint32_t context, const Time& delay, F f, const void* hint = nullptr) {
   if (PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current()) [[likely]] {
     sim->ScheduleStepWithContext(context, static_cast<uint64_t>(delay.GetTimeStep()),
-                                 RecycledEvent<F>::Arm(std::move(f)));
+                                 RecycledEvent<F>::Arm(std::move(f)), hint);
   } else {
     Simulator::ScheduleWithContext(context, delay, new PooledEvent<F>(std::move(f)));  // takes the reference
   }

@@ -118,7 +118,8 @@ void PhantoraNetDevice::Send(TxItem& item) {
   }
   const uint64_t nowNs = nowPs / 1000;
   // Never cancelled: scheduled with its context (as Schedule does) to skip making an EventId.
-  ScheduleWithContextPooled(FabricContext(), FabricNs(endNs - nowNs), [this] { TransmitDone(); });
+  // Hint: the fields TransmitDone reads first (cold by then on a large fabric).
+  ScheduleWithContextPooled(FabricContext(), FabricNs(endNs - nowNs), [this] { TransmitDone(); }, &m_owner);
   m_channel->Transmit(this, item.pkt, endNs);
 }
 

@@ -33,6 +33,10 @@ class PhantoraScheduler : public Scheduler {
 
   // Inline: PhantoraSimulatorImpl calls these directly.
   void Insert(const Event& ev) override { m_wheel ? m_wheel->Insert(ev) : m_inner->Insert(ev); }
+  /// Insert with a prefetch hint (PhantoraWheelScheduler::InsertHinted; other schedulers drop it).
+  void InsertHinted(const Event& ev, const void* hint) {
+    m_wheel ? m_wheel->InsertHinted(ev, hint) : m_inner->Insert(ev);
+  }
   bool IsEmpty() const override { return m_wheel ? m_wheel->IsEmpty() : m_inner->IsEmpty(); }
   Event PeekNext() const override;
   Event RemoveNext() override {

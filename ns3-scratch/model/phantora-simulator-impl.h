@@ -144,9 +144,11 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   /// worker ends RunUntil(ts) that one engine ends with its stop event.
   void AdvanceTo(uint64_t ts);
 
-  /// ScheduleWithContext(context, TimeStep(delay), event), not virtual; takes the event's reference.
-  void ScheduleStepWithContext(uint32_t context, uint64_t delay, EventImpl* event) {
-    Enqueue(event, m_currentTs + delay, context);
+  /// ScheduleWithContext(context, TimeStep(delay), event), not virtual; takes the event's reference. `hint`: an
+  /// address the event reads first, prefetched just before it runs (PhantoraWheelScheduler::InsertHinted); only
+  /// a hint, never read, so a wrong one costs time, never a result.
+  void ScheduleStepWithContext(uint32_t context, uint64_t delay, EventImpl* event, const void* hint = nullptr) {
+    Enqueue(event, m_currentTs + delay, context, hint);
   }
 
  private:
@@ -160,8 +162,8 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   /// Run `next`, just taken from the queue (ProcessOneKeyed's rest).
   void RunTaken(const Scheduler::Event& next);
   bool EventsEmpty() const { return m_phantora ? m_phantora->PhantoraScheduler::IsEmpty() : m_events->IsEmpty(); }
-  /// Queue `event` at time step `ts` with the next uid.
-  void Enqueue(EventImpl* event, uint64_t ts, uint32_t context) {
+  /// Queue `event` at time step `ts` with the next uid (and a prefetch hint, see ScheduleStepWithContext).
+  void Enqueue(EventImpl* event, uint64_t ts, uint32_t context, const void* hint = nullptr) {
     Scheduler::Event ev;
     ev.impl = event;
     ev.key.m_ts = ts;
@@ -170,7 +172,7 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
     ++m_uid;
     ++m_unscheduledEvents;
     if (m_phantora) [[likely]] {  // null in the keyed mode: the default path tests nothing more
-      m_phantora->PhantoraScheduler::Insert(ev);
+      m_phantora->InsertHinted(ev, hint);
     } else if (m_keyed) {
       m_keyed->InsertKeyed(ev, TakeKey());
     } else {

@@ -98,22 +98,22 @@ TypeId PhantoraWheelScheduler::GetTypeId() {
   return tid;
 }
 
-void PhantoraWheelScheduler::Insert(const Event& ev) {
+void PhantoraWheelScheduler::InsertHinted(const Event& ev, const void* hint) {
   const uint64_t ts = ev.key.m_ts;
   if (ts < m_base || ts - m_base >= kSlots) {
-    m_far.Push(ev);
+    m_far.Push(ev);  // (no hint: the far heap is rare and its events are not the next ones)
     return;
   }
   const uint64_t s = ts & (kSlots - 1);
   Slot& slot = m_slots[s];
   auto& v = slot.events;
-  if (slot.head == v.size() || v.back().key.m_uid < ev.key.m_uid) {
-    v.push_back(ev);  // the usual case: uids grow as events are scheduled
+  if (slot.head == v.size() || v.back().ev.key.m_uid < ev.key.m_uid) {
+    v.push_back(Entry{ev, hint});  // the usual case: uids grow as events are scheduled
   } else {
     // An event put back (PhantoraScheduler::PeekNextLiveTs) behind later-scheduled ones: keep uid order.
-    auto pos = std::upper_bound(v.begin() + static_cast<std::ptrdiff_t>(slot.head), v.end(), ev,
-                                [](const Event& a, const Event& b) { return a.key.m_uid < b.key.m_uid; });
-    v.insert(pos, ev);
+    auto pos = std::upper_bound(v.begin() + static_cast<std::ptrdiff_t>(slot.head), v.end(), ev.key.m_uid,
+                                [](uint32_t uid, const Entry& b) { return uid < b.ev.key.m_uid; });
+    v.insert(pos, Entry{ev, hint});
   }
   m_used[s / 64] |= uint64_t{1} << (s % 64);
   ++m_inWheel;
@@ -144,7 +144,7 @@ void PhantoraWheelScheduler::Insert(const Event& ev) {
   }
   // (time, uid) order; the heap's top time is cached (UINT64_MAX when it is empty): its uid only on a tie.
   const Slot& slot = m_slots[s];
-  const Event& first = slot.events[slot.head];
+  const Event& first = slot.events[slot.head].ev;
   const uint64_t farTs = m_far.TopTs();
   if (first.key.m_ts != farTs || m_far.Empty()) {
     return first.key.m_ts < farTs || m_far.Empty();
@@ -154,7 +154,7 @@ void PhantoraWheelScheduler::Insert(const Event& ev) {
 
 Scheduler::Event PhantoraWheelScheduler::PeekNext() const {
   const uint64_t s = NextSlot();
-  return WheelFirst(s) ? m_slots[s].events[m_slots[s].head] : m_far.Top();
+  return WheelFirst(s) ? m_slots[s].events[m_slots[s].head].ev : m_far.Top();
 }
 
 Scheduler::Event PhantoraWheelScheduler::RemoveNext() {
@@ -167,15 +167,19 @@ Scheduler::Event PhantoraWheelScheduler::RemoveNext() {
     return ev;
   }
   Slot& slot = m_slots[s];
-  const Event ev = slot.events[slot.head++];
+  const Event ev = slot.events[slot.head++].ev;
   if (slot.head == slot.events.size()) {
     slot.events.clear();
     slot.head = 0;
     m_used[s / 64] &= ~(uint64_t{1} << (s % 64));
   } else {
-    // Most likely the next event to run: load its object while this one runs (it is usually out of cache by
-    // now, having been scheduled a link delay ago, and Invoke would wait for it).
-    __builtin_prefetch(slot.events[slot.head].impl);
+    // Most likely the next event to run: load its object, and what it reads first (its hint), while this one
+    // runs (both are usually out of cache by now, having been touched a link delay ago, and Invoke would wait).
+    const Entry& next = slot.events[slot.head];
+    __builtin_prefetch(next.ev.impl);
+    if (next.hint != nullptr) {
+      __builtin_prefetch(next.hint);
+    }
   }
   --m_inWheel;
   // Everything left is at or after this event, so the window can start here; the wheel's events are
@@ -190,7 +194,7 @@ void PhantoraWheelScheduler::Remove(const Event& ev) {
     const uint64_t s = ts & (kSlots - 1);
     Slot& slot = m_slots[s];
     for (std::size_t i = slot.head; i < slot.events.size(); ++i) {
-      if (slot.events[i].key.m_uid == ev.key.m_uid) {
+      if (slot.events[i].ev.key.m_uid == ev.key.m_uid) {
         slot.events.erase(slot.events.begin() + static_cast<std::ptrdiff_t>(i));
         if (slot.head == slot.events.size()) {
           slot.events.clear();

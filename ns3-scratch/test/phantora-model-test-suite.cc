@@ -591,7 +591,7 @@ class FlowletOrderTest : public TestCase {
 /// put-back events it holds: checked against the sorted keys.
 class WheelOrderTest : public TestCase {
  public:
-  WheelOrderTest() : TestCase("wheel scheduler: events leave in (time, uid) order") {}
+  WheelOrderTest() : TestCase("wheel scheduler: events leave in (time, uid) order, with or without hints") {}
 
  private:
   static Scheduler::Event Ev(uint64_t ts, uint32_t uid) {
@@ -617,7 +617,11 @@ class WheelOrderTest : public TestCase {
       for (uint64_t i = 0; i < k; ++i) {
         const uint64_t r = next() % 100;
         const uint64_t delay = r < 80 ? next() % 2000 : r < 95 ? next() % 9000 : 8000 + next() % 1'000'000;
-        w.Insert(Ev(now + delay, uid));
+        if (uid % 2) {
+          w.InsertHinted(Ev(now + delay, uid), &lcg);  // a prefetch hint changes nothing but the cache
+        } else {
+          w.Insert(Ev(now + delay, uid));
+        }
         want.emplace_back(now + delay, uid++);
       }
       if (!w.IsEmpty() && next() % 3 != 0) {
