@@ -45,7 +45,7 @@ from phantora.netsim.flow import CausalityError
 from phantora.netsim.gc_pause import Freezer
 from phantora.netsim.hybrid import SHARED_DEPS_MIN, WideDeps, topological_order  # the wide-deps rules: one for both
 from phantora.netsim.least_bounds import least_ends
-from phantora.netsim.nic_latency import JOIN_BASE, Releases, gate_key, outer_key, uses_nic  # (JOIN_BASE: joins)
+from phantora.netsim.nic_latency import JOIN_BASE, Releases, gate_key, outer_key  # (JOIN_BASE: joins)
 from phantora.netsim.observe import (
     CnpEvent,
     Drop,
@@ -244,6 +244,10 @@ class DecomposedSimulator(RunsByCompletion):
         # (at least the `until` of the advance in progress; the fluid NVLink side's `submit_floor`)
         self.floor: Callable[[], int] | None = None
         self.prechecked = False  # set by a caller that runs `check_flow_batch` on every batch it submits (hybrid)
+        # a batch of `submit_ordered` in progress: in topological order already, not searched again
+        self._in_order = False
+        # (src, dst) -> (its worker, latency + propagation, bottleneck bps) of a fabric pair `PieceRoutes` summarises
+        self._pair_xfer: dict[tuple[int, int], tuple[int, int, int]] = {}
         # set by the caller: its own work while the workers run a round (asynchronous rounds), given the earliest
         # ns a completion it `reacts` to can come and `earliest_end` (the fluid NVLink side's `run_ahead`)
         self.meanwhile: Callable[[int, Callable[[int, int], int]], None] | None = None
@@ -521,21 +525,26 @@ class DecomposedSimulator(RunsByCompletion):
         else:
             check_packet_batch(flows, self.topology, self._owner.__contains__)
         xfer = {}
-        owner, of, piece_worker, latency = self._owner, self._routes.of, self._piece_worker, self.latency
-        place = self._place
-        for f in flows:
+        owner, routes, piece_worker, latency = self._owner, self._routes, self._piece_worker, self.latency
+        place, pairs = self._place, self._pair_xfer
+        for f in flows:  # (per flow: kept lean)
             if place is not None:
                 owner[f.id], xfer[f.id] = place(f)
-            elif uses_nic(f):
-                piece, propagation, bottleneck = of(f)
-                owner[f.id] = piece_worker[piece]
-                xfer[f.id] = latency + propagation + f.size * 8_000_000_000 // bottleneck
+            elif f.size > 0 and f.src != f.dst:  # (`uses_nic`)
+                got = pairs.get((f.src, f.dst))
+                if got is None:
+                    piece, propagation, bottleneck = routes.of(f)
+                    got = (piece_worker[piece], latency + propagation, bottleneck)
+                    if routes.summary(f.src, f.dst) is not None:  # (the same for every flow of the pair)
+                        pairs[(f.src, f.dst)] = got
+                owner[f.id] = got[0]
+                xfer[f.id] = got[1] + f.size * 8_000_000_000 // got[2]
             else:
                 owner[f.id] = DRIVER
                 xfer[f.id] = 0
         if self._wtime >= INF_NS:
             self._wtime = self._now
-        order = topological_order(flows, {f.id: f for f in flows})
+        order = flows if self._in_order else topological_order(flows, {f.id: f for f in flows})
         if not self.hands_over or len(order) < HAND_OVER_MIN or self._rounding:  # (`meanwhile` may submit)
             self._book(order, at, xfer, handed=False)
             return
@@ -565,6 +574,18 @@ class DecomposedSimulator(RunsByCompletion):
             self.submit(flows, at)
         finally:
             self._outer = ()
+
+    def submit_ordered(self, flows: Sequence[Flow], at: int, outer: Collection[int] = ()) -> None:
+        """`submit` (`submit_outer` with `outer`) of a batch its caller put in topological order, every flow after
+        its deps in the batch (the hybrid's `_place` hands its flows so): the order is not searched again."""
+        self._in_order = True
+        try:
+            if outer:
+                self.submit_outer(flows, at, outer)
+            else:
+                self.submit(flows, at)
+        finally:
+            self._in_order = False
 
     def open_outer(self, ids: Sequence[int], at: int) -> list[int]:
         """The outer deps of flows `ids` (`submit_outer`) have all ended by `at`: each one's gate opens once its deps
@@ -679,7 +700,7 @@ class DecomposedSimulator(RunsByCompletion):
         completed; into the outboxes too unless `_hand_over` put the flows there (`handed`)."""
         released: list[Completion] = []
         owner, zero, deps_of, targets = self._owner, self._zero, self._deps_of, self._targets
-        ends, lbs, waiting = self._ends, self._lb, self._dependents
+        ends, lbs, waiting, steps = self._ends, self._lb, self._dependents, self._step
         lists = WideDeps()  # wide deps lists repeated in this batch, by (list, worker)
         shared: dict[tuple[int, int], _SharedDeps] = {}  # what `_shared_deps` read of each
         joins: dict[int, int] = {}  # id of a wide list's `_SharedDeps` -> the join its gates wait on
@@ -688,14 +709,17 @@ class DecomposedSimulator(RunsByCompletion):
         up = self._up if self.pulls_bounds else None
         outer, deferred, deferring, blockers = self._outer, self._deferred, self._deferring, self._blockers
         held_wide: dict[int, list[int]] = {}  # id of a `_SharedDeps` -> its deferred deps (none opens while booking)
-        for f in order:
+        ext, unfinished, wnow, ahead, outs = self._ext, self._unfinished, self._wnow, self._ahead, self._out
+        none: tuple[int, ...] = ()
+        for f in order:  # (per flow, and per dependency edge: kept lean, a flow of one dep without a loop)
             fid = f.id
             w = owner[fid]
-            local: list[int]
-            cross: list[int]
+            deps = f.deps
+            local: Sequence[int]
+            cross: Sequence[int]
             memo: _SharedDeps | None = None
-            if len(f.deps) >= SHARED_DEPS_MIN:
-                wide, key = lists.key(f.deps, w)
+            if len(deps) >= SHARED_DEPS_MIN:
+                wide, key = lists.key(deps, w)
                 memo = shared.get(key)
                 if memo is None:
                     memo = shared[key] = self._shared_deps(wide, w)
@@ -703,10 +727,32 @@ class DecomposedSimulator(RunsByCompletion):
                 for dependents in memo.waiting:
                     dependents.append(fid)
                 local, cross = memo.local, memo.cross
+            elif len(deps) == 1:  # (`else`'s loop for one dep)
+                d = deps[0]
+                end = ends.get(d)
+                if end is not None:
+                    a = lb = end if end > at else at
+                    local = cross = none
+                else:
+                    a = at
+                    x = lbs[d]
+                    lb = x if x > at else at
+                    if kin:
+                        ws = waiting.get(d)
+                        if ws is None:
+                            waiting[d] = [fid]
+                        else:
+                            ws.append(fid)
+                    if w != DRIVER and owner[d] == w:
+                        local, cross = [d], none
+                    else:
+                        local, cross = none, [d]
+                        if owner[d] != DRIVER:
+                            ext.add(d)
             else:
                 a, lb = at, at
                 local, cross = [], []
-                for d in dict.fromkeys(f.deps):  # (per dependency edge: kept lean)
+                for d in dict.fromkeys(deps):  # (per dependency edge: kept lean)
                     end = ends.get(d)
                     if end is not None:
                         if end > a:  # (lb >= a: so end <= a leaves both)
@@ -724,7 +770,7 @@ class DecomposedSimulator(RunsByCompletion):
                             ws.append(fid)
                     (local if w != DRIVER and owner[d] == w else cross).append(d)
                 if cross:
-                    self._ext.update(d for d in cross if owner[d] != DRIVER)
+                    ext.update(d for d in cross if owner[d] != DRIVER)
             if zero is not None and cross:
                 z = w == DRIVER or fid in zero
                 if targets is not None and (memo is None or (id(memo), z) not in targeted):
@@ -734,29 +780,30 @@ class DecomposedSimulator(RunsByCompletion):
                         if owner[d] != DRIVER:
                             targets.setdefault(d, set()).add((w, z))
             if deps_of is not None:
-                deps_of[fid] = f.deps if memo is None else memo.deps
+                deps_of[fid] = deps if memo is None else memo.deps
             if up is not None and (local or cross):  # (unfinished deps: L pulled through them)
-                up[fid] = f.deps if memo is None else memo.deps
-            self._step[f.id] = f.delay_ns + xfer[f.id]
-            self._lb[f.id] = lb + self._step[f.id]
+                up[fid] = deps if memo is None else memo.deps
+            s = steps[fid] = f.delay_ns + xfer[fid]
+            lbs[fid] = lb + s
             mine = bool(outer) and fid in outer  # (behind an outer gate, closed)
             shut = 1 if mine else 0
             if w == DRIVER:
                 if shut:
                     raise PhantoraError(f"internal: marker {fid} submitted behind an outer gate")
-                bare = f if len(cross) == len(f.deps) else f.with_deps(tuple(cross))
+                bare = f if len(cross) == len(deps) else f.with_deps(tuple(cross))
                 for m, p in self._rel.add([bare], a):
                     c = Completion(m.id, p, p, m.size, m.src, m.dst, m.tag)
                     self._buffer.add_one(p, m.id, c)
                     released.append(c)
                 continue
-            self._check_post(f.id, a)
+            if a + (1 if zero is not None and fid in zero else ahead) - 1 < wnow[w]:  # (`_check_post`, inline)
+                self._check_post(fid, a)
             if deferred:  # (a flow waiting on a deferred flow is deferred with it)
                 got = None if memo is None else held_wide.get(id(memo))
                 if got is not None:
                     waits = got
                 elif memo is None:
-                    waits = [d for d in local if d in deferred] + [d for d in cross if d in deferred]
+                    waits = [d for d in (*local, *cross) if d in deferred] if local or cross else []
                 else:
                     waits = held_wide[id(memo)] = [d for d in (*memo.local, *memo.cross) if d in deferred]
                 for d in waits:
@@ -765,15 +812,16 @@ class DecomposedSimulator(RunsByCompletion):
             if shut:
                 deferred[fid] = shut
             elif track:
-                self._unfinished[w].add(f.id)
+                mates = unfinished[w]
+                mates.add(fid)
                 if blockers is not None:
-                    blockers.add(fid, w, f.deps, self._unfinished[w])
+                    blockers.add(fid, w, deps, mates)
             if not handed:
-                out = self._out[w]
+                out = outs[w]
                 out.flows.append((f, local))
                 out.at.append(a)
                 if cross or mine:
-                    out.gated.append(f.id)
+                    out.gated.append(fid)
             if mine and not cross:  # (its outer gate alone: opened at max(a, the caller's ns), no pseudo flow)
                 self._outer_at[fid] = a
             elif cross or mine:
@@ -788,7 +836,7 @@ class DecomposedSimulator(RunsByCompletion):
                     gate_deps = (j,)
                 if mine:
                     gate_deps = (*gate_deps, outer_key(fid))
-                self._rel.add([Flow(gate_key(f.id), f.src, f.dst, 0, gate_deps)], a)
+                self._rel.add([Flow(gate_key(fid), f.src, f.dst, 0, gate_deps)], a)
                 self._gates_held += 1
         self._arrived(released)
 

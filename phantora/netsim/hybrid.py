@@ -396,16 +396,26 @@ class FluidNvlinkSimulator:
         self.fluid_chained += n_chained
 
     def _hand_packet(self, groups: dict[int, list[Flow]]) -> None:
-        """Flows for the packet side, by submit ns (one group unless `_place` got an `at_of`)."""
+        """Flows for the packet side, by submit ns (one group unless `_place` got an `at_of`). Each group is in
+        topological order (`_place` walks its batch so): a packet side that takes it so (`submit_ordered`, a
+        decomposition's driver) does not search it again."""
+        ordered = getattr(self.packet, "submit_ordered", None)
         for t, group in sorted(groups.items()):
-            self.packet.submit(group, t)
+            if ordered is None:
+                self.packet.submit(group, t)
+            else:
+                ordered(group, t)
 
     def _hand_outer(self, groups: dict[int, list[Flow]], outer: list[int]) -> None:
         """(`outer_gates`) `_hand_packet`, the flows of `outer` each behind its outer gate there (`submit_outer`)."""
         self.outer_gated += len(outer)
         gated = set(outer)
+        ordered = getattr(self.packet, "submit_ordered", None)
         for t, group in sorted(groups.items()):
-            self.packet.submit_outer(group, t, gated)  # type: ignore[attr-defined]
+            if ordered is None:
+                self.packet.submit_outer(group, t, gated)  # type: ignore[attr-defined]
+            else:
+                ordered(group, t, gated)
 
     def _hold_outer(self, f: Flow, at: int, on: Sequence[int], bare: Flow, out: dict[int, list[Flow]]) -> None:
         """(`outer_gates`) Packet flow `f`, submitted at `at`, goes out now as `bare` (its packet deps only), its gate
