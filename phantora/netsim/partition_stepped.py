@@ -65,6 +65,10 @@ class PairBounds:
             got = self._pair[(f.src, f.dst)] = (0, lat, bw)
         return got
 
+    def summary(self, src: int, dst: int) -> tuple[int, int, int] | None:
+        """The pair's bound once `of` made it (every flow of a pair has the same one; `PieceRoutes.summary`)."""
+        return self._pair.get((src, dst))
+
     def _walk(self, src: int, dst: int) -> tuple[int, int]:
         topo = self.topo
         memo = self._memo.setdefault(dst, {dst: (0, INF_BPS)})
