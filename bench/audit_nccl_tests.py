@@ -130,7 +130,8 @@ def link_rates(topo_spec: str, nranks: int) -> tuple[float, float, int, int]:
     hosts: dict[int, int] = {}
     for g in gpus:
         h = topo.nodes[g].host
-        hosts[h] = hosts.get(h, 0) + 1
+        key = -1 if h is None else h
+        hosts[key] = hosts.get(key, 0) + 1
     return nv or nic, nic, max(hosts.values()), len(hosts)
 
 

@@ -35,7 +35,7 @@ REPLAY = [sys.executable, "-m", "phantora.egraph.replay_rank"]
 
 # ns-3 workloads on 8 ranks: DDP-like, 6 chained 2 MiB all-reduce buckets with 5 us of compute between;
 # MoE-like, 2 layers of dispatch and combine all-to-alls (512 KiB per rank) with 10 us of expert compute.
-NS3_WORKLOADS = [
+NS3_WORKLOADS: list[dict[str, Any]] = [
     {
         "name": "ddp-small",
         "op": [{"name": "b", "kind": "all_reduce", "bytes": "2MiB", "ranks": "all", "repeat": 6, "gap": "5us"}],

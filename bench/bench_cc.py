@@ -86,7 +86,7 @@ def run(case: Case, ref: Path, base: PacketConfig, seed: int) -> Outcome:
         events = sim.pfc_events()
         pauses = sum(1 for e in events if e.pause)
     fct = {(r.src, r.dst, r.size, r.start_ns): r.fct_ns for r in records}
-    return Outcome(fct, pauses, len(events), int(stats["cnps"]), maxq, time.perf_counter() - wall)
+    return Outcome(fct, pauses, len(events), int(str(stats["cnps"])), maxq, time.perf_counter() - wall)
 
 
 def err(ours: float, ref: float) -> float:

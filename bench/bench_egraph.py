@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from phantora.egraph import ProgramBuilder, build_graph, load, replay_graph, save  # noqa: E402
-from phantora.egraph.format import dir_size_bytes  # noqa: E402
+from phantora.egraph.format import ExecGraph, dir_size_bytes  # noqa: E402
 from phantora.egraph.live import record_run  # noqa: E402
 from phantora.launcher import RunConfig  # noqa: E402
 from phantora.netsim.cli_config import engine_spec_from_flags  # noqa: E402
@@ -77,7 +77,7 @@ def live_vs_replay(args: argparse.Namespace, tmp: Path, network: str, cc: str | 
           f"{size / max(1, nodes):.2f} B/node")  # fmt: skip
 
 
-def llama_like_fsdp(world: int, blocks: int = 32) -> object:
+def llama_like_fsdp(world: int, blocks: int = 32) -> ExecGraph:
     """One FSDP step of a Llama-3-8B-shaped model: per block ~60 forward and ~120 backward aten ops."""
     fwd = ["aten.pow", "aten.mean", "aten.add", "aten.rsqrt", "aten.mul", "aten.mul", "aten.mm", "aten.mm", "aten.mm",
            "aten.view", "aten.mul", "aten.cat", "aten.mul", "aten.add", "aten._scaled_dot_product_flash_attention",

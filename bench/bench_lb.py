@@ -41,7 +41,7 @@ def run(topo: Topology, flows: list[Flow], cfg: PacketConfig) -> tuple[int, floa
         c0 = time.process_time()
         done = sim.drain()
         cpu = time.process_time() - c0
-        events = int(sim.stats()["events"])
+        events = int(str(sim.stats()["events"]))
     return events, cpu, max(c.end_ns for c in done)
 
 

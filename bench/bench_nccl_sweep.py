@@ -666,10 +666,10 @@ def reg_cases(quick: bool) -> list[tuple[Case, str | None, str | None]]:
                 _reg(out, f"h100:{test}:CTA_POLICY={pol}:R{r}", test, ["-R", r], env={"NCCL_CTA_POLICY": pol},
                      sym=True, expect_error="NCCL_CTA_POLICY" if zero else None)  # fmt: skip
     # nccl-tests' other flags, with and without registration
-    for topo in (None, "testbed16"):
+    for where in (None, "testbed16"):
         for test in ("all_reduce_perf", "alltoall_perf"):
             for extra in FLAG_SETS if not quick else FLAG_SETS[:5]:
-                _reg(out, f"{topo or 'h100'}:{test}:{' '.join(extra)}", test, extra, topo=topo, sym=True)
+                _reg(out, f"{where or 'h100'}:{test}:{' '.join(extra)}", test, extra, topo=where, sym=True)
         for test in ("all_reduce_perf", "all_gather_perf"):  # -G, -m, -z with -R
             t = topo or "h100"
             for extra, err in (

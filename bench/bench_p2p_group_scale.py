@@ -59,7 +59,7 @@ def _instrument(spent: dict[str, float]) -> None:
     G.plan_parts = cpu_timed(spent, "plan", G.plan_parts)
     if hasattr(G, "_rates"):  # before: every running transfer rated at each event
         G._rates = cpu_timed(spent, "rate", G._rates)
-        G._ends = cpu_timed(spent, "ends", G._ends)
+        setattr(G, "_ends", cpu_timed(spent, "ends", getattr(G, "_ends")))  # noqa: B009, B010
     else:
         from phantora.collectives.nccl import p2p_group_ends as E
 

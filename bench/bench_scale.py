@@ -103,7 +103,7 @@ def run_case(name: str, steps: int, tmp: Path, record: bool = False) -> dict:
     ]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    stop, rss = threading.Event(), []
+    stop, rss = threading.Event(), list[float]()
     sampler = threading.Thread(target=peak_memory, args=(proc, stop, rss))
     sampler.start()
     log, _ = proc.communicate()

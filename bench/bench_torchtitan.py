@@ -80,7 +80,18 @@ def main() -> None:
     published = PUBLISHED[args.gpu.removesuffix("-sxm")]
     stacks = {"published": PUBLISHED_TORCH[args.gpu.removesuffix("-sxm")], "installed": torch.__version__}
     print(f"torchtitan llama3_8b, phantom, flow network, {VARIANT[args.gpu]}; published {published} tokens/s/GPU")
-    head = ("GPUs", "topology", "live", "wall s", "RSS MiB", "tok/s/GPU", "vs pub", "MFU %", "mem GiB", "alloc GiB")
+    head: tuple[str, ...] = (
+        "GPUs",
+        "topology",
+        "live",
+        "wall s",
+        "RSS MiB",
+        "tok/s/GPU",
+        "vs pub",
+        "MFU %",
+        "mem GiB",
+        "alloc GiB",
+    )
     head += ("steps GiB", "torch")
     print("{:>5} {:>14} {:>5} {:>7} {:>8} {:>10} {:>7} {:>6} {:>8} {:>9} {:>9} {:>7}".format(*head))
     for n, stack in ((n, stack) for n in args.gpus for stack in args.torch):

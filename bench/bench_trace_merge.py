@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's phantora, not another install
 
@@ -53,7 +54,7 @@ def round_trip(out: Path) -> float:
 
 def streamed(out: Path, with_args: bool) -> float:
     """`run_dir.merge_trace`, partial (no args) or with an NCCL choice on every collective span; its seconds."""
-    args = {}
+    args: dict[tuple[int, str, tuple[int, ...] | None], dict[str, Any]] = {}
     if with_args:
         args = {(r, f"all_reduce#{k}", None): {"nccl": {"algorithm": "Ring"}} for r in range(8) for k in range(9999)}
     t0 = time.perf_counter()

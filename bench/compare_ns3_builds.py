@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,11 @@ from phantora.topology.model import Topology
 from phantora.topology.readers import read_hpcc
 
 REF = shared_dir() / "reference-runs"
-REF_CASES = [("star8", "two_to_one", None), ("star8", "incast4", None), ("star8", "late_join", None)]
+REF_CASES: list[tuple[str, str, int | None]] = [
+    ("star8", "two_to_one", None),
+    ("star8", "incast4", None),
+    ("star8", "late_join", None),
+]
 REF_CASES += [("twoleaf8", "cross4", None), ("star8", "incast4", 2**20)]
 # Phantora cases: name -> (--set overrides, incast priorities, loss-tolerant incast)
 PHANTORA_CASES: dict[str, tuple[list[str], tuple[int, ...], bool]] = {
@@ -161,9 +166,9 @@ def cases(extra: list[str]) -> dict[str, Callable[[], dict[str, Any]]]:
         for topo, flows, buf in REF_CASES:
             for cc in ("none", "dcqcn", "hpcc", "dctcp"):
                 name = "-".join(x for x in (topo, flows, "buf1" if buf else "", cc) if x)
-                out[f"ref/{name}"] = lambda t=topo, f=flows, b=buf, c=cc: run_reference(t, f, b, c, extra)
+                out[f"ref/{name}"] = partial(run_reference, topo, flows, buf, cc, extra)
     for name, (sets, prios, lt) in PHANTORA_CASES.items():
-        out[f"phantora/{name}"] = lambda s=sets, p=prios, lt=lt: run_phantora(s, p, lt, extra)
+        out[f"phantora/{name}"] = partial(run_phantora, sets, prios, lt, extra)
     return out
 
 
