@@ -18,6 +18,7 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map
 
+from phantora.perfmodel.gemm_layout import contiguous_strides
 from phantora.runtime.simcuda import cuda_only, devices, guard, kept_values, lazy, rng
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
@@ -128,14 +129,9 @@ _CONTIGUOUS_MAX = 4096  # shapes kept (a program whose shapes keep changing star
 
 def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
     """The strides torch gives a contiguous tensor of `shape` (a dimension of size 0 or 1 counts as 1), cached."""
-    strides = []
-    step = 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
     if len(_CONTIGUOUS) >= _CONTIGUOUS_MAX:
         _CONTIGUOUS.clear()
-    out = _CONTIGUOUS[shape] = tuple(reversed(strides))
+    out = _CONTIGUOUS[shape] = contiguous_strides(shape)
     return out
 
 
