@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from phantora.cli import main
+from phantora.collectives.nccl.empty_call import EMPTY_CALL_US
 from phantora.errors import InputError
 from phantora.report import nccl_tests as nt
 from phantora.report.host_launch import host_launch_us
@@ -275,12 +276,14 @@ def parse_topology_gpu(gpu: str) -> Any:
     return dgx_host(8, gpu=gpu)
 
 
-def test_an_empty_call_costs_nothing_as_nccl_discards_it(capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_empty_call_launches_nothing_as_nccl_discards_it(capsys: pytest.CaptureFixture[str]) -> None:
     """8 and 64 bytes of all_gather over 8 ranks round to 0 elements a rank: NCCL returns before it launches
-    anything (enqueue.cc taskAppend), so the line is 0 bytes in 0.00 us, even with -g 8's host launches."""
+    anything (enqueue.cc taskAppend), so the line is 0 bytes in the -g 8 thread's 8 empty calls, no launch
+    (tests/test_nccl_tests_empty.py)."""
     argv = ["nccl-tests", "all_gather_perf", "-b", "8", "-e", "64", "-f", "8", "-g", "8", "-n", "2", "-w", "1"]
     rows = parse(_run_text(argv, capsys)).rows
-    assert [(r.size, r.count, r.groups[0][:3]) for r in rows] == [(0, 0, (0.0, 0.0, 0.0))] * 2
+    empty = round(8 * EMPTY_CALL_US, 2)
+    assert [(r.size, r.count, r.groups[0][:3]) for r in rows] == [(0, 0, (empty, 0.0, 0.0))] * 2
 
 
 def test_fp8_reductions_need_compute_capability_9(capsys: pytest.CaptureFixture[str]) -> None:

@@ -28,7 +28,8 @@ from typing import Any
 
 from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.dag import MessageCounters
-from phantora.collectives.nccl import runs_as_one
+from phantora.collectives.nccl import runs_as_one, settings
+from phantora.collectives.nccl.empty_call import discards_empty, empty_ns_per_call
 from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator
 from phantora.perfmodel.gpus import get_gpu
@@ -624,10 +625,18 @@ def finish_size(bench: Bench, plan: SizePlan, times: list[int], choice: dict[str
     """The table line of one size from its iterations' GPU times: one rank's copy, the host's launches."""
     n = len(bench.ranks)
     nbytes = plan.nbytes
-    # NCCL discards an empty collective before it launches anything (enqueue.cc, taskAppend): no host launch
     # gather and scatter: the root's thread launches work for every other rank, as an all-to-all's does
     kind = "all_to_all" if bench.spec.kind in ("gather", "scatter") else bench.spec.kind
-    host_ns = 0 if bench.graph or nbytes == 0 else host_ns_per_call(kind, choice, n, bench.gpus_per_thread)
+    if nbytes == 0:
+        # NCCL 2.20+ discards an empty collective before it launches anything (enqueue.cc, taskAppend): the host's
+        # path through the API alone, for each of the -m calls; a call it would launch (zero-byte p2p, or before
+        # 2.20) is not modelled, nor is a graph's launch (-G: an empty call captures nothing)
+        discarded = not bench.graph and discards_empty(bench.spec.kind, settings(bench.opts).nccl_version)
+        launch = empty_ns_per_call(bench.gpus_per_thread) * bench.agg if discarded else 0
+        return SizeResult(plan.printed, plan.count, nbytes, launch_bound(times, launch, bench.blocking),
+                          bench.spec.factor(n), choice, bench.agg, gpu_ns=times, launch_ns=launch,
+                          blocking=bench.blocking)  # fmt: skip
+    host_ns = 0 if bench.graph else host_ns_per_call(kind, choice, n, bench.gpus_per_thread)
     if bench.spec.kind == HYPERCUBE:  # a launch for each step's group
         host_ns *= hypercube_steps(n)
     inplace = gpu_inplace = None
