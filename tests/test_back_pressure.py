@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from phantora.collectives.back_pressure import credit_latency
+from phantora.collectives.back_pressure import credit_latency, is_credit
 from phantora.collectives.dag import DagBuilder, communicator_id
 from phantora.collectives.ring import ring_flows
 from phantora.collectives.tree import tree_flows
@@ -48,8 +48,8 @@ def run(topo: Topology, flows: list[Flow]) -> dict[int, tuple[int, int]]:
 
 
 def sends(flows: list[Flow], node: int) -> list[Flow]:
-    """The data messages `node` sends, in order (not the zero-byte credits)."""
-    return [f for f in flows if f.src == node and f.dst != node]
+    """The data messages `node` sends, in order (not the credits: clear-to-sends across hosts)."""
+    return [f for f in flows if f.src == node and f.dst != node and not is_credit(f)]
 
 
 def spacing_ns(done: dict[int, tuple[int, int]], steps: list[Flow], lo: int, hi: int) -> float:
@@ -116,10 +116,12 @@ def test_a_ring_runs_at_its_slow_hop(kind: str, steps: int) -> None:
     flows = b.finish().flows
     done = run(topo, flows)
     period = steps * CHUNK * 8e9 / (25 * G) + 2 * LINK_NS
+    cts = 2 * 64 * 8e9 / (25 * G / 2)  # a Simple chunk's clear-to-send (2 receives) at half the slow link, each step
     for g in gpus:
         sent = sends(flows, g)
         assert len(sent) == 16 * steps
-        assert spacing_ns(done, sent, 2 * steps - 1, 14 * steps - 1) * steps == pytest.approx(period, rel=1e-5)
+        got = spacing_ns(done, sent, 2 * steps - 1, 14 * steps - 1) * steps
+        assert period < got <= period + steps * (cts + 1)  # + a clear-to-send's transfer (and its ns rounding) a step
 
 
 def p2p(latency_ns: int, window: int, steps: int, step_bytes: int) -> tuple[list[Flow], dict[int, tuple[int, int]]]:
@@ -134,17 +136,24 @@ def p2p(latency_ns: int, window: int, steps: int, step_bytes: int) -> tuple[list
 
 def test_credits_cross_the_network_back() -> None:
     """One connection with 2 slots of 128 KiB over 50 µs links (RTT 2 x 2 x 50 µs): window-bound, it moves
-    2 x 128 KiB per RTT + 128 KiB / 100 Gbit/s (slots x slot bytes / (RTT + slot bytes / rate)), 4.99 Gbit/s, not
-    the 2 steps per one-way trip (100 µs + transfer) of a slot freed on arrival. With 8 slots of 128 KiB over 1 µs
-    links the credits are back long before the window runs out: it moves at the link's 100 Gbit/s."""
+    2 x 128 KiB per RTT + 128 KiB / 100 Gbit/s + the clear-to-send's 64 B / 100 Gbit/s (slots x slot bytes /
+    (RTT + slot bytes / rate + CTS bytes / rate)), 9.96 Gbit/s, not the 2 steps per one-way trip (100 µs + transfer)
+    of a slot freed on arrival. Each credit is a clear-to-send of sizeof(ncclIbSendFifo) = 64 bytes from the
+    receiver to the sender. With 8 slots of 128 KiB over 1 µs links the credits are back long before the window runs
+    out: it moves at the link's 100 Gbit/s."""
     step = 128 * 1024
     flows, done = p2p(50_000, 2, 20, step)
-    msgs = [f for f in flows if f.size]
-    assert len(flows) - len(msgs) == 20 - 2  # a credit for every step past the window
-    rtt, xfer = 2 * 2 * 50_000, step * 8e9 / (100 * G)
-    gbps = 2 * step * 8 / (rtt + xfer)
+    msgs = [f for f in flows if not is_credit(f)]
+    cts = [f for f in flows if is_credit(f)]
+    assert len(cts) == 20 - 2  # a credit for every step past the window
+    assert {(f.src, f.dst, f.size, f.delay_ns) for f in cts} == {(msgs[0].dst, msgs[0].src, 64, 0)}
+    rtt, xfer, back = 2 * 2 * 50_000, step * 8e9 / (100 * G), 64 * 8e9 / (100 * G)
+    gbps = 2 * step * 8 / (rtt + xfer + back)
+    assert gbps == pytest.approx(9.96, abs=0.005)
     assert spacing_ns(done, msgs, 4, 18) == pytest.approx(step * 8 / gbps, abs=1)
-    assert done[msgs[-1].id][1] == pytest.approx(done[msgs[1].id][1] + 9 * (rtt + xfer), abs=9)  # ns rounding a step
+    assert done[msgs[-1].id][1] == pytest.approx(done[msgs[1].id][1] + 9 * (rtt + xfer + back), abs=18)  # ns rounding
+    for f in cts:  # each on the idle reverse path: its propagation and its own transfer
+        assert done[f.id][1] - done[f.id][0] == pytest.approx(rtt / 2 + back, abs=1)
     flows, done = p2p(1000, 8, 64, step)
-    msgs = [f for f in flows if f.size]
+    msgs = [f for f in flows if not is_credit(f)]
     assert spacing_ns(done, msgs, 8, 63) == pytest.approx(xfer, abs=1)

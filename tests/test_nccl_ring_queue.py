@@ -82,22 +82,25 @@ def test_ring_steps_go_in_turn_on_their_connection() -> None:
 @pytest.mark.slow
 @pytest.mark.ns3
 def test_ns3_pays_the_spine_queue_the_fluid_share_has_not() -> None:
-    """16 MiB (64 KiB steps): ns-3 and the flow network at goodput agree to 0.3% where the connections' rate caps
+    """16 MiB (64 KiB steps): ns-3 and the flow network at goodput agree to 0.6% where the connections' rate caps
     leave every link some room (each network step capped at 120 Gbit/s: at most 6 x 120 x 1048 / 1000 Gbit/s of
     wire on an 800G spine link; 0.1% before back-pressure: a step's slot now waits for its credit to come back, and
     each such round trip carries ns-3's store-and-forward of the step's last packet at every hop, which the fluid
-    share has not: 297,683 against 296,835 ns). At the model's caps (a channel's 172 Gbit/s) six connections offer
-    a spine link more than its rate: ns-3 queues the excess in the switch, each step arrives later, and the ring,
-    whose every step waits for the one before to arrive, takes at least 0.5% longer than the fluid share, which has
-    no queue (294,673 against 292,851 ns; 1.33% before back-pressure, whose credits keep fewer steps in flight and so
-    the spine's queue shorter)."""
+    share has not: 297,683 against 296,835 ns; 0.3% before the clear-to-send was a packet: across hosts it is a
+    128 B RDMA write that ns-3 stores and forwards at every hop and queues behind the steps leaving the same NIC,
+    median 4,052 against the fluid share's 4,010 ns, 298,677 against 297,005 ns in all). At the model's caps (a
+    channel's 172 Gbit/s) six connections offer a spine link more than its rate: ns-3 queues the excess in the
+    switch, each step arrives later, and the ring, whose every step waits for the one before to arrive, takes at
+    least 0.4% longer than the fluid share, which has no queue (294,376 against 292,944 ns; 294,673 against
+    292,851 before the clear-to-send was a packet; 1.33% before back-pressure, whose credits keep fewer steps in
+    flight and so the spine's queue shorter)."""
     flows, _ = ring(16 * MiB)
     nic = {TOPO.node_of_rank(r): TOPO.nodes[TOPO.node_of_rank(r)].host for r in range(16)}
     capped = [dataclasses.replace(f, rate_bps=120 * 10**9) if nic[f.src] != nic[f.dst] else f for f in flows]
     room = flow_and_ns3_end_ns(TOPO, capped)
-    assert room["ns3"] == pytest.approx(room["flow"], rel=3e-3)
+    assert room["ns3"] == pytest.approx(room["flow"], rel=6e-3)
     model = flow_and_ns3_end_ns(TOPO, flows)
-    assert model["ns3"] > 1.005 * model["flow"]
+    assert model["ns3"] > 1.004 * model["flow"]
 
 
 def waits_back(by_id: dict, where: dict[int, int], s: int, f: Flow) -> set[int]:

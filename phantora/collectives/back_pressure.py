@@ -13,8 +13,13 @@ a time. The credit then travels back to the sender (NCCL v2.30.7-1):
 
 `Credits` keeps one collective's connections: each message's flow, what consuming it means (by default its arrival:
 a receiver that only copies it out), and returns the dependencies that free the slot of a connection's next
-message: the consumption of the message `window` back plus the credit's way back, a zero-byte flow at the sender
-released that many ns later (`DagBuilder.credit_ns`; 0: no flow). Both engines see the same flows.
+message: the consumption of the message `window` back plus the credit's way back. Inside a host that is a zero-byte
+flow at the sender released the flag's latency later (`DagBuilder.credit_ns`; 0: no flow). Across hosts it is the
+clear-to-send itself, a flow of `cts_bytes` from the receiver to the sender over the network (its NICs, the reverse
+path), which queues behind what the reverse direction carries and pauses with it (PFC); the sender's next message
+waits for its arrival. Both engines see the same flows: a tiny max-min flow in the flow engine, an RDMA write in
+ns-3. Its traffic class is the collective's: phantora maps neither NCCL_IB_TC nor NCCL_IB_FIFO_TC (the CTS queue
+pair's own class, net_ib/connect.cc) to a class.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ if TYPE_CHECKING:
     from phantora.topology.model import Topology
 
 CREDIT = "credit"  # the last part of a credit's tag
+NCCL_STEPS = 8  # slots per connection (src/include/device.h)
+CTS_ENTRY_BYTES = 64  # sizeof(struct ncclIbSendFifo), net_ib/common.h (NCCL v2.29.7-1): 8+8+4x4+4+4+8+16 padding
 
 
 class Builder(Protocol):
@@ -43,24 +50,53 @@ class Builder(Protocol):
 
     def append_flow(self, f: Flow) -> int: ...
 
+    def clear_to_send(self, src: int, dst: int, size: int, deps: tuple[int, ...], tag: str, channel: int) -> int: ...
+
 
 def is_credit(f: Flow) -> bool:
-    """Whether `f` is a credit on its way back (a zero-byte flow at the sender, released after its latency)."""
-    return f.size == 0 and f.src == f.dst and f.tag.rpartition("/")[2] == CREDIT
+    """Whether `f` is a credit on its way back: a zero-byte flow at the sender released after its latency (inside a
+    host), or a clear-to-send from the receiver to the sender (across hosts, `is_cts`)."""
+    return f.tag.rpartition("/")[2] == CREDIT
+
+
+def is_cts(f: Flow) -> bool:
+    """Whether `f` is a clear-to-send crossing the network (a credit between two endpoints, not a flag's delay)."""
+    return f.src != f.dst and f.tag.rpartition("/")[2] == CREDIT
+
+
+def cts_bytes(receives: int = 1) -> int:
+    """The bytes of the clear-to-send that frees one message's slots: sizeof(ncclIbSendFifo), 64, once per receive
+    the message covers. net_ib answers each receive the proxy posts with one inline RDMA WRITE of `nreqs x
+    sizeof(ncclIbSendFifo)` into the sender's CTS FIFO (net_ib/p2p.cc `ncclIbPostFifo`); a connection's receive has
+    one request (grouped receives, several channels' steps in one, are p2p's shared connections: not modelled), and
+    the proxy posts one a slice (net.cc `recvProxyProgress`: `posted += sliceSteps`): one a message, but two for a
+    Simple ring chunk (`ring_receives`). 64 bytes: 8 (addr) + 8 (size) + 4 x 4 (rkeys, NCCL_IB_MAX_DEVS_PER_NIC)
+    + 4 (nreqs) + 4 (tag) + 8 (idx) + 16 (padding), a 32-byte multiple as common.h asserts."""
+    return CTS_ENTRY_BYTES * max(1, receives)
+
+
+def ring_receives(window: int) -> int:
+    """The receives a ring's chunk of NCCL_STEPS / `window` slots is posted as: its slices, SLICESTEPS =
+    NCCL_STEPS / 4 slots each under Simple (collectives.h: a chunk of CHUNKSTEPS = NCCL_STEPS / 2, so 2), one for
+    LL and LL128 (a chunk of one slot)."""
+    return max(1, (NCCL_STEPS // max(1, window)) // (NCCL_STEPS // 4))
 
 
 class Credits:
     """The connections of one builder's collective: messages in order, and when each was consumed (see the
     module). `window`: messages a connection keeps in flight (its NCCL_STEPS slots over the slots a message
-    takes); `tag`: the credits' tag before "/credit" (their channel's)."""
+    takes); `tag`: the credits' tag before "/credit" (their channel's); `channel`: theirs (a clear-to-send's
+    queue pair and ECMP key); `receives`: the receives a message is posted as (`cts_bytes`)."""
 
-    def __init__(self, b: Builder, window: int, tag: str) -> None:
+    def __init__(self, b: Builder, window: int, tag: str, channel: int = 0, receives: int = 1) -> None:
         self.b = b
         self.window = max(1, window)
         self.tag = f"{b.prefix}{tag}/{CREDIT}"  # its credits' tag: the channel's, then "credit"
+        self.channel = channel
+        self.cts = cts_bytes(receives)
         self._sent: dict[Hashable, list[int]] = {}
         self._used: dict[int, tuple[int, ...]] = {}
-        self._gates: dict[tuple[int, tuple[int, ...]], int] = {}
+        self._gates: dict[tuple[int, int, tuple[int, ...]], int] = {}
 
     def slot(self, conn: Hashable, src: int, dst: int) -> tuple[int, ...]:
         """What the next message on `conn` (position `src` to `dst`) waits for to have a free slot: the message
@@ -92,18 +128,26 @@ class Credits:
         self._used[flow] = tuple(dict.fromkeys((*self._used.get(flow, ()), *deps)))
 
     def credit(self, src: int, dst: int, deps: tuple[int, ...]) -> tuple[int, ...]:
-        """`deps` (dst's consumption of a step) as the sender `src` learns of it: a zero-byte flow at src released
-        the credit's latency after them, or `deps` themselves where it is 0."""
-        ns = self.b.credit_ns(dst, src) if self.b.credit_ns is not None else 0
-        if ns <= 0 or not deps:
+        """`deps` (dst's consumption of a step) as the sender `src` learns of it: across hosts the clear-to-send,
+        `self.cts` bytes from dst to src once they have completed (on the connection's CTS queue pair); inside a
+        host a zero-byte flow at src released the credit's latency after them, or `deps` themselves where that is
+        0. No credit without `DagBuilder.credit_ns` (not NCCL's model)."""
+        b = self.b
+        if b.credit_ns is None or not deps:
             return deps
-        key = (src, deps)
+        key = (src, dst, deps)
         gate = self._gates.get(key)
-        if gate is None:
-            b = self.b
+        if gate is not None:
+            return (gate,)
+        if b.network(dst, src):
+            gate = b.clear_to_send(dst, src, self.cts, deps, self.tag, self.channel)
+        else:
+            ns = b.credit_ns(dst, src)
+            if ns <= 0:
+                return deps
             node = b.nodes[src]
             gate = b.append_flow(Flow(b.next_id(), node, node, 0, deps, ns, self.tag))
-            self._gates[key] = gate
+        self._gates[key] = gate
         return (gate,)
 
 
@@ -116,9 +160,10 @@ def forwarded(credits: Credits, got: int, inputs: tuple[int, ...], kernel: tuple
 
 
 def credit_latency(topo: Topology, nodes: list[int]) -> Callable[[int, int], int]:
-    """(receiver position, sender position) -> the ns a freed slot's credit takes back to the sender: the
-    propagation of the path from the receiver's endpoint to the sender's (`nodes[position]`), the flag's store
-    across NVLink or PCIe inside a host, the proxy's clear-to-send across the network. Each pair read once."""
+    """(receiver position, sender position) -> the ns a freed slot's credit takes back to the sender inside a host:
+    the propagation of the path from the receiver's endpoint to the sender's (`nodes[position]`), the flag's store
+    across NVLink or PCIe (across hosts the clear-to-send is a flow of its own: `Credits.credit`). Each pair read
+    once."""
     seen: dict[tuple[int, int], int] = {}
 
     def ns(dst: int, src: int) -> int:

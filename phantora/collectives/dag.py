@@ -61,6 +61,7 @@ def connection_id(comm: int, src: int, dst: int, channel: int, qp: int = 0) -> i
     return (int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1) | 1
 
 
+CTS_QP = -1  # `connection_id`'s queue pair of a connection's clear-to-sends: no data queue pair's index
 IB_WRITE_ALIGN = 128  # net_ib: a message split over queue pairs goes in parts of a multiple of 128 bytes
 
 
@@ -259,7 +260,7 @@ class DagBuilder:
         if len(sizes) <= 1 and ready is None:
             return [self.add(src, dst, sum(sizes), tag, channel, deps, delay_ns, origin)]
         window = window if self.comm else 1
-        credits = Credits(self, window, tag)  # a step is consumed as it arrives: the receiver copies it out
+        credits = Credits(self, window, tag, channel)  # a step is consumed as it arrives: the receiver copies it out
         out: list[int] = []
         for c, size in enumerate(sizes):
             name = f"{tag}/chunk{c}" if len(sizes) > 1 else tag
@@ -293,6 +294,18 @@ class DagBuilder:
     def append_flow(self, f: Flow) -> int:
         """Add a flow made whole by the caller (id from `next_id`); return its id."""
         return self._append(f)
+
+    def clear_to_send(self, src: int, dst: int, size: int, deps: tuple[int, ...], tag: str, channel: int) -> int:
+        """Add the clear-to-send of `channel`'s connection dst -> src, `size` bytes from position `src` (the receiver)
+        to `dst` (the sender) once `deps` have completed; return its id (`back_pressure.Credits.credit`). `tag` is
+        whole (prefixed). It goes on a queue pair of its own, the receiver's CTS queue pair (net_ib's
+        `ncclIbRecvCommGetQpForCts`), with the reverse path's ECMP key, between the NICs the connection's steps
+        leave and arrive by (`exits`, `arrivals`: a ring leaving an NCCL node by its channel's NIC)."""
+        into = self.arrivals.get((channel, dst, src), src) if self.arrivals else src
+        out = self.exits.get((channel, dst, src), dst) if self.exits else dst
+        s, d = self.nodes[into], self.nodes[out]
+        conn = connection_id(self.comm, s, d, channel, CTS_QP) if self.comm else 0
+        return self._append(new_flow(self._next(), s, d, size, deps, 0, tag, ecmp_key(s, d, channel), conn))
 
     def _network(self, s: int, d: int) -> bool:
         """Whether s -> d crosses hosts (NCCL's net transport, whose connections have IB queue pairs)."""

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterator
 from itertools import accumulate
 
-from phantora.collectives.back_pressure import Credits, forwarded
+from phantora.collectives.back_pressure import Credits, forwarded, ring_receives
 from phantora.collectives.dag import DagBuilder, split
 
 Cut = Callable[[list[int], int], list[list[int]]]  # (a channel's slices, chunk bytes) -> chunks[slice][pass]
@@ -95,7 +95,8 @@ def ring_flows(
     # recv[i][c]: the flow bringing chunk c to ring position i at its last step; sent[i]: position i's sends so far.
     recv: list[list[int]] = [[0] * k for _ in range(n)]
     sent: list[list[int]] = [[] for _ in range(n)]
-    credits = Credits(b, window, tag)  # each position's connection to its successor (back_pressure.py)
+    # each position's connection to its successor (back_pressure.py)
+    credits = Credits(b, window, tag, channel, ring_receives(window))
     prev = [0] * n  # the flow bringing the pass's chunk to each position at the previous step
     for c, s, sends in ring_passes(kind, chunks):
         ctag = f"{tag}/step{s}/chunk{c}" if k > 1 else f"{tag}/step{s}"

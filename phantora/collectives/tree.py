@@ -122,7 +122,7 @@ def tree_flows(
         return f"{name}/ch{channel}/{phase}/chunk{c}" if max(k, kd) > 1 else f"{name}/ch{channel}/{phase}"
 
     credits = Credits(
-        b, window, f"{name}/ch{channel}"
+        b, window, f"{name}/ch{channel}", channel
     )  # window > 1: a slot frees as the receiver consumes its chunk (back_pressure.py)
     up_in: list[list[int]] = [[0] * k for _ in parent]  # up_in[v][c]: chunk c arriving at parent[v] from v
     down_in: list[list[int]] = [[0] * kd for _ in parent]  # down_in[w][c]: chunk c arriving at w from its parent

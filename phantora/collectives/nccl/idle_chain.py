@@ -20,8 +20,10 @@ from phantora.topology.model import Topology
 def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps: list[int]) -> tuple[float, float]:
     """The longest chains of dependent flows on an idle network: the longest of their propagation plus transfer
     time at their caps (a flow without one: at its path's slowest link), and the longest of their transfer time
-    alone (ns). A credit (`back_pressure.is_credit`: a zero-byte flow at a sender, released its latency after a
-    receiver consumed a step) counts that latency as propagation. Queues take their flows in release order on the
+    alone (ns). A credit (`back_pressure.is_credit`: inside a host a zero-byte flow at a sender released its latency
+    after a receiver consumed a step, across hosts a clear-to-send from the receiver) counts its whole time as
+    propagation: NCCL's latency is measured with its credits going round, so it is netted out like the steps'
+    propagation, the clear-to-send's own bytes with it. Queues take their flows in release order on the
     first reckoning (the second keeps that order)."""
     paths: dict[tuple[int, int, int, bool], tuple[int, int]] = {}  # (propagation ns, slowest link bps)
     hop: list[float] = []
@@ -34,8 +36,13 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
             slowest = min((topo.links[c >> 1].bandwidth_bps for c in route), default=0)
             path = paths[key] = (topo.path_latency_ns(route) if route else 0, slowest)
         rate = cap or path[1]
-        hop.append(f.delay_ns if is_credit(f) else path[0])
-        own.append(size * 8e9 / rate if rate else 0.0)
+        took = size * 8e9 / rate if rate else 0.0
+        if is_credit(f):  # its latency (a flag's delay, or a clear-to-send's path and bytes) is the credit's
+            hop.append(f.delay_ns if f.src == f.dst else path[0] + took)
+            own.append(0.0)
+            continue
+        hop.append(path[0])
+        own.append(took)
     index = {f.id: i for i, f in enumerate(flows)}
     deps = [[index[d] for d in f.deps if d in index] for f in flows]
     after: list[list[int]] = [[] for _ in flows]

@@ -23,6 +23,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 
+from phantora.collectives.back_pressure import is_cts
 from phantora.collectives.nccl.idle_chain import critical_chains_ns
 from phantora.collectives.nccl.tuning import Choice
 from phantora.netsim.base import Flow, flow_of
@@ -112,6 +113,48 @@ def shape(
     tree, `DagBuilder.sender_queue`), so it moves at the channel's rate whatever it carries (`channel_totals`)."""
     if not flows:
         return flows
+    cts = [is_cts(f) for f in flows]
+    if any(cts):  # a clear-to-send is an RDMA write of its own bytes, no step's: no protocol lines, no cap
+        data = [f for f, c in zip(flows, cts, strict=True) if not c]
+        steps, limits = _wire_and_caps(data, choice, nbytes, topo, chunked, pipelined, whole, channel_queues)
+        got = iter(zip(steps, limits, strict=True))
+        both = [(f.size, 0) if c else next(got) for f, c in zip(flows, cts, strict=True)]
+        wire, caps = [w for w, _ in both], [cap for _, cap in both]
+    else:
+        wire, caps = _wire_and_caps(flows, choice, nbytes, topo, chunked, pipelined, whole, channel_queues)
+    delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps)
+    return [
+        flow_of(
+            f.id,
+            f.src,
+            f.dst,
+            w,
+            f.deps,
+            f.delay_ns + (0 if f.deps else delay),
+            f.tag,
+            f.priority,
+            f.key,
+            f.loss_budget,
+            cap,
+            f.conn,
+            f.queue,
+            f.via_nic,
+        )  # fmt: skip
+        for f, w, cap in zip(flows, wire, caps, strict=True)
+    ]
+
+
+def _wire_and_caps(
+    flows: list[Flow],
+    choice: Choice,
+    nbytes: int,
+    topo: Topology,
+    chunked: bool,
+    pipelined: bool,
+    whole: Mapping[int, int] | None,
+    channel_queues: bool,
+) -> tuple[list[int], list[int]]:
+    """The steps' wire bytes under the protocol and their rate caps (see `shape`)."""
     proto = choice.protocol
     wire = [wire_bytes(f.size, proto) for f in flows]
     if choice.algorithm == "p2p":
@@ -147,26 +190,7 @@ def shape(
         caps = _channel_caps(flows, wire, caps, choice, topo, chunked, whole is not None)
     if choice.algorithm in UNCAPPED:
         caps = [0] * len(flows)
-    delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps)
-    return [
-        flow_of(
-            f.id,
-            f.src,
-            f.dst,
-            w,
-            f.deps,
-            f.delay_ns + (0 if f.deps else delay),
-            f.tag,
-            f.priority,
-            f.key,
-            f.loss_budget,
-            cap,
-            f.conn,
-            f.queue,
-            f.via_nic,
-        )  # fmt: skip
-        for f, w, cap in zip(flows, wire, caps, strict=True)
-    ]
+    return wire, caps
 
 
 def _proxy_spans(flows: list[Flow], t_bw_ns: float, choice: Choice, topo: Topology) -> list[float]:

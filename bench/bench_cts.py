@@ -1,0 +1,122 @@
+"""NCCL's clear-to-send as a flow (docs/collectives.md, "The clear-to-send on the wire"): what it costs and does.
+
+    bench_cts.py cost KIND BYTES   one chunked call on testbed16 through ns-3 (DCQCN): its flows, its CTSs, the
+                                   engine's CPU s and wall s for submit and drain (KIND all_reduce: Ring/Simple over
+                                   the 16 GPUs; send_recv: GPU 0 -> 8)
+    bench_cts.py window            a window-bound p2p connection (64 x 16 KiB, 2 in flight, 0 -> 1 on a star of
+                                   100 Gbit/s, 1 µs links) alone and with 3 x 4 MiB of reverse traffic into its sender,
+                                   on the flow engine and ns-3 (DCQCN): its end and its CTSs' longest FCT
+    bench_cts.py flows DIR...      a run's flows.csv (`--out DIR`): the CTSs' FCT by (receiver, sender), and the
+                                   median FCT of the steps of ops named `in*` (an incast's)
+
+Run it in two clones side by side (`PYTHONPATH=CLONE .venv/bin/python bench/bench_cts.py ...`) for a before/after.
+"""
+
+from __future__ import annotations
+
+import csv
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.dag import DagBuilder, communicator_id
+from phantora.collectives.nccl.settings import nccl_env
+from phantora.netsim.base import Flow
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.netsim.packet_config import PacketConfig
+from phantora.topology import Topology, load_topology
+
+KiB, MiB, G = 1 << 10, 1 << 20, 10**9
+
+
+def _cpu_s() -> float:
+    """This process's and its children's CPU seconds."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _is_cts(tag: str, src: object, dst: object) -> bool:
+    return tag.endswith("/credit") and src != dst
+
+
+def cost(kind: str, nbytes: int) -> None:
+    topo = load_topology("testbed16")
+    env = nccl_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"} if kind == "all_reduce" else {})
+    ranks = tuple(range(16)) if kind == "all_reduce" else (0, 8)
+    dag = decompose(Collective(kind, ranks, nbytes, "fp32"), topo, AlgoOptions(granularity="chunked", nccl_env=env))
+    cts = sum(_is_cts(f.tag, f.src, f.dst) for f in dag.flows)
+    spec = EngineSpec(network="ns3", packet=PacketConfig(cc="dcqcn"))
+    for warm in (True, False):  # the first run loads ns-3
+        cpu, wall = _cpu_s(), time.perf_counter()
+        sim = make_engine(spec, topo)
+        sim.submit(dag.flows, at=0)
+        end = max(c.end_ns for c in sim.drain())
+        sim.close()
+        if not warm:
+            print(f"{kind} {nbytes}: flows {len(dag.flows)} cts {cts} end_ns {end} "
+                  f"cpu_s {_cpu_s() - cpu:.3f} wall_s {time.perf_counter() - wall:.3f}")  # fmt: skip
+
+
+def _star(n: int) -> tuple[Topology, list[int]]:
+    t = Topology()
+    gpus = [t.add_node("gpu", host=i) for i in range(n)]
+    sw = t.add_node("switch")
+    for g in gpus:
+        t.add_link(g, sw, 100 * G, 1000)
+    return t.validate(), gpus
+
+
+def window() -> None:
+    from phantora.collectives.back_pressure import credit_latency
+
+    for network in ("flow", "ns3"):
+        for reverse in (False, True):
+            topo, gpus = _star(5)
+            b = DagBuilder(gpus, tuple(range(5)), 0, "", comm=communicator_id("p2p", range(5)))
+            b.host_of = {g: i for i, g in enumerate(gpus)}
+            b.credit_ns = credit_latency(topo, gpus)
+            fwd = b.add_chunks(0, 1, [16 * KiB] * 64, "p2p", 0, window=2)
+            flows = b.finish().flows
+            first = max(f.id for f in flows) + 1
+            if reverse:
+                flows += [Flow(first + i, gpus[2 + i], gpus[0], 4 * MiB, tag=f"reverse{i}") for i in range(3)]
+            sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc="dcqcn")), topo)
+            sim.submit(flows, at=0)
+            done = {c.flow_id: c for c in sim.drain()}
+            sim.close()
+            cts = [done[f.id].end_ns - done[f.id].start_ns for f in flows if _is_cts(f.tag, f.src, f.dst)]
+            print(f"{network:4} reverse={'3x4MiB' if reverse else 'none  '} end_ns {done[fwd[-1]].end_ns} "
+                  f"cts {len(cts)} longest_cts_fct_ns {max(cts)}")  # fmt: skip
+
+
+def flows(dirs: list[str]) -> None:
+    for d in dirs:
+        rows = list(csv.DictReader((Path(d) / "flows.csv").open()))
+        by: dict[tuple[str, str], list[int]] = {}
+        for r in rows:
+            if _is_cts(r["tag"], r["src"], r["dst"]):
+                by.setdefault((r["src"], r["dst"]), []).append(int(r["fct_ns"]))
+        steps = [int(r["fct_ns"]) for r in rows if r["tag"].startswith("in") and not r["tag"].endswith("/credit")]
+        print(f"{d}: flows {len(rows)}, incast steps' FCT median {statistics.median(steps) / 1e3:.1f} us"
+              if steps else f"{d}: flows {len(rows)}")  # fmt: skip
+        for (src, dst), fct in sorted(by.items()):
+            print(f"  CTS {src} -> {dst}: {len(fct)}, FCT median {statistics.median(fct):.1f} ns, max {max(fct)}")
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["cost"] and len(argv) == 3:
+        cost(argv[1], int(argv[2]))
+    elif argv == ["window"]:
+        window()
+    elif argv[:1] == ["flows"] and len(argv) > 1:
+        flows(argv[1:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,147 @@
+"""NCCL's clear-to-send as a message on the network (`collectives/back_pressure.py`). Across hosts a freed slot's
+credit goes back as net_ib's CTS: the receiving proxy posts a receive for the slot and writes one `ncclIbSendFifo`
+entry per request into the sender's CTS FIFO, an inline RDMA WRITE (NCCL v2.29.7-1, src/transport/net_ib/p2p.cc
+`ncclIbPostFifo`; the struct in net_ib/common.h), so it crosses the reverse path and queues behind what that path
+carries. Inside a host the credit stays the flag the receiver stores into the sender's memory. Sizes written out
+from NCCL's headers here; times against closed forms and bounds derived here, not against earlier runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.back_pressure import cts_bytes, is_credit, is_cts, ring_receives
+from phantora.collectives.nccl.settings import nccl_env
+from phantora.netsim.base import Flow
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.netsim.packet_config import PacketConfig
+from phantora.topology import rail_optimized
+from tests.test_back_pressure import G, builder, star
+
+KiB, MiB = 1 << 10, 1 << 20
+NCCL_STEPS = 8  # src/include/device.h
+# struct ncclIbSendFifo (net_ib/common.h): addr, size (uint64), rkeys[NCCL_IB_MAX_DEVS_PER_NIC = 4] (uint32), nreqs,
+# tag (uint32), idx (uint64), padding[16]
+SEND_FIFO_BYTES = 8 + 8 + 4 * 4 + 4 + 4 + 8 + 16
+
+
+def test_a_cts_is_one_send_fifo_entry_a_receive() -> None:
+    """64 bytes a receive (common.h asserts a 32-byte multiple); a Simple ring chunk (CHUNKSTEPS = NCCL_STEPS / 2
+    slots, 2 in flight) is posted in slices of SLICESTEPS = NCCL_STEPS / 4, so 2 receives; an LL / LL128 chunk,
+    a p2p or chain step takes one slot and one receive."""
+    assert SEND_FIFO_BYTES == 64 and SEND_FIFO_BYTES % 32 == 0
+    assert cts_bytes() == SEND_FIFO_BYTES
+    assert ring_receives(NCCL_STEPS // (NCCL_STEPS // 2)) == 2
+    assert ring_receives(NCCL_STEPS) == 1
+    assert cts_bytes(ring_receives(2)) == 2 * SEND_FIFO_BYTES
+
+
+@pytest.mark.parametrize(("proto", "receives"), [("Simple", 2), ("LL", 1)])
+def test_across_hosts_the_credit_is_a_cts_inside_a_flag(proto: str, receives: int) -> None:
+    """A chunked ring all-reduce over 2 hosts of 2 H100: every credit of a connection between hosts is a flow of
+    receives x 64 B from the step's receiver to its sender, released when the receiver has consumed the step (no
+    delay of its own), on a queue pair of its own per connection (not the data's), its ECMP key the reverse
+    connection's on the same channel; every credit inside a host is still a zero-byte flow at the sender released
+    the NVLink path's propagation later."""
+    topo = rail_optimized(2, 2, gpu="h100")
+    env = nccl_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": proto})
+    coll = Collective("all_reduce", (0, 1, 2, 3), 16 * MiB, "fp32")
+    dag = decompose(coll, topo, AlgoOptions(granularity="chunked", nccl_env=env))
+    host = {n: topo.nodes[n].host for n in topo.endpoints}
+    by_id = {f.id: f for f in dag.flows}
+    steps = [f for f in dag.flows if not is_credit(f)]
+    data_conns = {f.conn for f in steps}
+    across = inside = 0
+    for f in steps:
+        for g in (by_id[d] for d in f.deps if is_credit(by_id[d])):
+            consumed = [by_id[d] for d in g.deps]
+            if host[f.src] != host[f.dst]:
+                across += 1
+                assert is_cts(g) and (g.src, g.dst, g.size, g.delay_ns) == (f.dst, f.src, receives * 64, 0)
+                assert g.conn and g.conn not in data_conns and g.rate_bps == 0
+                assert g.key is not None and f.key is not None and g.key >> 48 == f.key >> 48  # the same channel
+                assert any(c.dst == f.dst for c in consumed)  # the receiver's consumption of a step
+            else:
+                inside += 1
+                assert not is_cts(g) and (g.src, g.dst, g.size) == (f.src, f.src, 0)
+                assert g.delay_ns == topo.path_latency_ns(topo.route(f.dst, f.src)) > 0
+    assert across and inside
+    cts_conns: dict[int, set[tuple[int, int]]] = {}
+    for g in dag.flows:
+        if is_cts(g):
+            cts_conns.setdefault(g.conn, set()).add((g.src, g.dst))
+    assert all(len(ends) == 1 for ends in cts_conns.values())  # one receiver's CTS queue pair a connection
+
+
+REVERSE_BYTES = 4 * MiB  # each of 3 senders into GPU 0: the CTS path's last hop, GPU 0's link
+STEP, STEPS, WINDOW = 16 * KiB, 64, 2
+
+
+def window_bound_p2p(reverse: bool) -> tuple[list[Flow], list[int], list[Flow]]:
+    """GPU 0 sends 64 x 16 KiB to GPU 1, 2 in flight, over a star of 100 Gbit/s links of 1 µs (each GPU a host):
+    window-bound (2 x 16 KiB is below the 100 Gbit/s x 4 µs round trip). `reverse`: GPUs 2-4 each send 4 MiB to
+    GPU 0, so the switch's port to GPU 0, which the clear-to-sends 1 -> 0 cross, queues. The flows, the forward
+    steps' ids and the reverse flows."""
+    topo, gpus = star([100 * G] * 5, 1000)
+    b = builder(topo, gpus, "p2p")
+    fwd = b.add_chunks(0, 1, [STEP] * STEPS, "p2p", 0, window=WINDOW)
+    flows = b.finish().flows
+    first = max(f.id for f in flows) + 1
+    rev = [Flow(first + i, gpus[2 + i], gpus[0], REVERSE_BYTES, tag=f"reverse{i}") for i in range(3)] if reverse else []
+    return flows + rev, fwd, rev
+
+
+def run(network: str, flows: list[Flow], cc: str = "dcqcn") -> dict[int, tuple[int, int]]:
+    """Flow id -> (start, end) ns, every flow submitted at 0."""
+    topo, _ = star([100 * G] * 5, 1000)
+    sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc=cc)), topo)
+    try:
+        sim.submit(flows, at=0)
+        done = {c.flow_id: (c.start_ns, c.end_ns) for c in sim.drain()}
+    finally:
+        sim.close()
+    assert len(done) == len(flows)
+    return done
+
+
+def test_a_window_bound_connection_waits_a_cts_each_window_flow_engine() -> None:
+    """On the idle path the connection moves a window per round trip: the step, the way back of its CTS (64 B at
+    100 Gbit/s, 5.12 ns, and the 2 µs path) and the next step's 2 µs path. The first window goes at once (the
+    second step behind the first on the wire), then STEPS / WINDOW - 1 rounds of (4,000 + 16 KiB / 100 Gbit/s
+    + 64 B / 100 Gbit/s) ns: a rate of WINDOW x 16 KiB per round, to 2 ns a round (each flow's end rounded up to
+    its ns). The reverse flows share GPU 0's link with the CTSs max-min: each CTS takes a quarter of it, 4 x 5.12
+    ns, and the transfer ends later by at most the three extra shares a round."""
+    flows, fwd, _ = window_bound_p2p(False)
+    done = run("flow", flows)
+    back, xfer = 64 * 8e9 / (100 * G), STEP * 8e9 / (100 * G)
+    rounds = STEPS // WINDOW - 1
+    want = 2000 + WINDOW * xfer + rounds * (4000 + xfer + back)
+    assert done[fwd[-1]][1] == pytest.approx(want, abs=2 * rounds)
+    cts = [f for f in flows if is_cts(f)]
+    assert len(cts) == STEPS - WINDOW and {(f.src, f.dst, f.size) for f in cts} == {(1, 0, 64)}
+    flows, fwd, _ = window_bound_p2p(True)
+    busy = run("flow", flows)
+    assert 0 < busy[fwd[-1]][1] - done[fwd[-1]][1] <= rounds * (3 * back + 1)
+
+
+@pytest.mark.ns3
+def test_reverse_traffic_queues_the_cts_and_slows_the_forward_transfer(ns3_lib) -> None:
+    """ns-3, DCQCN: the CTSs of a window-bound transfer 0 -> 1 cross GPU 0's link backwards; with 3 x 4 MiB of
+    reverse traffic into GPU 0 they wait in the switch's queue to it, and the transfer, which sends a step only
+    once a CTS is back, slows. Bounds: every CTS gates the rest of its chain of steps, so the transfer ends later by
+    at least the longest CTS's wait beyond its idle time; it cannot end later than the reverse bytes take through
+    GPU 0's link at line rate (with the packets' headers): by then no queue is left for a CTS to wait behind."""
+    idle_flows, fwd, _ = window_bound_p2p(False)
+    idle = run("ns3", idle_flows)
+    flows, fwd, rev = window_bound_p2p(True)
+    busy = run("ns3", flows)
+    cts = [f.id for f in flows if is_cts(f)]
+    idle_cts = max(idle[i][1] - idle[i][0] for i in cts)
+    waited = max(busy[i][1] - busy[i][0] for i in cts) - idle_cts
+    later = busy[fwd[-1]][1] - idle[fwd[-1]][1]
+    p = PacketConfig()
+    drain = sum(f.size for f in rev) * (p.payload_bytes + p.header_bytes) / p.payload_bytes * 8e9 / (100 * G)
+    assert waited > 10 * idle_cts  # the CTS queued (more than ten times its idle time)
+    assert waited <= later <= drain
+    assert later > 0.2 * idle[fwd[-1]][1]  # measurably: by more than a fifth
