@@ -11,7 +11,9 @@ import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.back_pressure import cts_bytes, is_credit, is_cts, ring_receives
+from phantora.collectives.mirrors import Mirrors
 from phantora.collectives.nccl.settings import nccl_env
+from phantora.collectives.plan import CallSpec, CollectivePlanner
 from phantora.netsim.base import Flow
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
@@ -72,6 +74,19 @@ def test_across_hosts_the_credit_is_a_cts_inside_a_flag(proto: str, receives: in
         if is_cts(g):
             cts_conns.setdefault(g.conn, set()).add((g.src, g.dst))
     assert all(len(ends) == 1 for ends in cts_conns.values())  # one receiver's CTS queue pair a connection
+
+
+def test_a_loss_tolerant_collective_keeps_its_cts_lossless() -> None:
+    """DLCP: a loss-tolerant chunked ring all-reduce across hosts gets a loss budget on its steps, its traffic class
+    on every flow, and none on its clear-to-sends, which carry no tensor bytes."""
+    topo = rail_optimized(2, 2, gpu="h100")
+    env = nccl_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"})
+    planner = CollectivePlanner(topo, AlgoOptions(granularity="chunked", nccl_env=env), Mirrors(4, 4))
+    call = CallSpec("all_reduce", (0, 1, 2, 3), 16 * MiB, "fp32", algo={"loss_tolerance": 0.1, "traffic_class": 2})
+    plan = planner.plan(call, "all_reduce#0")
+    cts = [f for f in plan.flows if is_cts(f)]
+    assert cts and all(f.loss_budget == 0 and f.priority == 2 for f in cts)
+    assert all(f.loss_budget == int(f.size * 0.1) for f in plan.flows if not is_credit(f))
 
 
 REVERSE_BYTES = 4 * MiB  # each of 3 senders into GPU 0: the CTS path's last hop, GPU 0's link

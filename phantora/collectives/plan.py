@@ -19,6 +19,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any
 
+from phantora.collectives.back_pressure import is_credit
 from phantora.collectives.dag import MessageCounters
 from phantora.collectives.decompose import decompose
 from phantora.collectives.flow_tags import collective_tag, transfer_tag
@@ -126,9 +127,11 @@ class CollectivePlanner:
         self.next_flow, self.sent = next_id, sent
         if cls is not None or lossy is not None:
             budget = min(tolerance, 1.0) if lossy is not None else 0.0
-            flows = [
+            flows = [  # a clear-to-send carries no tensor bytes: it stays lossless (back_pressure.py)
                 dataclasses.replace(
-                    f, priority=f.priority if cls is None else int(cls), loss_budget=int(f.size * budget)
+                    f,
+                    priority=f.priority if cls is None else int(cls),
+                    loss_budget=0 if is_credit(f) else int(f.size * budget),
                 )
                 for f in flows
             ]
