@@ -331,7 +331,7 @@ def test_trivial_collectives_are_empty() -> None:
     for coll in (
         Collective("all_reduce", (2,), MiB),
         Collective("all_reduce", (0, 1, 2), 0),
-        Collective("all_to_all", (0, 3), 0),
+        Collective("all_to_all", (0, 3), 0, alltoall_api=True),  # ncclAlltoAll (2.28+) of count 0: discarded
         Collective("barrier", (1,), 0),
     ):
         dag = decompose(coll, topo, first_flow_id=42)

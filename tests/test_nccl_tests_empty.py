@@ -12,6 +12,8 @@ import pytest
 
 from phantora.cli import main
 from phantora.collectives.nccl import empty_call as ec
+from phantora.collectives.nccl import tables as T
+from phantora.report.host_launch import host_launch_us, work_batches
 
 ROWS = Path(__file__).parent / "data" / "nccl_small" / "empty_calls.csv"
 
@@ -90,8 +92,12 @@ def test_all_to_all_is_empty_only_as_ncclalltoall(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """alltoall_perf calls ncclAlltoAll from NCCL 2.28 (dropped at count 0); NCCL 2.26 runs nccl-tests' group of
-    zero-byte sends and receives, which NCCL launches and phantora does not model (still 0)."""
+    zero-byte sends and receives, which NCCL launches (tests/test_nccl_empty_launch.py): the -g 8 thread's launches,
+    not its empty calls: 8 launches of one channel to 7 peers each, then the first iteration's LL launch on the
+    GPUs (6.6 µs) over the 20."""
     argv = ["nccl-tests", "alltoall_perf", "-b", "8", "-e", "8", "-g", "8"]
     assert _zero_rows(argv, capsys) == [(0.93, 0.93)]
     monkeypatch.setenv("PHANTORA_NCCL_VERSION", "2.26")
-    assert _zero_rows(argv, capsys) == [(0.0, 0.0)]
+    host = round(host_launch_us(work_batches("all_to_all", 1, 8)) * 1000 * 8)
+    want = round((20 * host + round(T.BASE_LAT["ring"][T.PROTOCOLS.index("LL")] * 1000)) / 20 / 1e3, 2)
+    assert _zero_rows(argv, capsys) == [(want, want)]

@@ -29,6 +29,7 @@ from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import found_channels, found_speed
 from phantora.collectives.nccl.chunking import chunk_bytes, p2p_chunk_bytes, tree_line_sweeps
+from phantora.collectives.nccl.empty_kernel import empty_latency_us, launches_empty
 from phantora.collectives.nccl.net_split import through_nics
 from phantora.collectives.nccl.p2p import p2p_channels
 from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
@@ -38,7 +39,7 @@ from phantora.collectives.nccl.proxy import RING_CHUNK_STEPS
 from phantora.collectives.nccl.pxn import comm_relay, pxn_relay
 from phantora.collectives.nccl.shape import shape
 from phantora.collectives.nccl.shared_steps import shared_depths
-from phantora.collectives.nccl.tuning import running_release
+from phantora.collectives.nccl.tuning import Choice, running_release
 from phantora.collectives.nvls import nvls_flows, nvls_loops, nvls_tree_flows
 from phantora.collectives.options import resolve
 from phantora.collectives.p2p import ChannelMap, ChunkOf, Depth, Relay, all_to_all, send_recv
@@ -70,7 +71,9 @@ def decompose(
 
     `opts` is resolved by `default_options` first (auto algorithm, channels=0). A group of one rank,
     or a collective of 0 bytes (other than barrier), needs no traffic: the DAG has no flows and every
-    rank's `rank_last` list is empty, meaning the rank is done at the collective's start time.
+    rank's `rank_last` list is empty, meaning the rank is done at the collective's start time. Under the
+    NCCL model a call of 0 bytes NCCL launches (p2p always, a collective before 2.20: nccl/empty_kernel.py)
+    is flows of 0 bytes whose delays are its kernel's time (`_empty_steps`, `_launch_only`).
     A barrier ignores `nbytes` and always runs as an all-reduce of one byte up and down one NCCL-like
     tree (a chain inside each host, a binary tree between hosts: what NCCL picks for a tiny
     all-reduce across hosts), so it costs twice the tree's height in sequential hops of latency,
@@ -120,7 +123,10 @@ def decompose(
         b.host_of = {n: topo.nodes[n].host for n in nodes}
         b.credit_ns = credit_latency(topo, nodes)
     n = coll.size
-    if n == 1 or (coll.nbytes == 0 and coll.kind != "barrier"):
+    empty = n > 1 and coll.nbytes == 0 and choice is not None and _launches_empty(coll, opts)
+    if empty and choice is not None and coll.kind not in P2P_KINDS:
+        return _launch_only(b, n, choice)
+    if not empty and (n == 1 or (coll.nbytes == 0 and coll.kind != "barrier")):
         return b.finish()
     _build(b, coll, topo, opts, nodes, choice.kernel if choice is not None else "", calls)
     dag = b.finish()
@@ -130,6 +136,8 @@ def decompose(
         dag.flows = [f.with_ends(f.src, b.arrived_at[f.id]) if f.id in b.arrived_at else f for f in dag.flows]
     if topo is not base:
         dag.flows = through_nics(dag.flows, topo, base)
+    if empty and choice is not None:
+        return _empty_steps(dag, choice)
     if choice is not None:
         chunked = opts.granularity == "chunked" and opts.algorithm in CHUNKED_ALGORITHMS
         pipelined = opts.algorithm in ("tree", "chain")
@@ -150,6 +158,35 @@ def decompose(
 
 
 P2P_KINDS = ("all_to_all", "send_recv")
+
+
+def _launches_empty(coll: Collective, opts: AlgoOptions) -> bool:
+    """Whether NCCL launches `coll`, a call of 0 bytes (nccl/empty_kernel.py): a p2p transfer always, a collective
+    before 2.20; NCCL discards the others before launching anything."""
+    return launches_empty(coll.kind, nccl_settings(opts).nccl_version, coll.alltoall_api)
+
+
+def _empty_steps(dag: FlowDag, choice: Choice) -> FlowDag:
+    """A p2p call of 0 bytes NCCL launches (nccl/empty_kernel.py): its transfers' flows as the p2p path makes them
+    (each pair's channel, relay and connection), each an empty step of 0 bytes. The engines end a flow of 0 bytes
+    as it starts, so its delay is the kernel's whole time (`empty_latency_us`: nothing netted out for a propagation
+    no engine charges it)."""
+    delay = round(empty_latency_us(choice) * 1000)
+    dag.flows = [dataclasses.replace(f, size=0, rate_bps=0, delay_ns=f.delay_ns + (0 if f.deps else delay))
+                 for f in dag.flows]  # fmt: skip
+    dag.choice = choice.to_dict()
+    return dag
+
+
+def _launch_only(b: DagBuilder, n: int, choice: Choice) -> FlowDag:
+    """A collective of 0 bytes NCCL launches (before 2.20, nccl/empty_kernel.py): its kernel's loop runs no step, so
+    each rank's kernel is its launch alone, a flow of 0 bytes from the rank to itself after `empty_latency_us`."""
+    delay = round(empty_latency_us(choice) * 1000)
+    for i in range(n):
+        b.add(i, i, 0, "empty", 0, (), delay)
+    dag = b.finish()
+    dag.choice = choice.to_dict()
+    return dag
 
 
 def group_aggregates(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[Collective] | None:

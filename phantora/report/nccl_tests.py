@@ -390,6 +390,8 @@ def build_iteration(
         ]
     elif spec.kind in P2P_KINDS:
         pairs = p2p_pairs(spec.kind, ranks, root)  # sendrecv on one rank: a local copy
+        if nbytes == 0 and discards_empty(spec.kind, settings(opts).nccl_version):
+            pairs = []  # ncclGather / ncclScatter of count 0 (2.28+): NCCL discards them, no transfer runs
         per_pair = nbytes if spec.kind == "send_recv" else nbytes // n  # gather, scatter: one rank's block each
         comm = tuple(ranks)
         group = tuple(pairs)  # one NCCL group: every pair in flight at once
@@ -583,7 +585,8 @@ def plan_size(bench: Bench, size: int) -> SizePlan:
     or each peer's p2p operations in turn (p2p_calls.py)), else its calls one after another."""
     elt = DATATYPES[bench.datatype][1]
     printed, count, nbytes = counts(bench.spec, size, elt, len(bench.ranks))
-    one = bench.agg > 1 and nbytes > 0 and len(bench.ranks) > 1
+    launched = nbytes > 0 or not discards_empty(bench.spec.kind, settings(bench.opts).nccl_version)
+    one = bench.agg > 1 and launched and len(bench.ranks) > 1  # -m's empty calls NCCL launches: one group too
     if one:
         dtype = DATATYPES[bench.datatype][0]
         spec = bench.spec
@@ -627,12 +630,12 @@ def finish_size(bench: Bench, plan: SizePlan, times: list[int], choice: dict[str
     nbytes = plan.nbytes
     # gather and scatter: the root's thread launches work for every other rank, as an all-to-all's does
     kind = "all_to_all" if bench.spec.kind in ("gather", "scatter") else bench.spec.kind
-    if nbytes == 0:
+    if nbytes == 0 and discards_empty(bench.spec.kind, settings(bench.opts).nccl_version):
         # NCCL 2.20+ discards an empty collective before it launches anything (enqueue.cc, taskAppend): the host's
-        # path through the API alone, for each of the -m calls; a call it would launch (zero-byte p2p, or before
-        # 2.20) is not modelled, nor is a graph's launch (-G: an empty call captures nothing)
-        discarded = not bench.graph and discards_empty(bench.spec.kind, settings(bench.opts).nccl_version)
-        launch = empty_ns_per_call(bench.gpus_per_thread) * bench.agg if discarded else 0
+        # path through the API alone, for each of the -m calls, and no GPU time; a graph's launch is not modelled
+        # (-G: an empty call captures nothing). A call NCCL launches (a send/recv group of 0 bytes, a collective
+        # before 2.20) goes on as any other: its kernel's flows (nccl/empty_kernel.py) and the host's launches
+        launch = 0 if bench.graph else empty_ns_per_call(bench.gpus_per_thread) * bench.agg
         return SizeResult(plan.printed, plan.count, nbytes, launch_bound(times, launch, bench.blocking),
                           bench.spec.factor(n), choice, bench.agg, gpu_ns=times, launch_ns=launch,
                           blocking=bench.blocking)  # fmt: skip
