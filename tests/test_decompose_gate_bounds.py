@@ -6,8 +6,10 @@ all of them gives, with every completion one engine's."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 from bridge.workers import spawn_workers
@@ -15,7 +17,7 @@ from phantora.netsim.base import INF_NS
 from phantora.netsim.chain_bounds import Chain
 from phantora.netsim.decompose import DRIVER
 from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
-from phantora.netsim.gate_bounds import GateBounds
+from phantora.netsim.gate_bounds import GateBounds, _unique
 from phantora.netsim.packet_config import PacketConfig
 from tests.test_decompose import SETTINGS, one_engine_ends, rail_dag, tiny
 
@@ -114,3 +116,46 @@ def test_each_rounds_limits_are_the_least_pulled_bound_of_every_gating_flow() ->
     assert done == one_engine_ends(topo, flows)
     assert sum(min(want) < INF_NS for _, want in limits) >= 4  # (not vacuous: rounds that gating flows limit)
     assert all(got == want for got, want in limits)
+
+
+def _random_chains(rng: random.Random, ids: list[int]) -> tuple[list[int], dict[int, tuple[Chain, int]], list[int]]:
+    """Chains of 1-6 flows over `ids` (in order), each chain's last flow gating worker 0: (gating, chain_of, the flows
+    in the arrays' flat order: chains end to end in the order of the gating flows)."""
+    chain_of: dict[int, tuple[Chain, int]] = {}
+    gating: list[int] = []
+    k = 0
+    while k < len(ids):
+        size = min(rng.randint(1, 6), len(ids) - k)
+        ch = Chain(ids[k], 10, 0, k % 2, ())
+        chain_of[ids[k]] = (ch, 0)
+        for fid in ids[k + 1 : k + size]:
+            chain_of[fid] = (ch, ch.add(fid, 10, k % 2))
+        gating.append(ids[k + size - 1])
+        k += size
+    flat = [f for g in gating for f in chain_of[g][0].nodes]
+    return gating, chain_of, flat
+
+
+@pytest.mark.parametrize("spread", [1, 3, 1000])  # ids close together (found by a table) and far apart (by a search)
+def test_each_flow_is_found_at_its_flat_position_and_others_nowhere(spread: int) -> None:
+    rng = random.Random(spread)
+    ids = sorted(rng.sample(range(5, 5 + 400 * spread), 400))
+    rng.shuffle(ids)  # (the arrays' order is the chains', not the ids')
+    gating, chain_of, flat = _random_chains(rng, ids)
+    owner = {f: ids.index(chain_of[f][0].nodes[0]) % 2 for f in flat}  # (each chain's head's worker, as made)
+    gb = GateBounds(gating, {f: {(0, False)} for f in gating}, chain_of, owner, {f: 0 for f in flat}, {}, 2, L)
+    assert (gb._table is not None) == (spread < 1000)
+    where = {f: k for k, f in enumerate(flat)}  # (the definition: each flow's position in the chains end to end)
+    asked = rng.sample(range(0, 6 + 400 * spread + 10), 300) + [0, 4, 5 + 400 * spread + 5] + ids[:50]
+    idx, hit = gb._where(asked)
+    want = [(where[f], k) for k, f in enumerate(asked) if f in where]
+    assert list(zip(idx.tolist(), hit.tolist(), strict=True)) == want
+    assert len(want) >= 50  # (not vacuous)
+
+
+def test_unique_is_numpys() -> None:
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 2, 5, 300, 3000):
+        x = rng.integers(-50, 2000, n, dtype=np.int64)
+        got = _unique(x)
+        assert got.dtype == np.int64 and got.tolist() == np.unique(x).tolist()

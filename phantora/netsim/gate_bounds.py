@@ -30,6 +30,7 @@ from phantora.netsim.chain_bounds import Chain
 
 NEG = -(1 << 62)  # below every bound: no term
 _SPAN = 1 << 40  # raised terms within this span get one running max, reset per chain by a chain-sized step
+DENSE = 4  # the chains' flows are found by a table indexed by id when their ids span at most this many a flow
 
 
 class GateBounds:
@@ -66,6 +67,13 @@ class GateBounds:
         flows = np.asarray(nodes, np.int64)
         self._order = np.argsort(flows, kind="stable")  # flat positions by flow id, for `_where`
         self._sorted = flows[self._order]
+        # ids close together (a planner's ranges): each id's flat position in a table, -1 at both ends and between
+        # (`_where` reads it with one clipped take instead of a binary search an id)
+        self._lo, self._table = 0, None
+        if n and int(self._sorted[-1]) - int(self._sorted[0]) < DENSE * n:
+            self._lo = int(self._sorted[0]) - 1
+            self._table = np.full(int(self._sorted[-1]) - self._lo + 2, -1, np.int64)
+            self._table[flows - self._lo] = np.arange(n, dtype=np.int64)
         self.sums = np.append(np.fromiter(chained.from_iterable(ch.sums for ch in objs), np.int64, n), 0)
         self.chain = np.repeat(np.arange(len(objs), dtype=np.int64), lens)
         worker = np.fromiter(map(owner.__getitem__, nodes), np.int64, n)
@@ -115,6 +123,11 @@ class GateBounds:
             self.list_of[c] = k
         self.dep_flat = np.asarray([x for got in flat for x in got], np.int64)
         self.dep_chain = self.chain[self.dep_flat]
+        # what the rounds read of the deps and never changes, gathered once: their chains' first flat positions,
+        # their step sums, whether their chains' heads wait on deps
+        self.dep_off = self.off[self.dep_chain]
+        self.dep_sums = self.sums[self.dep_flat]
+        self.dep_head = self.head_deps[self.dep_chain]
         self.dep_starts = np.cumsum([0] + [len(got) for got in flat[:-1]], dtype=np.int64)
         self._run: np.ndarray | None = None
         self.gating = list(gating)
@@ -123,7 +136,19 @@ class GateBounds:
         self.rows = np.asarray(rows, np.int64)
         self.row_v = np.asarray(vs, np.int64)
         self.row_ahead = np.asarray(aheads, np.int64)
+        self._gathered_once()
         self._moved(np.arange(len(objs), dtype=np.int64))
+
+    def _gathered_once(self) -> None:
+        """What the rounds read of the gating flows and changes only when some of them are dropped (`_moved`):
+        their chains' first flat positions, their step sums, whether their chains' heads wait on deps, their
+        chains' deps lists; each worker's rows."""
+        gc = self.g_chain
+        self.g_off = self.off[gc]
+        self.g_sums = self.sums[self.g_flat]
+        self.g_head = self.head_deps[gc]
+        self.g_list = self.list_of[gc]
+        self.row_of = [self.row_v == v for v in range(self.workers)]
 
     def ended(self, ids: list[int], ends: list[int]) -> None:
         """Flows done at `ends` (any flows: those outside the chains are left out)."""
@@ -138,6 +163,10 @@ class GateBounds:
     def _where(self, flows: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """(the flat positions of those of `flows` in the chains, which of `flows` they are)."""
         ids = _array(flows)
+        if self._table is not None:  # (an id outside the table's span clipped to an end: -1, as between)
+            at = np.take(self._table, ids - self._lo, mode="clip")
+            hit = np.flatnonzero(at >= 0)
+            return at[hit], hit
         k = np.minimum(np.searchsorted(self._sorted, ids), len(self._sorted) - 1)
         hit = np.flatnonzero(self._sorted[k] == ids)
         return self._order[k[hit]], hit
@@ -160,7 +189,7 @@ class GateBounds:
         if self._rose and len(self._sorted):
             idx, hit = self._where(self._rose)
             np.maximum.at(self.lb, idx, _array(self._rises)[hit])  # (bounds only rise)
-            self.raised = np.union1d(self.raised, idx)
+            self.raised = _unique(np.concatenate((self.raised, idx)))
         self._rose, self._rises = [], []
 
     def _moved(self, cs: np.ndarray) -> None:
@@ -175,7 +204,7 @@ class GateBounds:
         if len(rp):
             rc = self.chain[rp]
             self.raised = rp[rp >= self.off[rc] + self.k0[rc]]
-        live = self.g_flat >= self.off[self.g_chain] + self.k0[self.g_chain]
+        live = self.g_flat >= self.g_off + self.k0[self.g_chain]
         if not live.all():
             keep = np.cumsum(live) - 1  # old gating index -> new
             rows = live[self.rows]
@@ -183,10 +212,13 @@ class GateBounds:
             self.row_v, self.row_ahead = self.row_v[rows], self.row_ahead[rows]
             self.gating = np.asarray(self.gating, object)[live].tolist()
             self.g_chain, self.g_flat = self.g_chain[live], self.g_flat[live]
+            self._gathered_once()
 
-    def _chain_values(self, floors: list[int], flat: np.ndarray, chains: np.ndarray) -> np.ndarray:
-        """The chain bound at each of the unfinished flat positions `flat` (of chains `chains`), head deps left out."""
-        start = self.off[chains] + self.k0[chains]  # each chain's first unfinished flow
+    def _chain_values(
+        self, floors: list[int], flat: np.ndarray, chains: np.ndarray, start: np.ndarray, sums: np.ndarray
+    ) -> np.ndarray:
+        """The chain bound at each of the unfinished flat positions `flat` (of chains `chains`, whose first
+        unfinished flows are at `start`; `sums`: the step sums at `flat`), head deps left out."""
         best = self.after[chains]
         for w in range(self.workers):  # the first flow of worker w from there, if at or before the position
             q = self.next_of[w][start]
@@ -197,7 +229,7 @@ class GateBounds:
             jj = np.maximum(j, 0)
             ok = (j >= 0) & (rp[jj] >= start)  # (a raised flow of the same chain, from its first unfinished on)
             best = np.maximum(best, np.where(ok, run[jj], NEG))
-        return best + self.sums[flat]
+        return best + sums
 
     def bounds(self, floors: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """(each unfinished gating flow's bound, whether it is exact: its chain's head done, without deps, or with
@@ -219,20 +251,23 @@ class GateBounds:
                         run[k] = run[k - 1]
                 self._run = run
         gc, gf = self.g_chain, self.g_flat
-        value = self._chain_values(floors, gf, gc)
-        exact = (self.k0[gc] > 0) | ~self.head_deps[gc]
+        k0 = self.k0[gc]
+        value = self._chain_values(floors, gf, gc, self.g_off + k0, self.g_sums)
+        exact = (k0 > 0) | ~self.g_head
         if len(self.dep_flat) and not exact.all():
             dc, df = self.dep_chain, self.dep_flat
-            done = df < self.off[dc] + self.k0[dc]
-            got = np.where(done, self.end[df], self._chain_values(floors, df, dc))
-            sure = done | (self.k0[dc] > 0) | ~self.head_deps[dc]  # (a dep whose own head waits: not followed here)
+            dk0 = self.k0[dc]
+            start = self.dep_off + dk0
+            done = df < start
+            got = np.where(done, self.end[df], self._chain_values(floors, df, dc, start, self.dep_sums))
+            sure = done | (dk0 > 0) | ~self.dep_head  # (a dep whose own head waits: not followed here)
             latest = np.maximum.reduceat(got, self.dep_starts)  # per deps list
             known = np.logical_and.reduceat(sure, self.dep_starts)
-            lists = self.list_of[gc]
+            lists = self.g_list
             use = ~exact & (lists >= 0)
             use[use] = known[lists[use]]
             t = latest[lists[use]]
-            value[use] = np.maximum(value[use], np.where(t >= 0, t + self.sums[gf[use]], NEG))
+            value[use] = np.maximum(value[use], np.where(t >= 0, t + self.g_sums[use], NEG))
             exact = exact | use
         return value, exact
 
@@ -248,13 +283,13 @@ class GateBounds:
         at = value[rows] + self.row_ahead
         exact = exact[rows]
         for v in range(self.workers):
-            m = exact & (row_v == v)
+            m = exact & self.row_of[v]
             if m.any():
                 hz[v] = min(hz[v], int(at[m].min()))
         m = ~exact & (at < np.asarray(hz, np.int64)[row_v])
         if not m.any():
             return []
-        idx = np.unique(rows[m]).tolist()
+        idx = _unique(rows[m]).tolist()
         gating = self.gating
         return sorted(zip(value[idx].tolist(), [gating[i] for i in idx], strict=True))
 
@@ -263,6 +298,15 @@ def _array(ints: list[int]) -> np.ndarray:
     """A round's ids or ns as int64s, read only: packed by `struct` and read in place (about half the instructions
     of `fromiter`, a quarter fewer than `asarray`'s; an int beyond int64 raises struct.error)."""
     return np.frombuffer(struct.pack(f"{len(ints)}q", *ints), np.int64)
+
+
+def _unique(x: np.ndarray) -> np.ndarray:
+    """The distinct values of int array `x`, sorted (`np.unique`'s, by one sort: numpy 2's unique hashes first,
+    several times the cost on the few thousand ints of a round)."""
+    if len(x) < 2:
+        return x
+    x = np.sort(x)
+    return x[np.concatenate(([True], x[1:] != x[:-1]))]
 
 
 def _first_unfinished(nodes: list[int], lbs: dict[int, int]) -> int:
