@@ -17,8 +17,9 @@ from phantora.netsim.base import INF_NS
 from phantora.netsim.chain_bounds import Chain
 from phantora.netsim.decompose import DRIVER
 from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
-from phantora.netsim.gate_bounds import GateBounds, _unique
+from phantora.netsim.gate_bounds import GateBounds
 from phantora.netsim.packet_config import PacketConfig
+from phantora.netsim.sorted_unique import sorted_unique
 from tests.test_decompose import SETTINGS, one_engine_ends, rail_dag, tiny
 
 L = 1000  # the NIC latency: a fabric flow's gate lets its worker run to the bound + L - 1
@@ -157,5 +158,5 @@ def test_unique_is_numpys() -> None:
     rng = np.random.default_rng(7)
     for n in (0, 1, 2, 5, 300, 3000):
         x = rng.integers(-50, 2000, n, dtype=np.int64)
-        got = _unique(x)
+        got = sorted_unique(x)
         assert got.dtype == np.int64 and got.tolist() == np.unique(x).tolist()

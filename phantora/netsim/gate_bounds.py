@@ -27,6 +27,7 @@ from itertools import chain as chained
 import numpy as np
 
 from phantora.netsim.chain_bounds import Chain
+from phantora.netsim.sorted_unique import sorted_unique
 
 NEG = -(1 << 62)  # below every bound: no term
 _SPAN = 1 << 40  # raised terms within this span get one running max, reset per chain by a chain-sized step
@@ -90,7 +91,7 @@ class GateBounds:
         self.after = self.static.copy()
         self.head_deps = np.fromiter((bool(ch.deps) for ch in objs), bool, len(objs))
         raised = [o + p for o, ch in zip(self.off.tolist(), objs, strict=True) for p in ch.raised]
-        self.raised = np.unique(np.asarray(raised, np.int64))  # flat positions whose bound rose (sorted)
+        self.raised = sorted_unique(np.asarray(raised, np.int64))  # flat positions whose bound rose (sorted)
         self.workers = workers
         self._ended: list[int] = []
         self._stamps: list[int] = []
@@ -189,7 +190,7 @@ class GateBounds:
         if self._rose and len(self._sorted):
             idx, hit = self._where(self._rose)
             np.maximum.at(self.lb, idx, _array(self._rises)[hit])  # (bounds only rise)
-            self.raised = _unique(np.concatenate((self.raised, idx)))
+            self.raised = sorted_unique(np.concatenate((self.raised, idx)))
         self._rose, self._rises = [], []
 
     def _moved(self, cs: np.ndarray) -> None:
@@ -289,7 +290,7 @@ class GateBounds:
         m = ~exact & (at < np.asarray(hz, np.int64)[row_v])
         if not m.any():
             return []
-        idx = _unique(rows[m]).tolist()
+        idx = sorted_unique(rows[m]).tolist()
         gating = self.gating
         return sorted(zip(value[idx].tolist(), [gating[i] for i in idx], strict=True))
 
@@ -298,15 +299,6 @@ def _array(ints: list[int]) -> np.ndarray:
     """A round's ids or ns as int64s, read only: packed by `struct` and read in place (about half the instructions
     of `fromiter`, a quarter fewer than `asarray`'s; an int beyond int64 raises struct.error)."""
     return np.frombuffer(struct.pack(f"{len(ints)}q", *ints), np.int64)
-
-
-def _unique(x: np.ndarray) -> np.ndarray:
-    """The distinct values of int array `x`, sorted (`np.unique`'s, by one sort: numpy 2's unique hashes first,
-    several times the cost on the few thousand ints of a round)."""
-    if len(x) < 2:
-        return x
-    x = np.sort(x)
-    return x[np.concatenate(([True], x[1:] != x[:-1]))]
 
 
 def _first_unfinished(nodes: list[int], lbs: dict[int, int]) -> int:

@@ -24,6 +24,8 @@ from itertools import chain
 
 import numpy as np
 
+from phantora.netsim.sorted_unique import sorted_unique
+
 NUMPY_THRESHOLD = 96  # flows; at or above this, `maxmin_rates` uses the vectorised solver (measured crossover)
 # entries (flow x channel); at or above this, `maxmin_numpy`'s rounds read only the channels at their level and the
 # entries of the flows they freeze, not every entry (measured: slower at 10.9k entries, 1.75-2.0x at 31k: the
@@ -228,7 +230,7 @@ def _sparse_rounds(
             chlevel = levels.of_channels(share)
             bott = ((share == chlevel) & (cnt > 0)).nonzero()[0]
         crossing = on_channel[_spans(ch_first[bott], ch_first[bott + 1])]  # the flows on a channel at its level
-        newly = np.unique(crossing[~frozen[crossing]])
+        newly = sorted_unique(crossing[~frozen[crossing]])
         frozen[newly] = True
         rate[newly] = level if levels is None else levels.of_flows(newly)
         mine = _spans(f_first[newly], f_first[newly + 1])  # the entries of the flows frozen now, in entry order
