@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
+
 from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.dag import DagBuilder, communicator_id
 from phantora.collectives.nccl.settings import nccl_env
