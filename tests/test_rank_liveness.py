@@ -161,7 +161,8 @@ def test_ranks_waiting_or_computing_past_the_limit_are_never_stopped(rank_script
 def test_the_watch_judges_a_process_before_and_after_its_beat_starts(tmp_path: Path) -> None:
     """Before its beat starts (a rank's imports), a process counts as silent only while it is stopped; one that beats
     and is stopped is named by the rank its beat file gives when it is not a child (`others`: ranks a program
-    started itself)."""
+    started itself). The limit is twice the beat's period: a beat may come late by scheduling, never by a period."""
+    limit = 2 * rank_beat.BEAT_S
     quiet = subprocess.Popen(["sleep", "60"])  # a rank not beating yet, as in its imports
     code = f"from bridge import rank_beat; rank_beat.start({str(tmp_path)!r}, 5); import time; time.sleep(60)"
     beating = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
@@ -171,24 +172,24 @@ def test_the_watch_judges_a_process_before_and_after_its_beat_starts(tmp_path: P
         while not rank_beat.beat_file(tmp_path, beating.pid).exists():
             assert time.monotonic() < deadline, "no beat file"
             time.sleep(0.05)
-        children, others = RankWatch(tmp_path, 1.0), RankWatch(tmp_path, 1.0)
+        children, others = RankWatch(tmp_path, limit), RankWatch(tmp_path, limit)
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 3.0:  # three limits, both silent towards the run, neither stopped
+        while time.monotonic() - t0 < 3 * limit:  # three limits, both silent towards the run, neither stopped
             assert children.check([child]) is None and others.check([], others=True) is None
             time.sleep(0.1)
         os.kill(beating.pid, signal.SIGSTOP)
         os.kill(quiet.pid, signal.SIGSTOP)
         found: dict[int, tuple[int | None, str]] = {}
         t0 = time.monotonic()
-        while len(found) < 2 and time.monotonic() - t0 < 10.0:
+        while len(found) < 2 and time.monotonic() - t0 < 5 * limit:
             for hit in (children.check([child]), others.check([], others=True)):
                 if hit is not None:
                     found[hit[0]] = hit[1:]
             time.sleep(0.1)
         t_stopped = "stopped (state T: SIGSTOP or SIGTSTP; nothing resumed it)"
         assert found == {
-            quiet.pid: (3, f"rank 3 (pid {quiet.pid}) has made no progress for 1 s: {t_stopped}"),
-            beating.pid: (5, f"rank 5 (pid {beating.pid}) has made no progress for 1 s: {t_stopped}"),
+            quiet.pid: (3, f"rank 3 (pid {quiet.pid}) has made no progress for {limit:.0f} s: {t_stopped}"),
+            beating.pid: (5, f"rank 5 (pid {beating.pid}) has made no progress for {limit:.0f} s: {t_stopped}"),
         }
         assert proc_state(quiet.pid) == "T"
     finally:
