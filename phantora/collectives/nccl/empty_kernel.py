@@ -24,18 +24,16 @@ What its kernel does:
 from __future__ import annotations
 
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.empty_call import COLL_API_FROM, DISCARD_FROM
+from phantora.collectives.nccl.empty_call import discards_empty
 from phantora.collectives.nccl.tuning import Choice
-
-P2P = ("send_recv", "all_to_all")  # phantora's kinds NCCL runs as p2p tasks (an all-to-all: unless ncclAlltoAll)
 
 
 def launches_empty(kind: str, version: tuple[int, int], alltoall_api: bool = False) -> bool:
     """Whether NCCL `version` launches a kernel for a call of `kind` of count 0 (`alltoall_api`: an all-to-all
     called as ncclAlltoAll, which from 2.28 is a collective)."""
-    if kind == "all_to_all" and alltoall_api and version >= COLL_API_FROM:
-        return False
-    return kind in P2P or version < DISCARD_FROM
+    if kind == "all_to_all" and not alltoall_api:
+        return True  # a group of sends and receives, launched at any version
+    return not discards_empty(kind, version)  # send_recv: never discarded
 
 
 def empty_latency_us(choice: Choice) -> float:
