@@ -80,6 +80,8 @@ def run(case: str, reps: int) -> None:
     """Plan CASE `reps` times between getsid marks (one callgrind dump part each) and print the best CPU seconds
     and the plan's key."""
     plan, rest = planner(case)
+    if reps < 1:
+        raise SystemExit(f"--reps {reps}: at least 1")
     best, got = float("inf"), None
     for _ in range(reps):
         c0 = time.process_time()
@@ -87,6 +89,7 @@ def run(case: str, reps: int) -> None:
         got = plan()
         os.getsid(0)
         best = min(best, time.process_time() - c0)
+    assert got is not None  # reps >= 1
     print(f"{case}: {len(got.flows):,} flows, planning CPU best of {reps} {best:.3f} s, key {key(got, rest)}")
 
 

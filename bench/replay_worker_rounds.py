@@ -46,7 +46,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +75,7 @@ from phantora.units import parse_size_bytes
 MARK = os.getppid  # the part boundary under callgrind's --dump-before=getppid (`--marks`)
 
 
-def reply_digest(done: list[Completion], bounds: list[int], now: int, nxt: int | None, in_flight: int) -> str:
+def reply_digest(done: Sequence[Completion], bounds: list[int], now: int, nxt: int | None, in_flight: int) -> str:
     """What a worker answered to a round, as 16 hex digits (its CPU and wall left out)."""
     rows = [(c.flow_id, c.start_ns, c.end_ns, c.size, c.src, c.dst, c.tag, c.lost) for c in done]
     return hashlib.sha256(repr((rows, bounds, now, nxt, in_flight)).encode()).hexdigest()[:16]
