@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/bench_p2p_proxy_whatif.py               # closed forms, then the three variants below
     .venv/bin/python bench/bench_p2p_proxy_whatif.py --flow-only   # closed forms and the H100 ring only
+    .venv/bin/python bench/bench_p2p_proxy_whatif.py --channels    # the B200 cluster's NICs by connections
+    .venv/bin/python bench/bench_p2p_proxy_whatif.py --turns       # (d) below, the summary lines it moves
 
 A GPU whose proxy relays one send (PXN) and serves one receive per p2p chunk (sendrecv_perf's ring across hosts)
 spends 2 c per chunk of NCCL_P2P_NET_CHUNKSIZE, so c caps it at chunk / (2 c) each way. The script prints that cap
@@ -10,6 +12,13 @@ at the model's PROXY_STEP_US and at the c that example-cluster01's H100 sendrecv
 lines under: (a) the model as it is; (b) PROXY_STEP_US set to that c (one cost for every proxy step, collectives'
 LL/LL128 ones included); (c) that cap on cross-host p2p only (`shape._net_caps`, a GPU's flows from other nodes).
 Only the summary lines that differ from (a) are printed. docs/validation.md ("Held-out tables", 2026-12-04).
+
+`--channels` reads the held-out B200 tables of Together's use3a-ss cluster (one queue pair a connection) and prints,
+for each run, the network connections a NIC carries each way and what the NIC moves, a p2p run's rate a channel,
+and the closed form of (d): NCCL's 14 GB/s figure holds one channel's own proxy turns, and each further connection
+adds its relayed send's and its receive's turns to every 128 KiB step (`turns_rate`). `--turns` prints the summary
+lines that (d), applied to every cross-host p2p flow into a GPU, moves. docs/validation.md ("Held-out tables",
+2026-12-04, the second block on the relay's turns).
 """
 
 from __future__ import annotations
@@ -30,8 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_nccl_tests import compare, overall, split, test_calls, verdict
 
 from phantora.collectives import AlgoOptions
-from phantora.collectives.nccl import proxy, shape
+from phantora.collectives.nccl import p2p, proxy, shape
+from phantora.collectives.nccl.platform import platform_of
 from phantora.collectives.nccl.published import tables
+from phantora.collectives.nccl.settings import NcclSettings
 from phantora.topology import rail_optimized
 
 H100_SENDRECV = 45.87  # GB/s, example-cluster01's 2-host sendrecv_perf (SOURCES.md, the alltoall row's log)
@@ -76,6 +87,36 @@ def p2p_cap(gbs: float) -> Iterator[None]:
         shape._net_caps = old
 
 
+def turns_rate(rate: float, conns: int, step_us: float, chunk: int = CHUNK) -> float:
+    """GB/s of `conns` connections into a GPU that move `rate` together when each step of one also waits for the
+    relay proxy's turns on the other conns - 1 connections' send and receive (2 turns of `step_us` each)."""
+    return 1.0 / (1.0 / rate + 2 * (conns - 1) * step_us * 1000.0 / (conns * chunk))
+
+
+@contextmanager
+def turns_in_series(step_us: float) -> Iterator[None]:
+    """Cross-host p2p flows into a GPU at `turns_rate` of their channels' rate (`Choice.net_bw`), with a NIC's
+    connections each way counted as the GPU's remote sources times the transfer's channels; restored after."""
+    old: Callable[..., Any] = shape._net_caps
+
+    def slowed(flows: Any, wire: Any, caps: Any, choice: Any, topo: Any, share: Any = None) -> Any:
+        if choice.algorithm != "p2p" or choice.net_bw <= 0:
+            return old(flows, wire, caps, choice, topo, share)
+        sources: dict[int, set[int]] = {}
+        for f in flows:
+            if f.size > 0 and not shape._inside_node(f, topo):
+                sources.setdefault(f.dst, set()).add(f.src)
+        conns = max((len(s) for s in sources.values()), default=1) * max(1, choice.channels)
+        slower = replace(choice, net_bw=turns_rate(choice.net_bw, conns, step_us))
+        return old(flows, wire, caps, slower, topo, share)
+
+    shape._net_caps = slowed
+    try:
+        yield
+    finally:
+        shape._net_caps = old
+
+
 def h100_ring(size: int) -> float:
     """The model's busbw (GB/s) of sendrecv_perf's 16-rank ring on two H100 hosts of 8 x 400G rails, one call."""
     from bench_nccl_tests import bus_bandwidth
@@ -83,6 +124,48 @@ def h100_ring(size: int) -> float:
     topo = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
     bus, _ = bus_bandwidth(test_calls("send_recv", tuple(range(16)), size), topo, AlgoOptions(), "flow")
     return bus
+
+
+USE3A = "b200_{g}gpu_{n}node_ib400_{kind}_together{src}"  # Together's use3a-ss tables (SOURCES.md)
+P2P_RUNS = ((128, 16), (64, 8), (16, 2), (32, 4))  # (GPUs, hosts) of its sendrecv-p2p-scaling tables
+
+
+def held_out(name: str) -> Any:
+    """The held-out table `name` (tests/data/nccl_tests)."""
+    return next(t for t in tables(include_held_out=True) if t.name == name)
+
+
+def last_busbw(name: str) -> float:
+    """The busbw (GB/s) of table `name`'s largest size."""
+    return held_out(name).rows[-1][1]
+
+
+def net_peer_channels(gpus: int, hosts: int) -> tuple[int, float]:
+    """NCCL's channels a network peer (`p2p.transfer_layout`'s most) and the model's GB/s a channel, on `hosts`
+    B200 hosts of 8 GPUs and 8 x 400G rails."""
+    topo = rail_optimized(hosts, 8, spines=8, nic_rate="400Gbps", gpu="b200")
+    p = platform_of(topo, tuple(range(gpus)), NcclSettings())
+    return p2p.transfer_layout(p, NcclSettings()).most, p2p.net_channel_bw(p, "all_to_all")
+
+
+def channels_report() -> None:
+    """The use3a-ss runs' NICs by connections, the p2p rate a channel, and the (n - 1) turns what-if."""
+    ring = last_busbw(USE3A.format(g=16, n=2, kind="ringalgo_all_reduce", src="use3a")) / 8
+    nvls = last_busbw(USE3A.format(g=16, n=2, kind="nvlstreealgo_all_reduce", src="use3a")) * 16 / 30 / 8
+    print("use3a-ss, 2 hosts, one queue pair a connection: connections a NIC each way, GB/s a NIC each way")
+    print(f"  Ring all-reduce, 16 channels over 8 NICs:       2  {ring:.1f}")
+    print(f"  NVLS-Tree all-reduce, 32 channels on each head: 32  {nvls:.1f}")
+    step_us = proxy.PROXY_STEP_US
+    print(f"sendrecv_perf at 256 MiB; what-if t(n) = {CHUNK >> 10} KiB / c + 2 (n - 1) x {step_us} us a step")
+    for gpus, hosts in P2P_RUNS:
+        n, c = net_peer_channels(gpus, hosts)
+        pub = last_busbw(USE3A.format(g=gpus, n=hosts, kind="sendrecv", src="p2p"))
+        t_us = CHUNK / (c * 1000.0) + 2 * (n - 1) * step_us
+        what_if = n * CHUNK / (t_us * 1000.0)
+        print(
+            f"  {hosts:2d} hosts, {n} channel(s), {n} connection(s) a NIC: {pub:.2f} GB/s, {pub / n:.2f} a channel;"
+            f" model channel {c:.2f}; what-if {what_if:.2f} ({(what_if / pub - 1) * 100:+.1f}%)"
+        )
 
 
 def summary() -> list[str]:
@@ -103,11 +186,27 @@ def variant(name: str) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flow-only", action="store_true", help="closed forms and the H100 ring only, no summaries")
-    ap.add_argument("--variant", choices=("model", "steps", "p2p"), help=argparse.SUPPRESS)
+    ap.add_argument("--channels", action="store_true", help="the B200 NICs by connections and the p2p what-if")
+    ap.add_argument("--turns", action="store_true", help="summary lines the (n - 1) turns what-if moves")
+    ap.add_argument("--variant", choices=("model", "steps", "p2p", "turns"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.channels:
+        channels_report()
+        return
+    if args.turns:
+        print(f"(d) {proxy.PROXY_STEP_US} us turns of every other connection on each p2p step: lines that differ")
+        for before, after in zip(variant("model"), variant("turns"), strict=True):
+            if before != after:
+                print(f"  - {before}\n  + {after}")
+        return
     c = implied_step_us(H100_SENDRECV)
     if args.variant:
-        ctx = {"model": step_cost(proxy.PROXY_STEP_US), "steps": step_cost(c), "p2p": p2p_cap(cap_gbs(CHUNK, c))}
+        ctx = {
+            "model": step_cost(proxy.PROXY_STEP_US),
+            "steps": step_cost(c),
+            "p2p": p2p_cap(cap_gbs(CHUNK, c)),
+            "turns": turns_in_series(proxy.PROXY_STEP_US),
+        }
         with ctx[args.variant]:
             print(json.dumps(summary()))
         return

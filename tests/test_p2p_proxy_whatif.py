@@ -34,3 +34,26 @@ def test_step_cost_is_restored() -> None:
     with W.step_cost(1.5):
         assert proxy.PROXY_STEP_US == 1.5
     assert proxy.PROXY_STEP_US == before
+
+
+def test_turns_rate_is_the_step_time_closed_form() -> None:
+    # n channels of c GB/s each: a 128 KiB step takes S / c + 2 (n - 1) x step, so the n move n S / that
+    s, c, step = 128 << 10, 14.0, 0.6
+    for n in (1, 2, 4):
+        t_us = s / (c * 1000.0) + 2 * (n - 1) * step
+        assert W.turns_rate(n * c, n, step) == pytest.approx(n * s / (t_us * 1000.0), rel=1e-12)
+    assert W.turns_rate(14.0, 1, step) == 14.0  # one connection: NCCL's figure holds its own turns
+    assert W.turns_rate(56.0, 4, step) == pytest.approx(40.45, abs=0.005)  # 4 x 128 KiB / 12.96 us
+
+
+def test_turns_in_series_is_undone() -> None:
+    with W.turns_in_series(0.6):
+        assert shape._net_caps.__name__ == "slowed"
+    assert shape._net_caps.__name__ == "_net_caps"
+
+
+def test_net_peer_channels_halve_with_the_ranks() -> None:
+    # paths.cc: one channel per 14 GB/s of a 400G NIC, pow2Up (4), halved while 8-peer rounds need more than the 16
+    # p2p channels of an 8-GPU B200 host: 4 up to 32 ranks, 2 at 64, 1 at 128
+    assert [W.net_peer_channels(g, h)[0] for g, h in ((16, 2), (32, 4), (64, 8), (128, 16))] == [4, 4, 2, 1]
+    assert W.net_peer_channels(16, 2)[1] == pytest.approx(14.0)  # B200's SM clock is the reference's
