@@ -1,6 +1,7 @@
 """torch.distributed collectives timed as nccl-tests times them, in a plain CUDA + NCCL script: no phantora API.
 
     phantora run --topology testbed16 --phantom examples/collective_perf.py --ops all_reduce -b 1M -e 1G -f 8
+    phantora run --topology dgx8 --gpu h200 --phantom examples/collective_perf.py -b 1M -e 8G -f 8   # one H200 server
     torchrun --nproc_per_node 8 examples/collective_perf.py -b 1M -e 8G -f 8 -d bfloat16      # on a real server
 
 For each size (`-b` to `-e`, times `-f`) and collective, `-w` warm-up calls, then a CUDA event, `-n` calls back to

@@ -40,7 +40,7 @@ from phantora.report.nccl_tests_iters import iter_stats
 from phantora.report.nccl_tests_memory import memory_line, user_allocated
 from phantora.run_gpu import apply_gpu
 
-DEFAULT_TOPOLOGY = "one DGX-like H100 server of 8 GPUs (the dgx_host generator)"
+DEFAULT_TOPOLOGY = "one DGX-like server of 8 GPUs, the shipped dgx8 (H100), with --gpu's own NVLink"
 
 
 def unknown_argument(token: str, known: list[str]) -> str:
