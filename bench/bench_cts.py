@@ -8,6 +8,10 @@
                                    on the flow engine and ns-3 (DCQCN): its end and its CTSs' longest FCT
     bench_cts.py flows DIR...      a run's flows.csv (`--out DIR`): the CTSs' FCT by (receiver, sender), and the
                                    median FCT of the steps of ops named `in*` (an incast's)
+    bench_cts.py moe [NIC_NS]      the MoE replay of `bench_whole_dag_driver.py --cases moe:16MiB --order one` (its
+                                   workload, rail128, DCQCN, fluid NVLink; `nic_latency` NIC_NS, default 1000): its
+                                   flows and CTSs, one engine's CPU s, each op's end, and the FCT of dispatch0's
+                                   first CTSs (those released first)
 
 Run it in two clones side by side (`PYTHONPATH=CLONE .venv/bin/python bench/bench_cts.py ...`) for a before/after.
 """
@@ -109,6 +113,52 @@ def flows(dirs: list[str]) -> None:
             print(f"  CTS {src} -> {dst}: {len(fct)}, FCT median {statistics.median(fct):.1f} ns, max {max(fct)}")
 
 
+def moe(nic_ns: int) -> None:
+    import tempfile
+    from dataclasses import replace
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_whole_dag_driver import ROOT, WORKLOADS
+
+    from bridge.workers import spawn_workers
+    from phantora.netsim import factory
+    from phantora.replay import replay_inprocess
+    from phantora.workload import load_workload
+
+    name, line = WORKLOADS["moe"]
+    topo = load_topology("rail128")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "moe.toml"
+        path.write_text((ROOT / "workloads" / name).read_text())
+        wl = load_workload(path, world=topo.num_ranks)
+    config = PacketConfig(cc="dcqcn", nvlink="fluid", payload_bytes=4096, header_bytes=62, nic_latency=nic_ns)
+    spec = EngineSpec("ns3", replace(config, workers=0))
+    sim = factory.make_engine(spec, topo, spawner=spawn_workers, whole_dag=True)
+    try:
+        cpu = _cpu_s()
+        res = replay_inprocess(wl, topo, sim, AlgoOptions(granularity="chunked"))
+        cpu = _cpu_s() - cpu
+    finally:
+        sim.close()
+    ends: dict[str, int] = {}
+    first: dict[int, list[int]] = {}
+    cts = 0
+    for c in res.completions:
+        op = c.tag.split("/")[0]
+        ends[op] = max(ends.get(op, 0), c.end_ns)
+        if _is_cts(c.tag, c.src, c.dst):
+            cts += 1
+            if op == "dispatch0":
+                first.setdefault(c.start_ns, []).append(c.end_ns - c.start_ns)
+    print(f"moe {line} nic_latency {nic_ns}: flows {len(res.completions)} cts {cts} cpu_s {cpu:.2f}")
+    for op in sorted(ends):
+        print(f"  {op} ends {ends[op] / 1e3:.3f} us")
+    if first:
+        fct = first[min(first)]
+        print(f"  dispatch0's first {len(fct)} CTSs (released at {min(first)} ns): FCT min {min(fct)} median "
+              f"{statistics.median(fct)} max {max(fct)} ns")  # fmt: skip
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["cost"] and len(argv) == 3:
         cost(argv[1], int(argv[2]))
@@ -116,6 +166,8 @@ def main(argv: list[str]) -> None:
         window()
     elif argv[:1] == ["flows"] and len(argv) > 1:
         flows(argv[1:])
+    elif argv[:1] == ["moe"] and len(argv) <= 2:
+        moe(int(argv[1]) if len(argv) == 2 else 1000)
     else:
         sys.exit(__doc__)
 

@@ -139,20 +139,26 @@ def test_credits_cross_the_network_back() -> None:
     2 x 128 KiB per RTT + 128 KiB / 100 Gbit/s + the clear-to-send's 64 B / 100 Gbit/s (slots x slot bytes /
     (RTT + slot bytes / rate + CTS bytes / rate)), 9.96 Gbit/s, not the 2 steps per one-way trip (100 µs + transfer)
     of a slot freed on arrival. Each credit is a clear-to-send of sizeof(ncclIbSendFifo) = 64 bytes from the
-    receiver to the sender. With 8 slots of 128 KiB over 1 µs links the credits are back long before the window runs
-    out: it moves at the link's 100 Gbit/s."""
+    receiver to the sender; so is each of the first window's, posted at the start (no dependencies), which its step
+    waits for: the two go in turn on the receiver's CTS queue pair, in after 100 µs and 1 and 2 x 64 B / 100 Gbit/s.
+    With 8 slots of 128 KiB over 1 µs links the credits are back long before the window runs out: it moves at the
+    link's 100 Gbit/s."""
     step = 128 * 1024
     flows, done = p2p(50_000, 2, 20, step)
     msgs = [f for f in flows if not is_credit(f)]
     cts = [f for f in flows if is_credit(f)]
-    assert len(cts) == 20 - 2  # a credit for every step past the window
+    assert len(cts) == 20  # one a step: the first window's two, then one for every step past the window
     assert {(f.src, f.dst, f.size, f.delay_ns) for f in cts} == {(msgs[0].dst, msgs[0].src, 64, 0)}
     rtt, xfer, back = 2 * 2 * 50_000, step * 8e9 / (100 * G), 64 * 8e9 / (100 * G)
+    first = [f for f in cts if not f.deps]
+    assert len(first) == 2 and [msgs[s].deps for s in range(2)] == [(f.id,) for f in first]
+    assert [done[f.id][1] for f in first] == pytest.approx([rtt / 2 + back, rtt / 2 + 2 * back], abs=2)  # ns ends
+    assert done[msgs[0].id][0] == done[first[0].id][1]  # step 1 then goes on the wire behind step 0
     gbps = 2 * step * 8 / (rtt + xfer + back)
     assert gbps == pytest.approx(9.96, abs=0.005)
     assert spacing_ns(done, msgs, 4, 18) == pytest.approx(step * 8 / gbps, abs=1)
     assert done[msgs[-1].id][1] == pytest.approx(done[msgs[1].id][1] + 9 * (rtt + xfer + back), abs=18)  # ns rounding
-    for f in cts:  # each on the idle reverse path: its propagation and its own transfer
+    for f in (f for f in cts if f.deps):  # each on the idle reverse path: its propagation and its own transfer
         assert done[f.id][1] - done[f.id][0] == pytest.approx(rtt / 2 + back, abs=1)
     flows, done = p2p(1000, 8, 64, step)
     msgs = [f for f in flows if not is_credit(f)]

@@ -7,6 +7,8 @@ from NCCL's headers here; times against closed forms and bounds derived here, no
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
@@ -39,13 +41,16 @@ def test_a_cts_is_one_send_fifo_entry_a_receive() -> None:
     assert cts_bytes(ring_receives(2)) == 2 * SEND_FIFO_BYTES
 
 
-@pytest.mark.parametrize(("proto", "receives"), [("Simple", 2), ("LL", 1)])
-def test_across_hosts_the_credit_is_a_cts_inside_a_flag(proto: str, receives: int) -> None:
+@pytest.mark.parametrize(("proto", "receives", "window"), [("Simple", 2, 2), ("LL", 1, 8)])
+def test_across_hosts_the_credit_is_a_cts_inside_a_flag(proto: str, receives: int, window: int) -> None:
     """A chunked ring all-reduce over 2 hosts of 2 H100: every credit of a connection between hosts is a flow of
     receives x 64 B from the step's receiver to its sender, released when the receiver has consumed the step (no
     delay of its own), on a queue pair of its own per connection (not the data's), its ECMP key the reverse
-    connection's on the same channel; every credit inside a host is still a zero-byte flow at the sender released
-    the NVLink path's propagation later."""
+    connection's on the same channel; the first `window` steps of each such connection (NCCL_STEPS slots over a
+    chunk's: Simple 8 / 4, LL 8 / 1) wait for one each released at the call's start (no dependencies: the receiving
+    proxy posts its first NCCL_STEPS slots' receives at once, net.cc `recvProxyProgress`). Every credit inside a
+    host is still a zero-byte flow at the sender released the NVLink path's propagation later, and the first
+    window there waits for none."""
     topo = rail_optimized(2, 2, gpu="h100")
     env = nccl_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": proto})
     coll = Collective("all_reduce", (0, 1, 2, 3), 16 * MiB, "fp32")
@@ -55,20 +60,28 @@ def test_across_hosts_the_credit_is_a_cts_inside_a_flag(proto: str, receives: in
     steps = [f for f in dag.flows if not is_credit(f)]
     data_conns = {f.conn for f in steps}
     across = inside = 0
+    (start,) = {f.delay_ns for f in dag.flows if not f.deps}  # the call's first flows' delay
+    first: dict[int, int] = {}  # a connection between hosts -> its steps that wait for a CTS posted at the start
     for f in steps:
         for g in (by_id[d] for d in f.deps if is_credit(by_id[d])):
             consumed = [by_id[d] for d in g.deps]
             if host[f.src] != host[f.dst]:
                 across += 1
-                assert is_cts(g) and (g.src, g.dst, g.size, g.delay_ns) == (f.dst, f.src, receives * 64, 0)
+                assert is_cts(g) and (g.src, g.dst, g.size) == (f.dst, f.src, receives * 64)
+                assert g.delay_ns == (0 if consumed else start)  # the call's first delay (NCCL's latency) if posted
                 assert g.conn and g.conn not in data_conns and g.rate_bps == 0
                 assert g.key is not None and f.key is not None and g.key >> 48 == f.key >> 48  # the same channel
-                assert any(c.dst == f.dst for c in consumed)  # the receiver's consumption of a step
+                if consumed:
+                    assert any(c.dst == f.dst for c in consumed)  # the receiver's consumption of a step
+                else:
+                    first[f.conn] = first.get(f.conn, 0) + 1
             else:
                 inside += 1
                 assert not is_cts(g) and (g.src, g.dst, g.size) == (f.src, f.src, 0)
                 assert g.delay_ns == topo.path_latency_ns(topo.route(f.dst, f.src)) > 0
     assert across and inside
+    crossing = {f.conn for f in steps if host[f.src] != host[f.dst]}
+    assert set(first) == crossing and set(first.values()) == {window}
     cts_conns: dict[int, set[tuple[int, int]]] = {}
     for g in dag.flows:
         if is_cts(g):
@@ -122,22 +135,30 @@ def run(network: str, flows: list[Flow], cc: str = "dcqcn") -> dict[int, tuple[i
 
 def test_a_window_bound_connection_waits_a_cts_each_window_flow_engine() -> None:
     """On the idle path the connection moves a window per round trip: the step, the way back of its CTS (64 B at
-    100 Gbit/s, 5.12 ns, and the 2 µs path) and the next step's 2 µs path. The first window goes at once (the
-    second step behind the first on the wire), then STEPS / WINDOW - 1 rounds of (4,000 + 16 KiB / 100 Gbit/s
-    + 64 B / 100 Gbit/s) ns: a rate of WINDOW x 16 KiB per round, to 2 ns a round (each flow's end rounded up to
-    its ns). The reverse flows share GPU 0's link with the CTSs max-min: each CTS takes a quarter of it, 4 x 5.12
-    ns, and the transfer ends later by at most the three extra shares a round."""
+    100 Gbit/s, 5.12 ns, and the 2 µs path) and the next step's 2 µs path. The first window waits for its own two
+    CTSs, posted at the start and sent in turn on the receiver's CTS queue pair (the first in after 5.12 ns and the
+    2 µs path, the second 5.12 ns later), then goes at once (the second step behind the first on the wire), then
+    STEPS / WINDOW - 1 rounds of (4,000 + 16 KiB / 100 Gbit/s + 64 B / 100 Gbit/s) ns: a rate of WINDOW x 16 KiB
+    per round, to 2 ns a round (each flow's end rounded up to its ns). The reverse flows share GPU 0's link with
+    the CTSs max-min: each CTS takes a quarter of it, 4 x 5.12 ns, and the transfer ends later by at most the three
+    extra shares a round (and the first CTS's three)."""
     flows, fwd, _ = window_bound_p2p(False)
     done = run("flow", flows)
     back, xfer = 64 * 8e9 / (100 * G), STEP * 8e9 / (100 * G)
     rounds = STEPS // WINDOW - 1
-    want = 2000 + WINDOW * xfer + rounds * (4000 + xfer + back)
-    assert done[fwd[-1]][1] == pytest.approx(want, abs=2 * rounds)
+    want = (2000 + back) + 2000 + WINDOW * xfer + rounds * (4000 + xfer + back)
+    assert done[fwd[-1]][1] == pytest.approx(want, abs=2 * (rounds + 1))
     cts = [f for f in flows if is_cts(f)]
-    assert len(cts) == STEPS - WINDOW and {(f.src, f.dst, f.size) for f in cts} == {(1, 0, 64)}
+    assert len(cts) == STEPS and {(f.src, f.dst, f.size) for f in cts} == {(1, 0, 64)}
+    assert [f.id for f in cts if not f.deps] == [d for s in fwd[:WINDOW] for d in by(flows, s).deps]
     flows, fwd, _ = window_bound_p2p(True)
     busy = run("flow", flows)
-    assert 0 < busy[fwd[-1]][1] - done[fwd[-1]][1] <= rounds * (3 * back + 1)
+    assert 0 < busy[fwd[-1]][1] - done[fwd[-1]][1] <= (rounds + 1) * (3 * back + 1)
+
+
+def by(flows: list[Flow], fid: int) -> Flow:
+    """The flow of id `fid`."""
+    return next(f for f in flows if f.id == fid)
 
 
 @pytest.mark.ns3
@@ -160,3 +181,100 @@ def test_reverse_traffic_queues_the_cts_and_slows_the_forward_transfer(ns3_lib) 
     assert waited > 10 * idle_cts  # the CTS queued (more than ten times its idle time)
     assert waited <= later <= drain
     assert later > 0.2 * idle[fwd[-1]][1]  # measurably: by more than a fifth
+
+
+def first_window(reverse: list[tuple[int, int]], at: int) -> tuple[list[Flow], list[Flow], list[int], list[Flow]]:
+    """`window_bound_p2p`'s connection (64 x 16 KiB from GPU 0 to GPU 1, 2 in flight) submitted at `at` ns, after
+    4 MiB flows `reverse` (src, dst GPU indexes) submitted at 0: the reverse flows, the connection's flows, its
+    steps' ids and the clear-to-sends of its first window (posted at the start: no dependencies)."""
+    topo, gpus = star([100 * G] * 5, 1000)
+    b = builder(topo, gpus, "p2p")
+    fwd = b.add_chunks(0, 1, [STEP] * STEPS, "p2p", 0, window=WINDOW)
+    flows = b.finish().flows
+    first = max(f.id for f in flows) + 1
+    rev = [Flow(first + i, gpus[s], gpus[d], REVERSE_BYTES, tag=f"reverse{i}") for i, (s, d) in enumerate(reverse)]
+    posted = [f for f in flows if is_cts(f) and not f.deps]
+    return rev, flows, fwd, posted
+
+
+def run_at(network: str, rev: list[Flow], flows: list[Flow], at: int) -> dict[int, tuple[int, int]]:
+    """Flow id -> (start, end) ns: `rev` submitted at 0, `flows` at `at`."""
+    topo, _ = star([100 * G] * 5, 1000)
+    sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc="dcqcn")), topo)
+    try:
+        sim.submit(rev, at=0)
+        sim.advance(at)
+        sim.submit(flows, at=at)
+        done = {c.flow_id: (c.start_ns, c.end_ns) for c in sim.drain()}
+    finally:
+        sim.close()
+    assert len(done) == len(rev) + len(flows)
+    return done
+
+
+def test_the_first_window_waits_for_the_cts_of_its_posted_receives_flow_engine() -> None:
+    """The receiver posts its first NCCL_STEPS slots' receives when the call starts, and the sender writes step s <
+    window only once the CTS of receive s is in (net.cc `recvProxyProgress`, net_ib `ncclIbIsend`): each of the
+    first window's steps depends on one CTS of 64 B from GPU 1 to GPU 0 without dependencies of its own, sent in
+    turn on the receiver's CTS queue pair. Idle: step 0 goes at 2,000 + 5.12 ns (the CTS's path and bytes, its end
+    rounded up to the ns). With a 4 MiB flow 1 -> 0 on the same links from the start, the CTS takes half of GPU 1's
+    link, max-min: 2,000 + 10.24 ns."""
+    back = 64 * 8e9 / (100 * G)
+    for reverse, share in (([], 1), ([(1, 0)], 2)):
+        rev, flows, fwd, posted = first_window(reverse, 0)
+        assert [f.deps for f in flows if f.id in fwd[:WINDOW]] == [(f.id,) for f in posted]
+        assert all((f.src, f.dst, f.size) == (1, 0, 64) for f in posted) and len({f.queue for f in posted}) == 1
+        done = run_at("flow", rev, flows, 0)
+        assert done[fwd[0]][0] == done[posted[0].id][1] == math.ceil(2000 + share * back)
+
+
+@pytest.mark.ns3
+def test_a_queued_reverse_path_holds_back_the_first_window(ns3_lib) -> None:
+    """ns-3, DCQCN: GPUs 2-4 send 4 MiB each into GPU 0 from 0 ns, so the switch's port to GPU 0 has a queue when
+    the connection 0 -> 1 starts at 20 µs; the CTSs of its first window cross that port, so its first step leaves
+    only once CTS 0 is through it: its start is CTS 0's end, later than on the idle path by that CTS's wait (more
+    than ten times its idle 2 µs), which the reverse bytes' drain through GPU 0's link at line rate bounds."""
+    at = 20_000
+    rev, flows, fwd, posted = first_window([], at)
+    idle = run_at("ns3", rev, flows, at)
+    rev, flows, fwd, posted = first_window([(2, 0), (3, 0), (4, 0)], at)
+    busy = run_at("ns3", rev, flows, at)
+    cts0 = posted[0].id
+    for done in (idle, busy):
+        assert done[fwd[0]][0] >= done[cts0][1]  # the step waits for its CTS
+    idle_fct = idle[cts0][1] - idle[cts0][0]
+    waited = (busy[cts0][1] - busy[cts0][0]) - idle_fct
+    p = PacketConfig()
+    drain = sum(f.size for f in rev) * (p.payload_bytes + p.header_bytes) / p.payload_bytes * 8e9 / (100 * G)
+    assert 10 * idle_fct < waited <= drain
+    assert busy[fwd[0]][0] - idle[fwd[0]][0] >= waited - 1
+
+
+@pytest.mark.parametrize(("size", "freed"), [(MiB, False), (64 * MiB, True)])
+def test_grouped_receives_share_one_cts(size: int, freed: bool) -> None:
+    """A chunked all-to-all on 2 x 8 H100 (rail-optimised): PXN sends a GPU's parts for the other host through the
+    GPU there on the receiver's rail, so a receiver's 8 transfers from that host on a channel come through one
+    sending proxy and share its receive comm (net.cc: NCCL_NET_SHARED_COMMS, IB's maxRecvs NCCL_NET_IB_MAX_RECVS
+    = 8). `recvProxyProgress` posts step s of the 8 as one irecv, which net_ib answers with one CTS of nreqs = 8
+    entries (`ncclIbPostFifo`): every CTS is 8 x 64 B from the receiver to that GPU, and gates step s of the 8
+    transfers, one connection each; a transfer's first window waits for one posted at the start. At 64 MiB (8 steps
+    of 128 KiB a part, 2 in flight: 16 shared slots over 8 subs) the later ones free slots."""
+    topo = rail_optimized(2, 8, gpu="h100")
+    coll = Collective("all_to_all", tuple(range(16)), size, "fp32")
+    dag = decompose(coll, topo, AlgoOptions(granularity="chunked", nccl_env=nccl_env({})))
+    cts = {f.id: f for f in dag.flows if is_cts(f)}
+    assert cts and {f.size for f in cts.values()} == {8 * SEND_FIFO_BYTES}
+    gated: dict[int, list[Flow]] = {i: [] for i in cts}
+    for f in dag.flows:
+        for d in f.deps:
+            if d in gated:
+                gated[d].append(f)
+    host = {n: topo.nodes[n].host for n in topo.endpoints}
+    for i, c in cts.items():
+        steps = gated[i]
+        assert len(steps) == 8 and {(f.src, f.dst) for f in steps} == {(c.dst, c.src)} and host[c.src] != host[c.dst]
+        assert len({f.conn for f in steps}) == 8  # one step of each of the 8 connections
+        if c.deps:  # a freed slot's: once the receiver has consumed step s - window of all 8
+            assert len([d for d in c.deps if d in {f.id for f in dag.flows if f.dst == c.src}]) == 8
+    assert any(not c.deps for c in cts.values())
+    assert any(c.deps for c in cts.values()) == freed

@@ -66,8 +66,8 @@ def test_one_hop_chain_keeps_eight_steps_in_flight(kind: str, size: int) -> None
     for steps in hops.values():
         assert len({f.queue for f in steps}) == 1 and steps[0].queue  # the hop's steps on the wire in order
         for c, f in enumerate(steps):  # the receiver consumes a step as it lands; its clear-to-send crosses back
-            slot = [by_id[d] for d in f.deps]
-            assert [g.deps for g in slot] == ([(steps[c - NCCL_STEPS].id,)] if c >= NCCL_STEPS else [])
+            slot = [by_id[d] for d in f.deps]  # the first NCCL_STEPS: the receives posted at the start, one CTS each
+            assert [g.deps for g in slot] == [(steps[c - NCCL_STEPS].id,) if c >= NCCL_STEPS else ()]
             assert all(is_credit(g) and (g.src, g.dst, g.size) == (f.dst, f.src, CTS_BYTES) for g in slot)
     assert t == pytest.approx(LATENCY_US + size / (1000 * GRAPH_GBS), rel=1e-4)
     assert t == pytest.approx(coarse, rel=1e-4)

@@ -61,8 +61,8 @@ def test_sendrecv_across_hosts_keeps_eight_steps_in_flight(size: int) -> None:
     for steps in conns.values():
         assert len({f.queue for f in steps}) == 1 and steps[0].queue  # one queue: the connection's order
         for s, f in enumerate(steps):  # the receiver consumes a step as it lands; its clear-to-send crosses back
-            slot = [by_id[d] for d in f.deps]
-            assert [g.deps for g in slot] == ([(steps[s - NCCL_STEPS].id,)] if s >= NCCL_STEPS else [])
+            slot = [by_id[d] for d in f.deps]  # the first NCCL_STEPS: the receives posted at the start, one CTS each
+            assert [g.deps for g in slot] == [(steps[s - NCCL_STEPS].id,) if s >= NCCL_STEPS else ()]
             assert all(is_credit(g) and (g.src, g.dst, g.size) == (f.dst, f.src, CTS_BYTES) for g in slot)
     want = BASE_LAT_RING + NET_HOP + 2 * CHANNELS * NET_OVERHEAD + size / (1000 * NIC_GBS)
     assert t == pytest.approx(want, rel=1e-4)

@@ -17,7 +17,10 @@ message: the consumption of the message `window` back plus the credit's way back
 flow at the sender released the flag's latency later (`DagBuilder.credit_ns`; 0: no flow). Across hosts it is the
 clear-to-send itself, a flow of `cts_bytes` from the receiver to the sender over the network (its NICs, the reverse
 path), which queues behind what the reverse direction carries and pauses with it (PFC); the sender's next message
-waits for its arrival. Both engines see the same flows: a tiny max-min flow in the flow engine, an RDMA write in
+waits for its arrival. The first `window` messages of such a connection wait for the CTSs of the receives the
+receiving proxy posts when the call starts (`Credits.posted`); a p2p call's receives from one sending proxy on a
+channel are posted together, one CTS for up to MAX_RECVS of them (`DagBuilder.grouped_cts`). A queue pair writes
+its CTSs in turn. Both engines see the same flows: a tiny max-min flow in the flow engine, an RDMA write in
 ns-3. Its traffic class is the collective's: phantora maps neither NCCL_IB_TC nor NCCL_IB_FIFO_TC (the CTS queue
 pair's own class, net_ib/connect.cc) to a class.
 """
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
 
 CREDIT = "credit"  # the last part of a credit's tag
 NCCL_STEPS = 8  # slots per connection (src/include/device.h)
+MAX_RECVS = 8  # NCCL_NET_IB_MAX_RECVS (net_ib/common.h): receives one grouped irecv, and its CTS, covers at most
 CTS_ENTRY_BYTES = 64  # sizeof(struct ncclIbSendFifo), net_ib/common.h (NCCL v2.29.7-1): 8+8+4x4+4+4+8+16 padding
 
 
@@ -52,6 +56,10 @@ class Builder(Protocol):
 
     def clear_to_send(self, src: int, dst: int, size: int, deps: tuple[int, ...], tag: str, channel: int) -> int: ...
 
+    def grouped_cts(
+        self, src: int, dst: int, size: int, deps: tuple[int, ...], tag: str, channel: int, step: tuple[int, int]
+    ) -> int: ...
+
 
 def is_credit(f: Flow) -> bool:
     """Whether `f` is a credit on its way back: a zero-byte flow at the sender released after its latency (inside a
@@ -68,7 +76,7 @@ def cts_bytes(receives: int = 1) -> int:
     """The bytes of the clear-to-send that frees one message's slots: sizeof(ncclIbSendFifo), 64, once per receive
     the message covers. net_ib answers each receive the proxy posts with one inline RDMA WRITE of `nreqs x
     sizeof(ncclIbSendFifo)` into the sender's CTS FIFO (net_ib/p2p.cc `ncclIbPostFifo`); a connection's receive has
-    one request (grouped receives, several channels' steps in one, are p2p's shared connections: not modelled), and
+    one request (a p2p call's receives grouped over connections add theirs: `DagBuilder.grouped_cts`), and
     the proxy posts one a slice (net.cc `recvProxyProgress`: `posted += sliceSteps`): one a message, but two for a
     Simple ring chunk (`ring_receives`). 64 bytes: 8 (addr) + 8 (size) + 4 x 4 (rkeys, NCCL_IB_MAX_DEVS_PER_NIC)
     + 4 (nreqs) + 4 (tag) + 8 (idx) + 16 (padding), a 32-byte multiple as common.h asserts."""
@@ -86,10 +94,24 @@ class Credits:
     """The connections of one builder's collective: messages in order, and when each was consumed (see the
     module). `window`: messages a connection keeps in flight (its NCCL_STEPS slots over the slots a message
     takes); `tag`: the credits' tag before "/credit" (their channel's); `channel`: theirs (a clear-to-send's
-    queue pair and ECMP key); `receives`: the receives a message is posted as (`cts_bytes`)."""
+    queue pair and ECMP key); `receives`: the receives a message is posted as (`cts_bytes`); `posts`: whether the
+    receiver posts receives (False: one-sided puts, whose first window waits for no clear-to-send); `grouped`:
+    the connections are p2p transfers of one call whose receives the receiving proxy posts together with the other
+    such connections' from the same sending proxy on the channel (`DagBuilder.grouped_cts`)."""
 
-    def __init__(self, b: Builder, window: int, tag: str, channel: int = 0, receives: int = 1) -> None:
+    def __init__(
+        self,
+        b: Builder,
+        window: int,
+        tag: str,
+        channel: int = 0,
+        receives: int = 1,
+        posts: bool = True,
+        grouped: bool = False,
+    ) -> None:
         self.b = b
+        self.posts = posts
+        self.grouped = grouped
         self.window = max(1, window)
         self.tag = f"{b.prefix}{tag}/{CREDIT}"  # its credits' tag: the channel's, then "credit"
         self.channel = channel
@@ -100,12 +122,30 @@ class Credits:
 
     def slot(self, conn: Hashable, src: int, dst: int) -> tuple[int, ...]:
         """What the next message on `conn` (position `src` to `dst`) waits for to have a free slot: the message
-        `window` back consumed by `dst`, and the credit back at `src`; () while the connection has free slots."""
+        `window` back consumed by `dst`, and the credit back at `src`. One of the first `window` messages finds its
+        slot free: inside a host it waits for nothing, across hosts for the clear-to-send of its receive (`posted`)."""
         sent = self._sent.get(conn)
         if sent is None or len(sent) < self.window:
-            return ()
+            return self.posted(src, dst, len(sent or ()))
         back = sent[-self.window]
-        return self.credit(src, dst, self._used.get(back, (back,)))
+        return self.credit(src, dst, self._used.get(back, (back,)), len(sent))
+
+    def posted(self, src: int, dst: int, step: int = 0) -> tuple[int, ...]:
+        """What one of the first `window` messages of a connection `src` -> `dst` waits for: across hosts the
+        clear-to-send of its receive, `self.cts` bytes from dst to src released at the call's start. The receiving
+        proxy posts the first NCCL_STEPS slots' receives as soon as it has the call's op (net.cc
+        `recvProxyProgress`: `posted` runs up to `done` + NCCL_STEPS ahead, `done` 0), each answered by a CTS, and
+        the sending proxy writes a step only once its CTS is in (net_ib `ncclIbIsend` polls its CTS FIFO). phantora
+        starts a collective's ranks together, so the receiver's side starts when the call does: the CTS is a flow
+        without dependencies, which the call's first delay (NCCL's latency, `nccl/shape.py`) holds back as it holds
+        the first steps. () inside a host (the slots are there), for one-sided puts (`self.posts` False: no receive
+        is posted) or without `DagBuilder.credit_ns` (not NCCL's model). `step`: the message's index (`grouped`)."""
+        b = self.b
+        if not self.posts or b.credit_ns is None or not b.network(dst, src):
+            return ()
+        if self.grouped:
+            return (b.grouped_cts(dst, src, self.cts, (), self.tag, self.channel, (step, self.window)),)
+        return (b.clear_to_send(dst, src, self.cts, (), self.tag, self.channel),)
 
     def slots(self, conn: Hashable, src: int, dst: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """For the next message on `conn` (position `src` to `dst`): what it waits for to go (`slot`), and what the
@@ -127,14 +167,17 @@ class Credits:
         what earlier calls named (a step sent on to several peers is consumed once all have it)."""
         self._used[flow] = tuple(dict.fromkeys((*self._used.get(flow, ()), *deps)))
 
-    def credit(self, src: int, dst: int, deps: tuple[int, ...]) -> tuple[int, ...]:
+    def credit(self, src: int, dst: int, deps: tuple[int, ...], step: int = 0) -> tuple[int, ...]:
         """`deps` (dst's consumption of a step) as the sender `src` learns of it: across hosts the clear-to-send,
-        `self.cts` bytes from dst to src once they have completed (on the connection's CTS queue pair); inside a
-        host a zero-byte flow at src released the credit's latency after them, or `deps` themselves where that is
-        0. No credit without `DagBuilder.credit_ns` (not NCCL's model)."""
+        `self.cts` bytes from dst to src once they have completed (on the connection's CTS queue pair; `grouped`:
+        message `step`'s, one for the group); inside a host a zero-byte flow at src released the credit's latency
+        after them, or `deps` themselves where that is 0. No credit without `DagBuilder.credit_ns` (not NCCL's
+        model)."""
         b = self.b
         if b.credit_ns is None or not deps:
             return deps
+        if self.grouped and b.network(dst, src):
+            return (b.grouped_cts(dst, src, self.cts, deps, self.tag, self.channel, (step, self.window)),)
         key = (src, dst, deps)
         gate = self._gates.get(key)
         if gate is not None:

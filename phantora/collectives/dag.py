@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from phantora.collectives.back_pressure import Credits
+from phantora.collectives.back_pressure import MAX_RECVS, Credits
 from phantora.collectives.rank_last import rank_last
 from phantora.errors import InputError
 from phantora.netsim.base import Flow, new_flow
@@ -119,6 +119,9 @@ class DagBuilder:
     # (receiver position, sender position) -> ns a slot's credit takes back to its sender (back_pressure.py); None:
     # no return latency
     credit_ns: Callable[[int, int], int] | None = None
+    # (receiver position, sending proxy's position, channel, (step, window)) -> (its grouped receives' CTS flow,
+    # the receives in it)
+    grouped: dict[tuple[int, int, int, tuple[int, int]], tuple[int, int]] = field(default_factory=dict)
 
     def add(
         self,
@@ -246,6 +249,8 @@ class DagBuilder:
         window: int = 1,
         ready: list[tuple[int, ...]] | None = None,
         queue: int = 0,
+        puts: bool = False,
+        grouped: bool = False,
     ) -> list[int]:
         """A connection's messages (NCCL's steps of one channel); return their ids. One size: a plain `add`.
 
@@ -256,11 +261,14 @@ class DagBuilder:
         its queue pairs in turn), so up to w steps are in flight and none waits for the one before to arrive.
         The input: `deps` and `delay_ns` for every step (the transfer's), or `ready[s]` for step s (a step that
         forwards data received before it). `queue`: the steps' queue in place of the connection's
-        (`sender_queue`). Without a communicator (no connections to order): window 1."""
+        (`sender_queue`). Across hosts each of the first w steps also waits for its receive's clear-to-send
+        (`back_pressure.Credits.posted`), unless `puts` (one-sided writes: no receive is posted); `grouped`: the
+        receiver posts step s's receive with those of the call's other grouped connections from `src` on the
+        channel, one CTS for all (`grouped_cts`). Without a communicator (no connections to order): window 1."""
         if len(sizes) <= 1 and ready is None:
             return [self.add(src, dst, sum(sizes), tag, channel, deps, delay_ns, origin)]
         window = window if self.comm else 1
-        credits = Credits(self, window, tag, channel)  # a step is consumed as it arrives: the receiver copies it out
+        credits = Credits(self, window, tag, channel, posts=not puts, grouped=grouped)  # consumed as it arrives
         out: list[int] = []
         for c, size in enumerate(sizes):
             name = f"{tag}/chunk{c}" if len(sizes) > 1 else tag
@@ -300,12 +308,37 @@ class DagBuilder:
         to `dst` (the sender) once `deps` have completed; return its id (`back_pressure.Credits.credit`). `tag` is
         whole (prefixed). It goes on a queue pair of its own, the receiver's CTS queue pair (net_ib's
         `ncclIbRecvCommGetQpForCts`), with the reverse path's ECMP key, between the NICs the connection's steps
-        leave and arrive by (`exits`, `arrivals`: a ring leaving an NCCL node by its channel's NIC)."""
+        leave and arrive by (`exits`, `arrivals`: a ring leaving an NCCL node by its channel's NIC). The queue
+        pair writes its CTSs one at a time in the order they are posted (`Flow.queue`: the first window's, posted
+        together, go in turn, in the flow engine as in ns-3's queue pair)."""
         into = self.arrivals.get((channel, dst, src), src) if self.arrivals else src
         out = self.exits.get((channel, dst, src), dst) if self.exits else dst
         s, d = self.nodes[into], self.nodes[out]
         conn = connection_id(self.comm, s, d, channel, CTS_QP) if self.comm else 0
-        return self._append(new_flow(self._next(), s, d, size, deps, 0, tag, ecmp_key(s, d, channel), conn))
+        return self._append(new_flow(self._next(), s, d, size, deps, 0, tag, ecmp_key(s, d, channel), conn, conn))
+
+    def grouped_cts(
+        self, src: int, dst: int, size: int, deps: tuple[int, ...], tag: str, channel: int, step: tuple[int, int]
+    ) -> int:
+        """The clear-to-send of step `step` of a grouped p2p connection dst -> src (`clear_to_send`'s arguments):
+        the receiving proxy posts the receives of one call's subs on a channel that share a receive comm (the same
+        sending proxy: NCCL_NET_SHARED_COMMS) as one irecv of up to MAX_RECVS (net.cc `recvProxyProgress`: a group
+        posts step s of all its subs at once, once each has room), so net_ib answers them with one CTS of
+        `nreqs` x 64 B (`ncclIbPostFifo`). The first connection's step makes the CTS; the others' add their bytes
+        and what frees their slot to it, up to MAX_RECVS receives a CTS. `step`: (the step, the connection's steps
+        in flight): a group's subs share one depth (`maxDepth`), so connections of other windows do not group.
+        Returns its id."""
+        key = (src, dst, channel, step)
+        got = self.grouped.get(key)
+        if got is None or got[1] >= MAX_RECVS:
+            self.grouped[key] = (self.clear_to_send(src, dst, size, deps, tag, channel), 1)
+            return self.grouped[key][0]
+        fid, receives = got
+        i = fid - self.first_id
+        f = self.flows[i]
+        self.flows[i] = replace(f, size=f.size + size, deps=tuple(dict.fromkeys((*f.deps, *deps))))
+        self.grouped[key] = (fid, receives + 1)
+        return fid
 
     def _network(self, s: int, d: int) -> bool:
         """Whether s -> d crosses hosts (NCCL's net transport, whose connections have IB queue pairs)."""

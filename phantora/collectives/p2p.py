@@ -26,6 +26,7 @@ def _pair(
     chunk: ChunkOf | None = None,
     window: int = 1,
     depth: Depth | None = None,
+    grouped: bool = False,
 ) -> list[int]:
     """One transfer as `channels` parallel flows (one ECMP key each). With a relay position (NCCL's PXN), each
     part crosses NVLink to the relay and leaves through the relay's NIC, both at once (the steady state of the
@@ -33,7 +34,8 @@ def _pair(
     flow names keep the part index. `chunk` (the chunked granularity): each part is its channel's steps, up to
     `window` of them in flight on its connection (`DagBuilder.add_chunks`; `depth`, where given, sets a part's
     own), on each hop of a relay side by side as coarse runs them (the relay's first step's NVLink crossing is not
-    charged)."""
+    charged). `grouped`: across hosts the receiver posts each step's receive with those of the call's other
+    grouped transfers from the same sending proxy on the channel (`DagBuilder.grouped_cts`)."""
     via = relay(src, dst) if relay is not None else None
     ids = channel_map(src, dst, channels) if channel_map is not None else list(range(channels))
     step = chunk(src, dst, size) if chunk is not None else 0
@@ -43,10 +45,10 @@ def _pair(
         sizes = chunks_of(part, step) if step else [part]
         w = depth(src, dst, ids[c]) if depth is not None else window
         if via is None:
-            out.append(b.add_chunks(src, dst, sizes, name, ids[c], deps, delay, window=w)[-1])
+            out.append(b.add_chunks(src, dst, sizes, name, ids[c], deps, delay, window=w, grouped=grouped)[-1])
         else:  # both hops use the relay's buffer slots of this connection
             out.append(b.add_chunks(src, via, sizes, f"{name}/pxn", ids[c], deps, delay, window=w)[-1])
-            out.append(b.add_chunks(via, dst, sizes, name, ids[c], deps, delay, src, window=w)[-1])
+            out.append(b.add_chunks(via, dst, sizes, name, ids[c], deps, delay, src, window=w, grouped=grouped)[-1])
     return out
 
 
@@ -78,7 +80,9 @@ def all_to_all(
             for k in range(1, n):
                 j = (r + k) % n
                 tag = f"{name}/direct"
-                _pair(b, r, j, blocks[j], channels, tag, (), step_delay_ns, relay, channel_map, chunk, window, depth)
+                _pair(
+                    b, r, j, blocks[j], channels, tag, (), step_delay_ns, relay, channel_map, chunk, window, depth, True
+                )
         return
     sent: list[list[int]] = [[] for _ in range(n)]  # sent[r]: r's flows of the previous round
     for k in range(1, n):

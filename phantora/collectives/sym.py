@@ -145,7 +145,7 @@ def hier_ce_flows(b: DagBuilder, kind: str, blocks: list[list[int]], nbytes: int
             for pos in block:
                 for k in range(1, hosts):
                     for peer in blocks[(h + k) % hosts]:
-                        b.add_chunks(pos, peer, chunks, f"{tag}/put", 0, window=len(chunks))
+                        b.add_chunks(pos, peer, chunks, f"{tag}/put", 0, window=len(chunks), puts=True)
                 for other in block:
                     if other != pos:
                         b.add(pos, other, s, tag, 0)
@@ -155,7 +155,7 @@ def hier_ce_flows(b: DagBuilder, kind: str, blocks: list[list[int]], nbytes: int
         for i, pos in enumerate(block):
             for k in range(1, hosts):
                 peer = blocks[(h + k) % hosts][i]
-                puts[pos, peer] = b.add_chunks(pos, peer, chunks, f"{tag}/put", 0, window=len(chunks))
+                puts[pos, peer] = b.add_chunks(pos, peer, chunks, f"{tag}/put", 0, window=len(chunks), puts=True)
     for h, block in enumerate(blocks):
         for i, pos in enumerate(block):
             others = [o for o in block if o != pos]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 
-from phantora.collectives.back_pressure import is_credit
+from phantora.collectives.back_pressure import is_credit, is_cts
 from phantora.netsim.base import Flow
 from phantora.topology.model import Topology
 
@@ -23,11 +23,15 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
     alone (ns). A credit (`back_pressure.is_credit`: inside a host a zero-byte flow at a sender released its latency
     after a receiver consumed a step, across hosts a clear-to-send from the receiver) counts its whole time as
     propagation: NCCL's latency is measured with its credits going round, so it is netted out like the steps'
-    propagation, the clear-to-send's own bytes with it. Queues take their flows in release order on the
-    first reckoning (the second keeps that order)."""
+    propagation, the clear-to-send's own bytes with it. A clear-to-send holds its queue (its queue pair's) for its
+    bytes; those of the receives posted at the start (no dependencies) share their endpoint's link with the other
+    queue pairs' posted at once there, as max-min shares it (`_posted_shares`). Queues take their flows in
+    release order on the first reckoning (the second keeps that order)."""
     paths: dict[tuple[int, int, int, bool], tuple[int, int]] = {}  # (propagation ns, slowest link bps)
     hop: list[float] = []
     own: list[float] = []
+    busy: list[float] = []  # how long a flow holds its queue
+    shares = _posted_shares(flows)
     for f, size, cap in zip(flows, wire, caps, strict=True):
         key = (f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
         path = paths.get(key)
@@ -38,11 +42,14 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
         rate = cap or path[1]
         took = size * 8e9 / rate if rate else 0.0
         if is_credit(f):  # its latency (a flag's delay, or a clear-to-send's path and bytes) is the credit's
+            took *= shares.get(f.src, 1) if not f.deps else 1
             hop.append(f.delay_ns if f.src == f.dst else path[0] + took)
             own.append(0.0)
+            busy.append(took)
             continue
         hop.append(path[0])
         own.append(took)
+        busy.append(took)
     index = {f.id: i for i, f in enumerate(flows)}
     deps = [[index[d] for d in f.deps if d in index] for f in flows]
     after: list[list[int]] = [[] for _ in flows]
@@ -62,7 +69,7 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
         if queue:
             prev = sent[queue]
             start_both, start_xfer = max(start_both, prev[0]), max(start_xfer, prev[1])
-            sent[queue] = (start_both + own[i], start_xfer + own[i])
+            sent[queue] = (start_both + busy[i], start_xfer + own[i])
         both[i] = start_both + hop[i] + own[i]
         xfer[i] = start_xfer + own[i]
         for j in after[i]:
@@ -70,3 +77,15 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
             if missing[j] == 0:
                 push(ready, (max(map(both_of, deps[j])), j))
     return max(both, default=0.0), max(xfer, default=0.0)
+
+
+def _posted_shares(flows: list[Flow]) -> dict[int, int]:
+    """Endpoint -> the queues whose clear-to-sends it sends at the start (`is_cts` without dependencies: a
+    connection's first window, `back_pressure.Credits.posted`). Each such queue sends its CTSs one at a time, so
+    while they last that many share the endpoint's link at once: with equal queues, max-min ends CTS k of every
+    queue at (k + 1) x that many x its own time."""
+    queues: dict[int, set[int]] = defaultdict(set)
+    for f in flows:
+        if not f.deps and is_cts(f):
+            queues[f.src].add(f.queue or -f.id)
+    return {src: len(q) for src, q in queues.items()}
