@@ -122,12 +122,11 @@ def run_replay(case: str, size: str, workers: int) -> dict[str, Any]:
         wl_path = Path(tmp) / "rail.toml"
         wl_path.write_text(src.replace(line, f'bytes = "{size}"'))
         wl = load_workload(wl_path, world=topo.num_ranks)
-    sim = factory.make_engine(
-        EngineSpec("ns3", replace(config, workers=workers)), topo, spawner=spawn_workers, whole_dag=True
-    )
+    spec = EngineSpec("ns3", replace(config, workers=workers))
+    sim = factory.make_engine(spec, topo, spawner=spawn_workers, whole_dag=True)
     try:
         c0, t0 = time.process_time(), time.perf_counter()
-        res = replay_inprocess(wl, topo, sim, AlgoOptions(granularity="chunked"))
+        res = replay_inprocess(wl, topo, sim, AlgoOptions(granularity="chunked").on_engine(spec))
         cpu, wall = time.process_time() - c0, time.perf_counter() - t0
         stats = sim.stats()
     finally:

@@ -144,8 +144,9 @@ def config_options(cfg: RunConfig, skip: tuple[str, ...]) -> dict[str, Any]:
 
 def run_algo(cfg: RunConfig) -> AlgoOptions:
     """The collective options of a run's ranks (what the bridge decomposes with, and a recording replays with):
-    its collective model and granularity; InputError on a bad value."""
-    return AlgoOptions(model=cfg.collective_model, granularity=cfg.granularity)
+    its collective model and granularity, and its engine's NIC latency (`AlgoOptions.on_engine`); InputError on a
+    bad value."""
+    return AlgoOptions(model=cfg.collective_model, granularity=cfg.granularity).on_engine(cfg.engine)
 
 
 def jobs_algo(cfg: RunConfig) -> AlgoOptions | None:

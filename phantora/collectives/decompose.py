@@ -152,6 +152,7 @@ def decompose(
             pipelined=pipelined,
             whole=whole,
             channel_queues=kernels,
+            nic=(opts.nic_latency_ns, opts.nic_on_nvlink),
         )
         dag.choice = choice.to_dict()
     return dag

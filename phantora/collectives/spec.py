@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol
 
 from phantora.collectives.launch_group import At, LaunchGroup, Pair
 from phantora.errors import InputError
@@ -275,6 +277,17 @@ class Collective:
         return BUSBW_FACTOR[self.kind](self.size) if self.size > 1 else 1.0
 
 
+class NicCharging(Protocol):
+    """What an engine (`EngineSpec`) tells the planner of the NIC latency it charges: L ns to each flow it carries
+    between two endpoints, and whether a flow inside one NVSwitch is one of them."""
+
+    @property
+    def nic_latency_ns(self) -> int: ...
+
+    @property
+    def nic_on_nvlink(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class AlgoOptions:
     """How to decompose.
@@ -294,6 +307,10 @@ class AlgoOptions:
     model: str = "nccl"  # nccl | ideal
     protocol: str = "auto"  # auto | LL | LL128 | Simple (nccl model)
     nccl_env: tuple[tuple[str, str], ...] | None = None  # NCCL_* variables; None: read from os.environ
+    # The engine's NIC latency (ns3 with --set nic_latency; `on_engine`): NCCL's measured latency holds it, so the
+    # delays net it out on an idle chain, as the propagation; `nic_on_nvlink`: flows inside an NVSwitch pay it too
+    nic_latency_ns: int = 0
+    nic_on_nvlink: bool = True
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -316,3 +333,11 @@ class AlgoOptions:
             raise InputError(f"chunk_bytes must be > 0, got {self.chunk_bytes}", field="chunk_bytes")
         if self.step_latency_ns < 0:
             raise InputError(f"step_latency_ns must be >= 0, got {self.step_latency_ns}", field="step_latency_ns")
+        if isinstance(self.nic_latency_ns, bool) or not isinstance(self.nic_latency_ns, int) or self.nic_latency_ns < 0:
+            raise InputError(
+                f"nic_latency_ns must be an integer >= 0, got {self.nic_latency_ns!r}", field="nic_latency_ns"
+            )
+
+    def on_engine(self, engine: NicCharging) -> AlgoOptions:
+        """These options for a run on `engine` (an `EngineSpec`): its NIC latency, and whether NVLink flows pay it."""
+        return dataclasses.replace(self, nic_latency_ns=engine.nic_latency_ns, nic_on_nvlink=engine.nic_on_nvlink)

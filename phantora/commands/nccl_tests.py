@@ -257,6 +257,7 @@ def run(args: argparse.Namespace) -> int:
     if split is not None and spec.rooted:
         ns.check_root(split, args.root)
     engine = engine_spec(args)
+    opts = opts.on_engine(engine)  # its NIC latency netted out of NCCL's (`AlgoOptions.nic_latency_ns`)
     config = engine.packet_used
     if config is not None:
         refuse_partition(config, PARTITION_REFUSALS["nccl-tests"])

@@ -214,7 +214,7 @@ def _run_workload(args: argparse.Namespace, topo: Any, engine: EngineSpec) -> in
     bad = wl.max_rank
     if bad >= topo.num_ranks:
         topo.node_of_rank(bad)  # raises the clear "rank outside the topology" error
-    base = _algo(args, AlgoOptions())
+    base = _algo(args, AlgoOptions()).on_engine(engine)
     sc = load_scenario(args, topo)
     res, sim = replay_settled(wl, topo, lambda: workload_engine(engine, topo, sc), base, progress=progress_mode(args))
     try:
@@ -296,7 +296,7 @@ def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: st
 
         paths = export_chakra(graph, args.export_chakra)
         notes.append(f"wrote {len(paths) - 1} Chakra ET files and {paths[-1].name} in {args.export_chakra}")
-    algo = _algo(args, algo_from_meta(graph))
+    algo = _algo(args, algo_from_meta(graph)).on_engine(engine)
     sc = load_scenario(args, topo, steps=True)  # events at a step boundary: as the graph's steps start
     network_files: list[Path] = []
     res, sim = replay_graph_settled(

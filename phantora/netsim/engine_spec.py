@@ -60,6 +60,16 @@ class EngineSpec:
         return self.packet if self.network == "ns3" or self.flow_goodput else None
 
     @property
+    def nic_latency_ns(self) -> int:
+        """The NIC latency each network flow pays before its first packet (ns3's ``nic_latency``; 0 elsewhere)."""
+        return self.packet.nic_latency if self.network == "ns3" else 0
+
+    @property
+    def nic_on_nvlink(self) -> bool:
+        """Whether a flow inside one NVSwitch pays `nic_latency_ns` too: ns-3 carries it (nvlink=packet)."""
+        return self.packet.nvlink != "fluid"
+
+    @property
     def ecmp_hash(self) -> str | None:
         """The ECMP policy asked for (None: the topology's own)."""
         return self.packet.ecmp_hash

@@ -17,7 +17,9 @@ from phantora.netsim.base import Flow
 from phantora.topology.model import Topology
 
 
-def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps: list[int]) -> tuple[float, float]:
+def critical_chains_ns(
+    flows: list[Flow], topo: Topology, wire: list[int], caps: list[int], nic_ns: int = 0, nic_on_nvlink: bool = True
+) -> tuple[float, float]:
     """The longest chains of dependent flows on an idle network: the longest of their propagation plus transfer
     time at their caps (a flow without one: at its path's slowest link), and the longest of their transfer time
     alone (ns). A credit (`back_pressure.is_credit`: inside a host a zero-byte flow at a sender released its latency
@@ -26,11 +28,14 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
     propagation, the clear-to-send's own bytes with it. A clear-to-send holds its queue (its queue pair's) for its
     bytes; those of the receives posted at the start (no dependencies) share their endpoint's link with the other
     queue pairs' posted at once there, as max-min shares it (`_posted_shares`). Queues take their flows in
-    release order on the first reckoning (the second keeps that order)."""
+    release order on the first reckoning (the second keeps that order). `nic_ns`: the engine's NIC latency, which a
+    flow that pays it (`pays_nic`) waits from its release before it can take its queue (a queue's earlier flow may
+    still hold it then); NCCL's latency holds the NIC's, so it counts as propagation."""
     paths: dict[tuple[int, int, int, bool], tuple[int, int]] = {}  # (propagation ns, slowest link bps)
     hop: list[float] = []
     own: list[float] = []
     busy: list[float] = []  # how long a flow holds its queue
+    nic = [nic_ns if nic_ns and pays_nic(f, topo, nic_on_nvlink) else 0 for f in flows]
     shares = _posted_shares(flows)
     for f, size, cap in zip(flows, wire, caps, strict=True):
         key = (f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
@@ -64,7 +69,7 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
     pop, push, xfer_of, both_of = heapq.heappop, heapq.heappush, xfer.__getitem__, both.__getitem__
     while ready:
         release, i = pop(ready)
-        start_both, start_xfer = release, max(map(xfer_of, deps[i]), default=0.0)
+        start_both, start_xfer = release + nic[i], max(map(xfer_of, deps[i]), default=0.0)
         queue = flows[i].queue
         if queue:
             prev = sent[queue]
@@ -77,6 +82,14 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
             if missing[j] == 0:
                 push(ready, (max(map(both_of, deps[j])), j))
     return max(both, default=0.0), max(xfer, default=0.0)
+
+
+def pays_nic(f: Flow, topo: Topology, on_nvlink: bool) -> bool:
+    """Does the engine charge `f` its NIC latency? A flow of bytes between two endpoints, and inside one NVSwitch
+    only when the packet engine carries NVLink too (`on_nvlink`)."""
+    if f.size <= 0 or f.src == f.dst:
+        return False
+    return on_nvlink or topo.nvswitch_of(f.src, f.dst, via_nic=f.via_nic) is None
 
 
 def _posted_shares(flows: list[Flow]) -> dict[int, int]:

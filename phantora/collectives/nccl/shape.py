@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 
 from phantora.collectives.back_pressure import is_cts
-from phantora.collectives.nccl.idle_chain import critical_chains_ns
+from phantora.collectives.nccl.idle_chain import critical_chains_ns, pays_nic
 from phantora.collectives.nccl.tuning import Choice
 from phantora.netsim.base import Flow, flow_of
 from phantora.topology.model import Topology
@@ -44,8 +44,9 @@ def wire_bytes(payload: int, protocol: str) -> int:
     return payload
 
 
-def propagation_ns(flows: list[Flow], topo: Topology) -> int:
-    """The longest path propagation among (a sample of) the flows' paths."""
+def propagation_ns(flows: list[Flow], topo: Topology, nic_ns: int = 0, nic_on_nvlink: bool = True) -> int:
+    """The longest path propagation among (a sample of) the flows' paths, with the engine's NIC latency `nic_ns`
+    on those that pay it (`pays_nic`)."""
     worst = 0
     seen: set[tuple[int, int]] = set()
     for f in flows[:LATENCY_SAMPLE]:
@@ -53,7 +54,8 @@ def propagation_ns(flows: list[Flow], topo: Topology) -> int:
             continue
         seen.add((f.src, f.dst))
         route = topo.route(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
-        worst = max(worst, topo.path_latency_ns(route))
+        nic = nic_ns if nic_ns and pays_nic(f, topo, nic_on_nvlink) else 0
+        worst = max(worst, topo.path_latency_ns(route) + nic)
     return worst
 
 
@@ -69,7 +71,14 @@ def _rounds(flows: list[Flow], choice: Choice) -> int:
 
 
 def _delay_ns(
-    flows: list[Flow], choice: Choice, nbytes: int, topo: Topology, chunked: bool, wire: list[int], caps: list[int]
+    flows: list[Flow],
+    choice: Choice,
+    nbytes: int,
+    topo: Topology,
+    chunked: bool,
+    wire: list[int],
+    caps: list[int],
+    nic: tuple[int, bool] = (0, True),
 ) -> int:
     """The delay of the collective's first flows: NCCL's latency (with a ring's uncounted network hops, `chain_us`)
     and the fill, less what the network charges. The proxies' turns are no delay: they overlap the transfer and
@@ -81,11 +90,13 @@ def _delay_ns(
     model's fill, what coarse adds to NCCL's latency without its tree correction (the correction, a fit of
     measured trees, and the choice's fill), is charged once: the delay is NCCL's latency without the
     correction, plus what the model's fill exceeds the chunks' by, less the propagation on the longest chain
-    (on an idle network)."""
+    (on an idle network). `nic`: the engine's NIC latency and whether NVLink flows pay it (`AlgoOptions.nic_latency_ns`)
+    is netted out with the propagation, once per flow on the path or chain that pays it: NCCL's latency, measured
+    on real NICs, holds their work-request latency. What the delay cannot absorb (it stays >= 0) the network adds."""
     if not chunked:
-        prop = propagation_ns(flows, topo) * _rounds(flows, choice)
+        prop = propagation_ns(flows, topo, *nic) * _rounds(flows, choice)
         return max(0, round((choice.lat_us + choice.chain_us + choice.fill_us) * 1000) - prop)
-    idle, xfer = critical_chains_ns(flows, topo, wire, caps)
+    idle, xfer = critical_chains_ns(flows, topo, wire, caps, *nic)
     t_bw_ns = nbytes / choice.algbw if choice.algbw > 0 else 0.0
     own_ns = max(0.0, xfer - max(t_bw_ns, proxy_floor_ns(choice)))
     model_ns = (choice.fit_us + choice.fill_us) * 1000
@@ -102,6 +113,7 @@ def shape(
     pipelined: bool = False,
     whole: Mapping[int, int] | None = None,
     channel_queues: bool = False,
+    nic: tuple[int, bool] = (0, True),
 ) -> list[Flow]:
     """`flows` (one collective's, as decomposed for `choice.algorithm`) as NCCL's choice puts them on the wire.
     `chunked`: the flows are NCCL's steps and chunks (every algorithm), see `_delay_ns`; `pipelined`: a chunked
@@ -110,7 +122,8 @@ def shape(
     (NCCL_IB_QPS_PER_CONNECTION > 1 without NCCL_IB_SPLIT_DATA_ON_QPS): a message then has the whole connection's
     rate; None: each queue pair carries its own part of every message, side by side (`DagBuilder.whole`).
     `channel_queues`: each sender queue (`Flow.queue`) is its GPU's whole kernel on a channel (a one-node Simple
-    tree, `DagBuilder.sender_queue`), so it moves at the channel's rate whatever it carries (`channel_totals`)."""
+    tree, `DagBuilder.sender_queue`), so it moves at the channel's rate whatever it carries (`channel_totals`).
+    `nic`: the engine's NIC latency (ns) and whether flows inside an NVSwitch pay it, netted out (`_delay_ns`)."""
     if not flows:
         return flows
     cts = [is_cts(f) for f in flows]
@@ -122,7 +135,7 @@ def shape(
         wire, caps = [w for w, _ in both], [cap for _, cap in both]
     else:
         wire, caps = _wire_and_caps(flows, choice, nbytes, topo, chunked, pipelined, whole, channel_queues)
-    delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps)
+    delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps, nic)
     return [
         flow_of(
             f.id,
