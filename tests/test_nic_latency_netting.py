@@ -9,6 +9,8 @@ against closed forms: NCCL's model (`Choice`, as dag.choice records it) less the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
@@ -102,3 +104,27 @@ def test_what_the_delay_cannot_absorb_shows(ns3_lib, granularity: str, crossings
         extra = max(0, crossings * latency - d0)
         assert first_delay(SEND, granularity, spec(latency)) == max(0, d0 - crossings * latency)
         assert makespan(SEND, granularity, spec(latency)) == pytest.approx(base + extra, abs=10)
+
+
+def test_a_jobs_workload_job_is_planned_for_its_engine(tmp_path: Path) -> None:
+    """`--jobs` plans a workload job on the run's engine as `phantora replay` plans the workload alone: a coarse
+    all-reduce across the two hosts nets the engine's NIC latency out of its first delay."""
+    from phantora.jobs.recorded import plan_recorded
+    from phantora.jobs.spec import parse_jobs
+    from phantora.replay import plan_workload
+    from phantora.workload import load_workload
+
+    (tmp_path / "ar.toml").write_text('[[op]]\nname = "ar"\nkind = "all_reduce"\nbytes = "1MiB"\nranks = "all"\n')
+    job = parse_jobs('[[job]]\nname = "w"\nworkload = "ar.toml"\nranks = 4\n', "jobs.toml", tmp_path).jobs[0]
+    topo = rail_optimized(2, 2, gpu="h100")
+    gpus = [0, 1, 2, 3]
+
+    def delays(engine: EngineSpec | None) -> set[int]:  # the call's first delay (its flows wait on the op's markers)
+        rec = plan_recorded(job, 0, topo, gpus, None, engine=engine)
+        return {f.delay_ns for f in rec.flows if f.delay_ns}
+
+    alone = plan_workload(load_workload(tmp_path / "ar.toml", world=4), topo, AlgoOptions().on_engine(spec(1000)))
+    assert delays(spec(1000)) == {f.delay_ns for f in alone.flows if f.delay_ns}
+    (without,) = delays(None)
+    (netted,) = delays(spec(1000))
+    assert without - netted == 1000  # one network crossing on the coarse ring's longest path

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.collectives.dag import connection_id
-from phantora.collectives.spec import AlgoOptions
+from phantora.collectives.spec import AlgoOptions, NicCharging
 from phantora.egraph.format import ExecGraph, load
 from phantora.egraph.replay import GraphPlan, algo_from_meta, evaluate_graph, plan_graph
 from phantora.errors import InputError
@@ -110,11 +110,17 @@ def plan_recorded(
     algo: AlgoOptions | None,
     source: str | None = None,
     make: Callable[[Topology], NetworkSimulator] | None = None,
+    engine: NicCharging | None = None,
 ) -> RecordedJob:
     """Plan a workload or graph job on its GPUs (`gpus`: natural ranks of `topo`, rank r on gpus[r]). A workload's
     NCCL groups (all_to_all `splits`) are rated each pair from its own start, with the pairs known then, by runs of
     the job alone on its GPUs on engines from `make` (`replay.settle_groups`, as `phantora replay` rates them); without
-    `make`, from one start, all known (the run says so)."""
+    `make`, from one start, all known (the run says so). `engine`: the run's engine, whose NIC latency the plan nets
+    out of NCCL's (`AlgoOptions.on_engine`, as `phantora replay` plans a lone workload or graph)."""
+
+    def on_engine(opts: AlgoOptions) -> AlgoOptions:
+        return opts if engine is None else opts.on_engine(engine)
+
     placed = topo.with_rank_order(gpus)
     t0 = time.perf_counter()
     try:
@@ -127,6 +133,7 @@ def plan_recorded(
                     file=source,
                     field="ranks",
                 )
+            algo = on_engine(algo or AlgoOptions())
             if grouped_ops(wl) and make is not None:  # rated by runs of the job alone (its start included)
                 _, sim, wl = settle_groups(wl, placed, lambda: make(placed), algo)
                 sim.close()
@@ -136,7 +143,7 @@ def plan_recorded(
             wplan = plan_workload(wl, placed, algo)
             return RecordedJob(index, job, wplan.flows, wl, wplan, plan_s=time.perf_counter() - t0)
         graph = load_graph(job, source)
-        gplan = plan_graph(graph, placed, algo if algo is not None else algo_from_meta(graph))
+        gplan = plan_graph(graph, placed, on_engine(algo if algo is not None else algo_from_meta(graph)))
     except InputError as exc:
         if exc.file is not None:
             raise

@@ -136,7 +136,7 @@ def _check(spec: JobsSpec, base: RunConfig, topo: Topology, algo: AlgoOptions | 
         n += len(gpus[i])
     placed = topo.with_rank_order([g for i in live for g in gpus[i]])
     recorded = [
-        plan_recorded(j, i, topo, gpus[i], algo, spec.source, _alone_engines(base.engine))
+        plan_recorded(j, i, topo, gpus[i], algo, spec.source, _alone_engines(base.engine), base.engine)
         for i, j in enumerate(spec.jobs)
         if j.kind != "script"
     ]
