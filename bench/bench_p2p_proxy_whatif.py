@@ -28,7 +28,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -71,20 +71,25 @@ def step_cost(step_us: float) -> Iterator[None]:
 
 
 @contextmanager
-def p2p_cap(gbs: float) -> Iterator[None]:
-    """Cross-host p2p flows into a GPU capped at `gbs` together (`Choice.net_bw`), restored after."""
+def p2p_choice(rechoose: Callable[[Any, list[Any], Any], Any]) -> Iterator[None]:
+    """`shape._net_caps` given `rechoose(choice, flows, topo)` in place of a p2p call's choice, restored after."""
     old: Callable[..., Any] = shape._net_caps
 
-    def capped(flows: Any, wire: Any, caps: Any, choice: Any, topo: Any, share: Any = None) -> Any:
+    def patched(flows: Any, wire: Any, caps: Any, choice: Any, topo: Any, share: Any = None) -> Any:
         if choice.algorithm == "p2p":
-            choice = replace(choice, net_bw=min(choice.net_bw, gbs) if choice.net_bw > 0 else gbs)
+            choice = rechoose(choice, flows, topo)
         return old(flows, wire, caps, choice, topo, share)
 
-    shape._net_caps = capped
+    shape._net_caps = patched
     try:
         yield
     finally:
         shape._net_caps = old
+
+
+def p2p_cap(gbs: float) -> AbstractContextManager[None]:
+    """Cross-host p2p flows into a GPU capped at `gbs` together (`Choice.net_bw`), restored after."""
+    return p2p_choice(lambda c, _flows, _topo: replace(c, net_bw=min(c.net_bw, gbs) if c.net_bw > 0 else gbs))
 
 
 def turns_rate(rate: float, conns: int, step_us: float, chunk: int = CHUNK) -> float:
@@ -93,28 +98,21 @@ def turns_rate(rate: float, conns: int, step_us: float, chunk: int = CHUNK) -> f
     return 1.0 / (1.0 / rate + 2 * (conns - 1) * step_us * 1000.0 / (conns * chunk))
 
 
-@contextmanager
-def turns_in_series(step_us: float) -> Iterator[None]:
+def turns_in_series(step_us: float) -> AbstractContextManager[None]:
     """Cross-host p2p flows into a GPU at `turns_rate` of their channels' rate (`Choice.net_bw`), with a NIC's
     connections each way counted as the GPU's remote sources times the transfer's channels; restored after."""
-    old: Callable[..., Any] = shape._net_caps
 
-    def slowed(flows: Any, wire: Any, caps: Any, choice: Any, topo: Any, share: Any = None) -> Any:
-        if choice.algorithm != "p2p" or choice.net_bw <= 0:
-            return old(flows, wire, caps, choice, topo, share)
+    def slowed(choice: Any, flows: list[Any], topo: Any) -> Any:
+        if choice.net_bw <= 0:
+            return choice
         sources: dict[int, set[int]] = {}
         for f in flows:
             if f.size > 0 and not shape._inside_node(f, topo):
                 sources.setdefault(f.dst, set()).add(f.src)
         conns = max((len(s) for s in sources.values()), default=1) * max(1, choice.channels)
-        slower = replace(choice, net_bw=turns_rate(choice.net_bw, conns, step_us))
-        return old(flows, wire, caps, slower, topo, share)
+        return replace(choice, net_bw=turns_rate(choice.net_bw, conns, step_us))
 
-    shape._net_caps = slowed
-    try:
-        yield
-    finally:
-        shape._net_caps = old
+    return p2p_choice(slowed)
 
 
 def h100_ring(size: int) -> float:

@@ -48,7 +48,7 @@ def test_turns_rate_is_the_step_time_closed_form() -> None:
 
 def test_turns_in_series_is_undone() -> None:
     with W.turns_in_series(0.6):
-        assert shape._net_caps.__name__ == "slowed"
+        assert shape._net_caps.__name__ == "patched"
     assert shape._net_caps.__name__ == "_net_caps"
 
 
