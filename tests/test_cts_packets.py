@@ -278,3 +278,18 @@ def test_grouped_receives_share_one_cts(size: int, freed: bool) -> None:
             assert len([d for d in c.deps if d in {f.id for f in dag.flows if f.dst == c.src}]) == 8
     assert any(not c.deps for c in cts.values())
     assert any(c.deps for c in cts.values()) == freed
+
+
+def test_no_shared_comms_no_grouped_receives() -> None:
+    """NCCL_NET_SHARED_COMMS=0 (net.cc: each sub keeps its own receive comm): every transfer's receive is posted alone,
+    so each CTS is one entry (64 B) gating one step of one connection, 8 times as many as grouped."""
+    topo = rail_optimized(2, 8, gpu="h100")
+    coll = Collective("all_to_all", tuple(range(16)), MiB, "fp32")
+
+    def cts_of(env: dict[str, str]) -> list[Flow]:
+        dag = decompose(coll, topo, AlgoOptions(granularity="chunked", nccl_env=nccl_env(env)))
+        return [f for f in dag.flows if is_cts(f)]
+
+    grouped, alone = cts_of({}), cts_of({"NCCL_NET_SHARED_COMMS": "0"})
+    assert {f.size for f in alone} == {SEND_FIFO_BYTES} and len(alone) == 8 * len(grouped)
+    assert sum(f.size for f in alone) == sum(f.size for f in grouped)

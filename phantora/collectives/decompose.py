@@ -749,6 +749,7 @@ def _build(
             chunk=_p2p_chunk(coll, topo, opts, calls) if chunked else None,
             window=_steps_in_flight(opts),
             depth=_net_p2p_depth(coll, topo, opts, ch, cmap, relay) if chunked and not pairwise else None,
+            grouped=nccl_settings(opts).shared_comms,  # NCCL_NET_SHARED_COMMS (no CTS outside the NCCL model)
         )
     else:
         relay = pxn_relay(topo, nodes, blocks, opts) or comm_relay(b, topo, coll, opts)

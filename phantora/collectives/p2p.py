@@ -66,13 +66,15 @@ def all_to_all(
     chunk: ChunkOf | None = None,
     window: int = 1,
     depth: Depth | None = None,
+    grouped: bool = True,
 ) -> None:
     """Each position r sends block j of its `nbytes` send buffer (split in n) to every other position j.
 
     Pairwise: n - 1 rounds; in round k, r sends to (r + k) mod n and receives from (r - k) mod n.
     A round's send waits until the sender's previous send and previous receive have both arrived,
     so the rounds run one after another (each rank's round boundary is a local barrier with its two
-    partners). Direct: every transfer at once, no deps.
+    partners). Direct: every transfer at once, no deps; `grouped`: across hosts a receiver posts the receives
+    from one sending proxy on a channel together (NCCL_NET_SHARED_COMMS, `DagBuilder.grouped_cts`).
     """
     blocks = split(nbytes, n)
     if not pairwise:
@@ -80,9 +82,8 @@ def all_to_all(
             for k in range(1, n):
                 j = (r + k) % n
                 tag = f"{name}/direct"
-                _pair(
-                    b, r, j, blocks[j], channels, tag, (), step_delay_ns, relay, channel_map, chunk, window, depth, True
-                )
+                pair = (blocks[j], channels, tag, (), step_delay_ns, relay, channel_map, chunk, window, depth)
+                _pair(b, r, j, *pair, grouped)
         return
     sent: list[list[int]] = [[] for _ in range(n)]  # sent[r]: r's flows of the previous round
     for k in range(1, n):

@@ -39,6 +39,7 @@ ENV_VARS = (
     "NCCL_NVLS_NCHANNELS",
     "NCCL_PAT_ENABLE",
     "NCCL_PXN_DISABLE",
+    "NCCL_NET_SHARED_COMMS",
     "NCCL_NET_OVERHEAD",
     "NCCL_NVLS_CHUNKSIZE",
     "NCCL_NVLSTREE_MAX_CHUNKSIZE",
@@ -90,6 +91,8 @@ class NcclSettings:
     nvls_channels: int = 0  # 0: NCCL's default for the architecture
     pat: bool = True
     pxn: bool = True  # NCCL_PXN_DISABLE=1 turns the relay of cross-rail sends off
+    shared_comms: bool = True  # NCCL_NET_SHARED_COMMS (net.cc, default 1): a proxy's receives from one peer on a
+    # channel share a receive comm and are posted as one irecv, one clear-to-send (`DagBuilder.grouped_cts`)
     p2p_net_chunk: int = T.P2P_CHUNK["net"]
     p2p_nvl_chunk: int = T.P2P_CHUNK["nvlink"]
     net_overhead_ns: int = -1  # NCCL_NET_OVERHEAD (ns); -1: NCCL's default for the hosts' CPU
@@ -351,6 +354,7 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         nvls_channels=_int(env, "NCCL_NVLS_NCHANNELS", 0),
         pat=_int(env, "NCCL_PAT_ENABLE", 2) != 0,
         pxn=_int(env, "NCCL_PXN_DISABLE", 0) == 0,
+        shared_comms=_int(env, "NCCL_NET_SHARED_COMMS", 1) != 0,
         p2p_net_chunk=_int(env, "NCCL_P2P_NET_CHUNKSIZE", T.P2P_CHUNK["net"], 1),
         p2p_nvl_chunk=_int(env, "NCCL_P2P_NVL_CHUNKSIZE", T.P2P_CHUNK["nvlink"], 1),
         net_overhead_ns=_int(env, "NCCL_NET_OVERHEAD", -1),
