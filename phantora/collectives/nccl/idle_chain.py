@@ -29,13 +29,13 @@ def critical_chains_ns(
     bytes; those of the receives posted at the start (no dependencies) share their endpoint's link with the other
     queue pairs' posted at once there, as max-min shares it (`_posted_shares`). Queues take their flows in
     release order on the first reckoning (the second keeps that order). `nic_ns`: the engine's NIC latency, which a
-    flow that pays it (`pays_nic`) waits from its release before it can take its queue (a queue's earlier flow may
+    flow that pays it (`nic_charge_ns`) waits from its release before it can take its queue (a queue's earlier flow may
     still hold it then); NCCL's latency holds the NIC's, so it counts as propagation."""
     paths: dict[tuple[int, int, int, bool], tuple[int, int]] = {}  # (propagation ns, slowest link bps)
     hop: list[float] = []
     own: list[float] = []
     busy: list[float] = []  # how long a flow holds its queue
-    nic = [nic_ns if nic_ns and pays_nic(f, topo, nic_on_nvlink) else 0 for f in flows]
+    nic = [nic_charge_ns(f, topo, nic_ns, nic_on_nvlink) for f in flows]
     shares = _posted_shares(flows)
     for f, size, cap in zip(flows, wire, caps, strict=True):
         key = (f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
@@ -84,12 +84,12 @@ def critical_chains_ns(
     return max(both, default=0.0), max(xfer, default=0.0)
 
 
-def pays_nic(f: Flow, topo: Topology, on_nvlink: bool) -> bool:
-    """Does the engine charge `f` its NIC latency? A flow of bytes between two endpoints, and inside one NVSwitch
-    only when the packet engine carries NVLink too (`on_nvlink`)."""
-    if f.size <= 0 or f.src == f.dst:
-        return False
-    return on_nvlink or topo.nvswitch_of(f.src, f.dst, via_nic=f.via_nic) is None
+def nic_charge_ns(f: Flow, topo: Topology, nic_ns: int, on_nvlink: bool) -> int:
+    """The NIC latency the engine charges `f`: `nic_ns` for a flow of bytes between two endpoints, inside one
+    NVSwitch only when the packet engine carries NVLink too (`on_nvlink`); else 0."""
+    if not nic_ns or f.size <= 0 or f.src == f.dst:
+        return 0
+    return nic_ns if on_nvlink or topo.nvswitch_of(f.src, f.dst, via_nic=f.via_nic) is None else 0
 
 
 def _posted_shares(flows: list[Flow]) -> dict[int, int]:

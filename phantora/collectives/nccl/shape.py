@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 
 from phantora.collectives.back_pressure import is_cts
-from phantora.collectives.nccl.idle_chain import critical_chains_ns, pays_nic
+from phantora.collectives.nccl.idle_chain import critical_chains_ns, nic_charge_ns
 from phantora.collectives.nccl.tuning import Choice
 from phantora.netsim.base import Flow, flow_of
 from phantora.topology.model import Topology
@@ -46,7 +46,7 @@ def wire_bytes(payload: int, protocol: str) -> int:
 
 def propagation_ns(flows: list[Flow], topo: Topology, nic_ns: int = 0, nic_on_nvlink: bool = True) -> int:
     """The longest path propagation among (a sample of) the flows' paths, with the engine's NIC latency `nic_ns`
-    on those that pay it (`pays_nic`)."""
+    on those that pay it (`nic_charge_ns`)."""
     worst = 0
     seen: set[tuple[int, int]] = set()
     for f in flows[:LATENCY_SAMPLE]:
@@ -54,8 +54,7 @@ def propagation_ns(flows: list[Flow], topo: Topology, nic_ns: int = 0, nic_on_nv
             continue
         seen.add((f.src, f.dst))
         route = topo.route(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
-        nic = nic_ns if nic_ns and pays_nic(f, topo, nic_on_nvlink) else 0
-        worst = max(worst, topo.path_latency_ns(route) + nic)
+        worst = max(worst, topo.path_latency_ns(route) + nic_charge_ns(f, topo, nic_ns, nic_on_nvlink))
     return worst
 
 
