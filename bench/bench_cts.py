@@ -1,11 +1,19 @@
 """NCCL's clear-to-send as a flow (docs/collectives.md, "The clear-to-send on the wire"): what it costs and does.
 
-    bench_cts.py cost KIND BYTES   one chunked call on testbed16 through ns-3 (DCQCN): its flows, its CTSs, the
-                                   engine's CPU s and wall s for submit and drain (KIND all_reduce: Ring/Simple over
-                                   the 16 GPUs; send_recv: GPU 0 -> 8)
+    bench_cts.py cost KIND BYTES [ALGO]
+                                   one chunked call on testbed16 through ns-3 (DCQCN): its flows, its CTSs, the
+                                   engine's CPU s and wall s for submit and drain (KIND all_reduce: ALGO/Simple over
+                                   the 16 GPUs, ALGO Ring unless given, e.g. Tree; send_recv: GPU 0 -> 8)
     bench_cts.py window            a window-bound p2p connection (64 x 16 KiB, 2 in flight, 0 -> 1 on a star of
                                    100 Gbit/s, 1 µs links) alone and with 3 x 4 MiB of reverse traffic into its sender,
                                    on the flow engine and ns-3 (DCQCN): its end and its CTSs' longest FCT
+    bench_cts.py tree              a 2-GPU tree all-reduce (64 x 64 KiB up and down, GPU 1 the leaf) on the same star,
+                                   links of 1 and 50 µs, 1 step in flight an edge (the tree before 2026-12-05) and 8
+                                   (NCCL_STEPS), alone and with 3 x 4 MiB into the leaf, flow engine and ns-3 (DCQCN):
+                                   its end, its CTSs and their longest FCT
+    bench_cts.py tree-calls        one Tree all-reduce on testbed16 alone, each protocol, 1-256 MiB x 4, on the flow
+                                   engine: its end coarse (NCCL's time) and chunked, and the chunked call's flows,
+                                   its decompose CPU s and the flow engine's (one run each, after a warm-up call)
     bench_cts.py flows DIR...      a run's flows.csv (`--out DIR`): the CTSs' FCT by (receiver, sender), and the
                                    median FCT of the steps of ops named `in*` (an incast's)
     bench_cts.py moe [NIC_NS]      the MoE replay of `bench_whole_dag_driver.py --cases moe:16MiB --order one` (its
@@ -49,9 +57,9 @@ def _is_cts(tag: str, src: object, dst: object) -> bool:
     return tag.endswith("/credit") and src != dst
 
 
-def cost(kind: str, nbytes: int) -> None:
+def cost(kind: str, nbytes: int, algo: str = "Ring") -> None:
     topo = load_topology("testbed16")
-    env = nccl_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"} if kind == "all_reduce" else {})
+    env = nccl_env({"NCCL_ALGO": algo, "NCCL_PROTO": "Simple"} if kind == "all_reduce" else {})
     ranks = tuple(range(16)) if kind == "all_reduce" else (0, 8)
     dag = decompose(Collective(kind, ranks, nbytes, "fp32"), topo, AlgoOptions(granularity="chunked", nccl_env=env))
     cts = sum(_is_cts(f.tag, f.src, f.dst) for f in dag.flows)
@@ -63,16 +71,17 @@ def cost(kind: str, nbytes: int) -> None:
         end = max(c.end_ns for c in sim.drain())
         sim.close()
         if not warm:
-            print(f"{kind} {nbytes}: flows {len(dag.flows)} cts {cts} end_ns {end} "
+            name = f"{kind} {algo}" if kind == "all_reduce" else kind
+            print(f"{name} {nbytes}: flows {len(dag.flows)} cts {cts} end_ns {end} "
                   f"cpu_s {_cpu_s() - cpu:.3f} wall_s {time.perf_counter() - wall:.3f}")  # fmt: skip
 
 
-def _star(n: int) -> tuple[Topology, list[int]]:
+def _star(n: int, latency_ns: int = 1000) -> tuple[Topology, list[int]]:
     t = Topology()
     gpus = [t.add_node("gpu", host=i) for i in range(n)]
     sw = t.add_node("switch")
     for g in gpus:
-        t.add_link(g, sw, 100 * G, 1000)
+        t.add_link(g, sw, 100 * G, latency_ns)
     return t.validate(), gpus
 
 
@@ -97,6 +106,58 @@ def window() -> None:
             cts = [done[f.id].end_ns - done[f.id].start_ns for f in flows if _is_cts(f.tag, f.src, f.dst)]
             print(f"{network:4} reverse={'3x4MiB' if reverse else 'none  '} end_ns {done[fwd[-1]].end_ns} "
                   f"cts {len(cts)} longest_cts_fct_ns {max(cts)}")  # fmt: skip
+
+
+def tree() -> None:
+    from phantora.collectives.back_pressure import credit_latency
+    from phantora.collectives.tree import tree_flows
+
+    for latency in (1000, 50_000):
+        for window in (1, 8):
+            for network in ("flow", "ns3"):
+                for reverse in (False, True):
+                    topo, gpus = _star(5, latency)
+                    b = DagBuilder(gpus, tuple(range(5)), 0, "", comm=communicator_id("tree", range(5)))
+                    b.host_of = {g: i for i, g in enumerate(gpus)}
+                    b.credit_ns = credit_latency(topo, gpus)
+                    tree_flows(b, [None, 0, None, None, None], 64 * 64 * KiB, 0, up=True, down=True, chunked=True,
+                               chunk_bytes=64 * KiB, step_delay_ns=0, name="tree", window=window)  # fmt: skip
+                    flows = b.finish().flows
+                    first = max(f.id for f in flows) + 1
+                    if reverse:
+                        flows += [Flow(first + i, gpus[2 + i], gpus[1], 4 * MiB, tag=f"reverse{i}") for i in range(3)]
+                    sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc="dcqcn")), topo)
+                    sim.submit(flows, at=0)
+                    done = {c.flow_id: c for c in sim.drain()}
+                    sim.close()
+                    end = max(done[f.id].end_ns for f in flows if not f.tag.startswith("reverse"))
+                    cts = [done[f.id].end_ns - done[f.id].start_ns for f in flows if _is_cts(f.tag, f.src, f.dst)]
+                    print(f"link {latency:6} ns window {window} {network:4} "
+                          f"reverse={'3x4MiB' if reverse else 'none  '} end_ns {end} cts {len(cts)} "
+                          f"longest_cts_fct_ns {max(cts, default=0)}")  # fmt: skip
+
+
+def tree_calls() -> None:
+    from phantora.netsim.flow import FlowSimulator
+
+    topo = load_topology("testbed16")
+    decompose(Collective("all_reduce", tuple(range(16)), MiB, "fp32"), topo, AlgoOptions(granularity="chunked"))
+    for proto in ("LL", "LL128", "Simple"):
+        env = nccl_env({"NCCL_ALGO": "Tree", "NCCL_PROTO": proto})
+        for size in (MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB):
+            ends, count, cpu = [], 0, [0.0, 0.0]
+            for granularity in ("coarse", "chunked"):
+                coll = Collective("all_reduce", tuple(range(16)), size, "fp32")
+                start = time.process_time()
+                dag = decompose(coll, topo, AlgoOptions(granularity=granularity, nccl_env=env))
+                planned = time.process_time()
+                sim = FlowSimulator(topo)
+                sim.submit(dag.flows, at=0)
+                ends.append(max(c.end_ns for c in sim.drain()) / 1e3)
+                count, cpu = len(dag.flows), [planned - start, time.process_time() - planned]
+            print(f"Tree {proto:6} {size // MiB:4} MiB: coarse {ends[0]:.2f} us chunked {ends[1]:.2f} us "
+                  f"({ends[1] / ends[0] - 1:+.2%}), chunked flows {count}, decompose {cpu[0]:.2f} "
+                  f"flow engine {cpu[1]:.2f} CPU s")  # fmt: skip
 
 
 def flows(dirs: list[str]) -> None:
@@ -160,10 +221,14 @@ def moe(nic_ns: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if argv[:1] == ["cost"] and len(argv) == 3:
-        cost(argv[1], int(argv[2]))
+    if argv[:1] == ["cost"] and len(argv) in (3, 4):
+        cost(argv[1], int(argv[2]), *argv[3:])
     elif argv == ["window"]:
         window()
+    elif argv == ["tree"]:
+        tree()
+    elif argv == ["tree-calls"]:
+        tree_calls()
     elif argv[:1] == ["flows"] and len(argv) > 1:
         flows(argv[1:])
     elif argv[:1] == ["moe"] and len(argv) <= 2:

@@ -53,9 +53,13 @@ def nvls_loops(nbytes: int, channels: int, heads: int, chunk: int) -> int:
     return max(1, -(-nbytes // max(1, channels * heads * chunk)))
 
 
-def nvls_tree_flows(b: DagBuilder, blocks: list[list[int]], nbytes: int, channels: int, loops: int = 1) -> None:
+def nvls_tree_flows(
+    b: DagBuilder, blocks: list[list[int]], nbytes: int, channels: int, loops: int = 1, window: int = 1
+) -> None:
     """NVLS-Tree all-reduce: NVLS in every node, and per local index a double binary tree across the nodes.
-    `loops` (chunked): NCCL's nLoops; each loop a chunk on every NVLS flow and tree edge, in turn."""
+    `loops` (chunked): NCCL's nLoops; each loop a chunk on every NVLS flow and tree edge, in turn. `window`: the
+    chunks a tree edge keeps in flight (`tree_flows`; NCCL_STEPS under NCCL's model, each across hosts gated by
+    its receiver's clear-to-send)."""
     nvls_flows(b, "all_reduce", blocks, nbytes, name="nvls_tree/intra", loops=loops)
     m = min(len(blk) for blk in blocks)
     hosts = len(blocks)
@@ -69,4 +73,4 @@ def nvls_tree_flows(b: DagBuilder, blocks: list[list[int]], nbytes: int, channel
             channel = (2 * i + t) % max(1, channels)
             tree_flows(b, parent, half, channel, up=True, down=True, chunked=loops > 1,
                        chunk_bytes=max(1, -(-half // loops)), step_delay_ns=0,
-                       name=f"nvls_tree/inter{i}/t{t}")  # fmt: skip
+                       name=f"nvls_tree/inter{i}/t{t}", window=window)  # fmt: skip
