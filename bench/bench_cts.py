@@ -1,9 +1,13 @@
 """NCCL's clear-to-send as a flow (docs/collectives.md, "The clear-to-send on the wire"): what it costs and does.
 
-    bench_cts.py cost KIND BYTES [ALGO]
-                                   one chunked call on testbed16 through ns-3 (DCQCN): its flows, its CTSs, the
-                                   engine's CPU s and wall s for submit and drain (KIND all_reduce: ALGO/Simple over
-                                   the 16 GPUs, ALGO Ring unless given, e.g. Tree; send_recv: GPU 0 -> 8)
+    bench_cts.py cost KIND BYTES [ALGO] [TOPOLOGY]
+                                   one chunked call on testbed16 (or TOPOLOGY) through ns-3 (DCQCN): its flows, its
+                                   CTSs, the engine's CPU s and wall s for submit and drain (KIND all_reduce:
+                                   ALGO/Simple over every GPU, ALGO Ring unless given, e.g. Tree; all_to_all: every
+                                   GPU, NCCL's choice, no ALGO; send_recv: GPU 0 -> 8, no ALGO)
+    bench_cts.py pxn               a 4 MiB send relayed by PXN (rank 1 -> 2 of 2 x 2 H100, rank 0 relays) with NICs of
+                                   25 and 400 Gbit/s, on the flow engine and ns-3 (DCQCN): when the sender's last
+                                   NVLink step ends (its kernel's end) and when the transfer does
     bench_cts.py window            a window-bound p2p connection (64 x 16 KiB, 2 in flight, 0 -> 1 on a star of
                                    100 Gbit/s, 1 µs links) alone and with 3 x 4 MiB of reverse traffic into its sender,
                                    on the flow engine and ns-3 (DCQCN): its end and its CTSs' longest FCT
@@ -14,6 +18,8 @@
     bench_cts.py tree-calls        one Tree all-reduce on testbed16 alone, each protocol, 1-256 MiB x 4, on the flow
                                    engine: its end coarse (NCCL's time) and chunked, and the chunked call's flows,
                                    its decompose CPU s and the flow engine's (one run each, after a warm-up call)
+    bench_cts.py relayed DIR...    a run's flows.csv: per call, from its first flow's start, its end and the end of
+                                   the senders' last NVLink (PXN) step, median and latest
     bench_cts.py flows DIR...      a run's flows.csv (`--out DIR`): the CTSs' FCT by (receiver, sender), and the
                                    median FCT of the steps of ops named `in*` (an incast's)
     bench_cts.py moe [NIC_NS]      the MoE replay of `bench_whole_dag_driver.py --cases moe:16MiB --order one` (its
@@ -57,10 +63,12 @@ def _is_cts(tag: str, src: object, dst: object) -> bool:
     return tag.endswith("/credit") and src != dst
 
 
-def cost(kind: str, nbytes: int, algo: str = "Ring") -> None:
-    topo = load_topology("testbed16")
+def cost(kind: str, nbytes: int, *more: str) -> None:
+    algo = more[0] if kind == "all_reduce" and more else "Ring"
+    more = more[1:] if kind == "all_reduce" else more
+    topo = load_topology(more[0] if more else "testbed16")
     env = nccl_env({"NCCL_ALGO": algo, "NCCL_PROTO": "Simple"} if kind == "all_reduce" else {})
-    ranks = tuple(range(16)) if kind == "all_reduce" else (0, 8)
+    ranks = (0, 8) if kind == "send_recv" else tuple(range(topo.num_ranks))
     dag = decompose(Collective(kind, ranks, nbytes, "fp32"), topo, AlgoOptions(granularity="chunked", nccl_env=env))
     cts = sum(_is_cts(f.tag, f.src, f.dst) for f in dag.flows)
     spec = EngineSpec(network="ns3", packet=PacketConfig(cc="dcqcn"))
@@ -160,6 +168,41 @@ def tree_calls() -> None:
                   f"flow engine {cpu[1]:.2f} CPU s")  # fmt: skip
 
 
+def pxn() -> None:
+    from phantora.collectives.back_pressure import is_credit
+    from phantora.topology import rail_optimized
+
+    for gbps in (25, 400):
+        topo = rail_optimized(2, 2, spines=2, nic_rate=gbps * G, gpu="h100")
+        coll = Collective("send_recv", (1, 2), 4 * MiB, "fp32", None, (0, 1, 2, 3))
+        dag = decompose(coll, topo, AlgoOptions(granularity="chunked", nccl_env=nccl_env({})))
+        s, v = topo.node_of_rank(1), topo.node_of_rank(0)
+        nvlink = [f.id for f in dag.flows if (f.src, f.dst) == (s, v) and not is_credit(f)]
+        for network in ("flow", "ns3"):
+            sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc="dcqcn")), topo)
+            sim.submit(dag.flows, at=0)
+            done = {c.flow_id: c.end_ns for c in sim.drain()}
+            sim.close()
+            print(f"nic {gbps:3} Gbit/s {network:4}: sender's last NVLink step ends {done[nvlink[-1]]} ns, "
+                  f"the transfer {max(done.values())} ns")  # fmt: skip
+
+
+def relayed(dirs: list[str]) -> None:
+    for d in dirs:
+        calls: dict[str, tuple[int, int, dict[str, int]]] = {}  # call -> (first start, end, sender -> last NVLink end)
+        for r in csv.DictReader((Path(d) / "flows.csv").open()):
+            call = "/".join(r["tag"].split("/")[:3])
+            start, end, senders = calls.get(call, (1 << 62, 0, {}))
+            calls[call] = (min(start, int(r["start_ns"])), max(end, int(r["end_ns"])), senders)
+            if "/pxn/" in r["tag"]:
+                senders[r["src"]] = max(senders.get(r["src"], 0), int(r["end_ns"]))
+        print(d)
+        for call, (start, end, senders) in calls.items():
+            last = [(t - start) / 1e3 for t in senders.values()] or [0.0]
+            print(f"  {call}: ends {(end - start) / 1e3:.2f} us, senders' last NVLink step median "
+                  f"{statistics.median(last):.2f} max {max(last):.2f} us ({len(senders)} senders)")  # fmt: skip
+
+
 def flows(dirs: list[str]) -> None:
     for d in dirs:
         rows = list(csv.DictReader((Path(d) / "flows.csv").open()))
@@ -221,8 +264,12 @@ def moe(nic_ns: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if argv[:1] == ["cost"] and len(argv) in (3, 4):
+    if argv[:1] == ["cost"] and len(argv) in (3, 4, 5):
         cost(argv[1], int(argv[2]), *argv[3:])
+    elif argv == ["pxn"]:
+        pxn()
+    elif argv[:1] == ["relayed"] and len(argv) > 1:
+        relayed(argv[1:])
     elif argv == ["window"]:
         window()
     elif argv == ["tree"]:

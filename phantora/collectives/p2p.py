@@ -34,8 +34,11 @@ def _pair(
     flow names keep the part index. `chunk` (the chunked granularity): each part is its channel's steps, up to
     `window` of them in flight on its connection (`DagBuilder.add_chunks`; `depth`, where given, sets a part's
     own), on each hop of a relay side by side as coarse runs them (the relay's first step's NVLink crossing is not
-    charged). `grouped`: across hosts the receiver posts each step's receive with those of the call's other
-    grouped transfers from the same sending proxy on the channel (`DagBuilder.grouped_cts`)."""
+    charged); the NVLink hop's slots are the relay proxy's buffer, freed by its network sends (net.cc
+    `sendProxyProgress` posts step s + window's slot once its isend of step s is done), so a slow network leg holds
+    the sender back to a window of steps ahead of it. `grouped`: across hosts the receiver posts each step's
+    receive with those of the call's other grouped transfers from the same sending proxy on the channel
+    (`DagBuilder.grouped_cts`)."""
     via = relay(src, dst) if relay is not None else None
     ids = channel_map(src, dst, channels) if channel_map is not None else list(range(channels))
     step = chunk(src, dst, size) if chunk is not None else 0
@@ -46,9 +49,13 @@ def _pair(
         w = depth(src, dst, ids[c]) if depth is not None else window
         if via is None:
             out.append(b.add_chunks(src, dst, sizes, name, ids[c], deps, delay, window=w, grouped=grouped)[-1])
-        else:  # both hops use the relay's buffer slots of this connection
+        elif len(sizes) <= 1 or b.credit_ns is None:  # one step, or no slots (not NCCL's model)
             out.append(b.add_chunks(src, via, sizes, f"{name}/pxn", ids[c], deps, delay, window=w)[-1])
             out.append(b.add_chunks(via, dst, sizes, name, ids[c], deps, delay, src, window=w, grouped=grouped)[-1])
+        else:  # the relay's network sends first: each frees the relay's slot its NVLink step took
+            net = b.add_chunks(via, dst, sizes, name, ids[c], deps, delay, src, window=w, grouped=grouped)
+            out.append(b.add_chunks(src, via, sizes, f"{name}/pxn", ids[c], deps, delay, window=w, freed=net)[-1])
+            out.append(net[-1])
     return out
 
 

@@ -1,0 +1,110 @@
+"""A PXN relay's slot frees when the relay's proxy has sent its step on across the network, not when the step lands
+at the relay (`collectives/p2p.py` `_pair`). Under PXN the sender's kernel writes each step over NVLink into the
+relay GPU's proxy buffer (NCCL's shared p2p buffer), and the relay's proxy posts the network send from it; net.cc
+`sendProxyProgress` (NCCL v2.29.7-1, shared buffers) hands the kernel step s + window's slot only once its isend of
+step s is done (`posted < done + maxDepth`, `done` raised by `ncclNet->test`), and that isend itself waits for the
+receiver's clear-to-send. So a slow network leg holds the sender's NVLink steps to a window ahead of it. Closed
+forms written out here: GPU 1 of host 0 sends to GPU 0 of host 1 on a 4-GPU communicator (rank 0 relays: its
+GPU sits on the receiver's rail), over NICs of 25 Gbit/s, NVLink far faster."""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.back_pressure import NCCL_STEPS, is_credit
+from phantora.collectives.nccl.settings import nccl_env
+from phantora.collectives.p2p import send_recv
+from phantora.netsim.base import Flow
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.netsim.packet_config import PacketConfig
+from phantora.topology import rail_optimized
+from phantora.topology.model import Topology
+from tests.test_back_pressure import builder, star
+
+MiB = 1 << 20
+NIC_BPS = 25 * 10**9
+P2P_NET_CHUNK = 128 * 1024  # NCCL_P2P_NET_CHUNKSIZE's default: a step of the transfer across hosts
+SENDER, RELAY, RECEIVER = 1, 0, 2  # ranks: host 0 rail 1, host 0 rail 0, host 1 rail 0
+
+
+def relayed_send(nbytes: int) -> tuple[Topology, list[Flow], list[Flow], list[Flow]]:
+    """The chunked send's topology, flows, NVLink steps (sender -> relay) and network steps (relay -> receiver)."""
+    topo = rail_optimized(2, 2, spines=2, nic_rate=NIC_BPS, gpu="h100")
+    coll = Collective("send_recv", (SENDER, RECEIVER), nbytes, "fp32", None, (0, 1, 2, 3))
+    dag = decompose(coll, topo, AlgoOptions(granularity="chunked", nccl_env=nccl_env({})))
+    s, v, d = (topo.node_of_rank(r) for r in (SENDER, RELAY, RECEIVER))
+    nvlink = [f for f in dag.flows if (f.src, f.dst) == (s, v) and not is_credit(f)]
+    net = [f for f in dag.flows if (f.src, f.dst) == (v, d) and not is_credit(f)]
+    return topo, dag.flows, nvlink, net
+
+
+def run(network: str, topo: Topology, flows: list[Flow]) -> dict[int, tuple[int, int]]:
+    """Flow id -> (start, end) ns, every flow submitted at 0."""
+    sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc="dcqcn")), topo)
+    try:
+        sim.submit(flows, at=0)
+        done = {c.flow_id: (c.start_ns, c.end_ns) for c in sim.drain()}
+    finally:
+        sim.close()
+    assert len(done) == len(flows)
+    return done
+
+
+@pytest.mark.parametrize("network", ["flow", "ns3"])
+def test_the_senders_step_waits_for_the_relays_network_send_a_window_back(network: str) -> None:
+    """4 MiB in 32 steps of 128 KiB, 8 in flight (NCCL_STEPS: a p2p step takes one slot). Every NVLink step past
+    the first window starts when the relay's network send of the step a window back has ended and the slot's
+    credit has crossed back to the sender (the NVLink path's propagation, a flag's store), to the ns, in both
+    engines; the sender's first window goes at once (the relay's proxy posts it with the op)."""
+    topo, flows, nvlink, net = relayed_send(4 * MiB)
+    assert len(nvlink) == len(net) == 4 * MiB // P2P_NET_CHUNK
+    assert {f.size for f in nvlink + net} == {P2P_NET_CHUNK}
+    s, v = topo.node_of_rank(SENDER), topo.node_of_rank(RELAY)
+    credit_ns = topo.path_latency_ns(topo.route(v, s))
+    assert 0 < credit_ns < 1000
+    done = run(network, topo, flows)
+    first = done[nvlink[0].id][0]
+    assert all(done[f.id][0] <= first + NCCL_STEPS * 400 for f in nvlink[:NCCL_STEPS])  # not held by the network
+    for c in range(NCCL_STEPS, len(nvlink)):
+        assert done[nvlink[c].id][0] == pytest.approx(done[net[c - NCCL_STEPS].id][1] + credit_ns, abs=1)
+
+
+def test_a_slow_network_leg_paces_the_sender_a_window_ahead() -> None:
+    """Flow engine: the relay's network leg moves a step per 128 KiB / 25 Gbit/s = 41,943.04 ns (its NIC is the
+    bottleneck; the receiver's clear-to-sends are back long before the window runs out), so the sender's NVLink
+    steps past the first window go at that pace too, where freed on arrival at the relay they went at NVLink's
+    (all 32 within a few µs). The sender's last step goes a window of network steps before the transfer ends:
+    8 x 41,943.04 ns less the credit's way back."""
+    topo, flows, nvlink, net = relayed_send(4 * MiB)
+    done = run("flow", topo, flows)
+    step_ns = P2P_NET_CHUNK * 8e9 / NIC_BPS
+    ends = [done[f.id][1] for f in net]
+    assert (ends[-1] - ends[1]) / (len(ends) - 2) == pytest.approx(step_ns, abs=1)
+    starts = [done[f.id][0] for f in nvlink]
+    for c in range(NCCL_STEPS + 1, len(nvlink)):
+        assert starts[c] - starts[c - 1] == pytest.approx(step_ns, abs=2)
+    s, v = topo.node_of_rank(SENDER), topo.node_of_rank(RELAY)
+    credit_ns = topo.path_latency_ns(topo.route(v, s))
+    assert ends[-1] - starts[-1] == pytest.approx(NCCL_STEPS * step_ns - credit_ns, abs=NCCL_STEPS)
+
+
+def test_one_slot_frees_when_the_relay_has_sent_the_step_before() -> None:
+    """A relayed connection of one step in flight (NCCL's shared buffer split among more than NCCL_SHARED_STEPS / 2
+    transfers of the relay's proxy: `maxDepth` 1): on a star of 1 µs links whose receiver's link runs at 25 of 100
+    Gbit/s, the sender's step c goes when the relay's network send of step c - 1 has ended, not at the 100 Gbit/s
+    of its own hop (each hop one flow at its link's rate: the sender's steps end a slow step apart)."""
+    topo, gpus = star([100 * 10**9, NIC_BPS, 100 * 10**9])  # the sender, the receiver, the relay
+    b = builder(topo, gpus, "p2p")
+    sizes = 16
+    send_recv(b, sizes * P2P_NET_CHUNK, 1, 0, "p2p", relay=lambda s, d: 2, chunk=lambda s, d, n: P2P_NET_CHUNK)
+    flows = b.finish().flows
+    done = run("flow", topo, flows)
+    nvlink = [f for f in flows if (f.src, f.dst) == (gpus[0], gpus[2])]
+    net = [f for f in flows if (f.src, f.dst) == (gpus[2], gpus[1])]
+    assert len(nvlink) == len(net) == sizes
+    for c in range(1, sizes):
+        assert done[nvlink[c].id][0] == done[net[c - 1].id][1]
+    slow = P2P_NET_CHUNK * 8e9 / NIC_BPS + 2 * 1000  # a step at 25 Gbit/s and the path's 2 µs
+    assert done[nvlink[-1].id][1] - done[nvlink[1].id][1] == pytest.approx((sizes - 2) * slow, abs=sizes)
