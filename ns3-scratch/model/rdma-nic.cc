@@ -602,6 +602,9 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   // the queue pair was held back), so whole-ns event times never lower the long-run rate.
   const uint64_t nowPs = nowNs * 1000;
   const uint64_t held = CapDuePs(qp, hdr.payload);  // rate cap (payload bits/s): Dequeue held it until then
+  if (qp->spec.maxRateBps != 0) {
+    conn->capEndPs = CapEndPs(qp, hdr.payload);  // before lastStartPs moves: the schedule `held` was taken on
+  }
   const uint64_t idealStart = std::max({conn->nextAvailPs, held, nowPs >= 999 ? nowPs - 999 : 0});
   if (held != 0) {
     NS_LOG_LOGIC("flow " << qp->spec.id << ": " << hdr.payload << " B capped at " << qp->spec.maxRateBps
@@ -624,7 +627,7 @@ uint64_t RdmaNic::LinePs(const Qp* qp, uint32_t wire) const {
   return SerialisationPs(wire, m_dev[qp->port]->GetRateBps(), rem);
 }
 
-uint64_t RdmaNic::CapDuePs(const Qp* qp, uint32_t payload) const {
+uint64_t RdmaNic::CapEndPs(const Qp* qp, uint32_t payload) const {
   const uint64_t cap = qp->spec.maxRateBps;
   if (cap == 0 || payload == 0) {
     return 0;
@@ -632,7 +635,16 @@ uint64_t RdmaNic::CapDuePs(const Qp* qp, uint32_t payload) const {
   const Conn* conn = qp->conn;
   const uint64_t prevEnd = conn->lastWire == 0 ? 0 : conn->lastStartPs + LinePs(qp, conn->lastWire);
   uint64_t rem = 0;
-  const uint64_t end = std::max(prevEnd, qp->capFloorPs) + SerialisationPs(payload, cap, rem);
+  const uint64_t atCap = SerialisationPs(payload, cap, rem);
+  const uint64_t lagFloor = prevEnd > atCap ? prevEnd - atCap : 0;  // at most one packet's time made up
+  return std::max({conn->capEndPs, lagFloor, qp->capFloorPs}) + atCap;
+}
+
+uint64_t RdmaNic::CapDuePs(const Qp* qp, uint32_t payload) const {
+  const uint64_t end = CapEndPs(qp, payload);
+  if (end == 0) {
+    return 0;
+  }
   PhantoraHeader h;
   h.type = PktType::Data;
   h.payload = payload;

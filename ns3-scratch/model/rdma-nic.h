@@ -195,6 +195,7 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t paceRem = 0;       ///< sub-ps remainder of the pacing intervals
     uint64_t lastStartPs = 0;   ///< the last data packet's ideal start (ps) and wire bytes: where the rate cap
     uint32_t lastWire = 0;      ///< of the next packet counts from (its end at line rate; CapDuePs)
+    uint64_t capEndPs = 0;      ///< rate cap: where the last capped packet's payload ended on the cap's schedule
     uint32_t dst = 0;
     std::vector<Qp*> open;      ///< its messages not finished, in the order they started
     RepsFreeze reps;            ///< LoadBalancing reps: freezing after a timeout, across its messages
@@ -277,9 +278,13 @@ class RdmaNic : public Object, public PortOwner {
   uint64_t InFlight(const Qp* qp) const;
   void BuildData(Qp* qp, TxItem& out, uint64_t nowNs);
   /// Rate cap: the earliest ideal start (ps) of qp's next data packet of `payload` bytes, so that its last bit
-  /// leaves at line rate no earlier than its payload at the cap after the previous packet's end (or the floor);
-  /// 0 without a cap.
+  /// leaves at line rate no earlier than CapEndPs; 0 without a cap.
   uint64_t CapDuePs(const Qp* qp, uint32_t payload) const;
+  /// Rate cap: where qp's next packet of `payload` bytes ends on the cap's schedule: its payload at the cap after
+  /// the previous capped packet's schedule end, the floor, or the previous packet's end at line rate less that
+  /// payload's time at the cap, whichever is latest (a packet held back by others on the port, an ACK say, is made
+  /// up by the next ones; a lag longer than one packet's time at the cap is not); 0 without a cap.
+  uint64_t CapEndPs(const Qp* qp, uint32_t payload) const;
   /// The ps `wire` bytes take at the line rate of qp's port (no remainder carried).
   uint64_t LinePs(const Qp* qp, uint32_t wire) const;
   void ReceiveData(uint32_t port, const PhantoraHeader& hdr);
