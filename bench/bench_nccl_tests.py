@@ -7,6 +7,9 @@
     .venv/bin/python bench/bench_nccl_tests.py --table nvlsalgo  # only the tables whose name contains this
     .venv/bin/python bench/bench_nccl_tests.py --network ns3 --table 2node --max-size 67108864  # sizes up to 64 MiB
     .venv/bin/python bench/bench_nccl_tests.py --network ns3 --vs-flow --table 2node  # and ns-3 / flow, size by size
+    .venv/bin/python bench/bench_nccl_tests.py --network ns3 --vs-flow --table alcfsophia@64M --table 309_vm@16M
+    .venv/bin/python bench/bench_nccl_tests.py --network ns3 --set wire=roce4k --vs-flow --table 2node  # a setting
+    .venv/bin/python bench/bench_nccl_tests.py --network ns3 --vs-flow --markdown --table 2node  # the ns-3 block
     .venv/bin/python bench/bench_nccl_tests.py --curves        # the model's curves: 4 collectives x 5 machines
 
 Held-out tables (`held_out=yes` in a CSV's first line: B200, GB200 NVL72, added after the model was built and never
@@ -14,7 +17,10 @@ used to fit it) run with the rest and are summed up apart, after the line over t
 
 Each size runs as nccl-tests runs it (`phantora nccl-tests`' own loop: warm-ups, then timed iterations) on the
 machine of the table (one DGX/HGX host, or rail-optimised hosts with a 400G NIC per GPU), with NCCL_ALGO set as the
-table says. Errors are (simulated - published) / published bus bandwidth.
+table says. Errors are (simulated - published) / published bus bandwidth. `--set FIELD=VALUE` sets the engine's packet
+config as `phantora nccl-tests --set` does (ns-3: any PacketConfig field, e.g. wire=roce4k, nic_latency=1us, whose NIC
+latency NCCL's model then nets out; the flow network: the fields it honours); `--vs-flow` runs the flow network
+with the flow fields of the same settings.
 """
 
 from __future__ import annotations
@@ -31,17 +37,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl.published import SETUP_POINTS, Table, machine, not_compared, tables
 from phantora.collectives.nccl.settings import nccl_env
-from phantora.netsim.base import NetworkSimulator
-from phantora.netsim.engine_spec import EngineSpec
+from phantora.errors import InputError
+from phantora.netsim.ack_stream import with_ack_stream
+from phantora.netsim.base import Flow, NetworkSimulator
+from phantora.netsim.cli_config import check_flow_sets, packet_config_from_flags
+from phantora.netsim.engine_spec import FLOW_FIELDS, EngineSpec
 from phantora.netsim.factory import make_engine
+from phantora.netsim.packet_config import PacketConfig
 from phantora.report.host_launch import host_ns_per_call
-from phantora.report.nccl_tests import launch_bound
+from phantora.report.nccl_tests import launch_bound, parse_size
 from phantora.topology.model import Topology
 
+Engine = EngineSpec | str  # a network name ("flow", "ns3") stands for that engine with its default configuration
 
-def _engine(network: str, topo: Topology) -> NetworkSimulator:
-    """The engine named `network` on `topo`, with its default configuration."""
-    return make_engine(EngineSpec(network=network), topo)
+
+def engine_spec(network: str, sets: list[str] | tuple[str, ...] = ()) -> EngineSpec:
+    """The engine `network` with `--set FIELD=VALUE` items over the defaults (queues not sampled); the flow network
+    takes only the fields it honours (InputError naming the field otherwise)."""
+    if network == "flow":
+        check_flow_sets(sets)
+    return EngineSpec(network=network, packet=packet_config_from_flags(sets=sets, base=PacketConfig()))
+
+
+def flow_spec(sets: list[str] | tuple[str, ...]) -> EngineSpec:
+    """The flow network with the fields of `sets` it honours (ECMP, load balancing): what `--vs-flow` compares with."""
+    return engine_spec("flow", [i for i in sets if i.partition("=")[0].strip() in FLOW_FIELDS])
+
+
+def wire_spec(ns3: EngineSpec) -> EngineSpec:
+    """The flow network at the goodput of `ns3`'s packets (payload / (payload + header)); `bus_bandwidth` runs it on
+    the topology with the packets' ACK stream (netsim/ack_stream.py): the wire overhead ns-3 carries, as a fluid."""
+    return EngineSpec(network="flow", packet=ns3.packet, flow_goodput=True)
+
+
+def _spec(engine: Engine) -> EngineSpec:
+    return EngineSpec(network=engine) if isinstance(engine, str) else engine
+
+
+def _engine(spec: EngineSpec, topo: Topology, flows: list[Flow]) -> NetworkSimulator:
+    """The engine `spec` on `topo`; the flow network at goodput on `topo` with the ACK stream of `flows`."""
+    return make_engine(spec, with_ack_stream(topo, flows, spec.packet) if spec.flow_goodput else topo)
 
 
 def test_calls(kind: str, ranks: tuple[int, ...], nbytes: int) -> list[Collective]:
@@ -55,18 +90,20 @@ def test_calls(kind: str, ranks: tuple[int, ...], nbytes: int) -> list[Collectiv
 
 
 def bus_bandwidth(
-    calls: list[Collective], topo: Topology, opts: AlgoOptions, network: str
+    calls: list[Collective], topo: Topology, opts: AlgoOptions, network: Engine
 ) -> tuple[float, dict[str, Any]]:
     """Bus bandwidth (GB/s) of one nccl-tests call (its collectives at once) alone on an idle network, and NCCL's
-    choice for the first."""
-    flows: list[Any] = []
+    choice for the first (planned for the engine: its NIC latency netted out of NCCL's, `AlgoOptions.on_engine`)."""
+    flows: list[Flow] = []
     choice: dict[str, Any] | None = None
     next_id = 0
+    spec = _spec(network)
+    opts = opts.on_engine(spec)
     for c in calls:
         dag = decompose(c, topo, opts, first_flow_id=next_id)
         flows.extend(dag.flows)
         next_id, choice = dag.next_id, choice or dag.choice
-    engine = _engine(network, topo)
+    engine = _engine(spec, topo, flows)
     try:
         engine.submit(flows, at=0)
         t = max(c.end_ns for c in engine.drain())
@@ -75,7 +112,7 @@ def bus_bandwidth(
     return calls[0].nbytes / t * calls[0].busbw_factor(), choice or {}
 
 
-def simulate(table: Table, size: int, network: str = "flow") -> tuple[float, dict[str, Any]]:
+def simulate(table: Table, size: int, network: Engine = "flow") -> tuple[float, dict[str, Any]]:
     """Bus bandwidth (GB/s) of one size of `table` on its machine, as nccl-tests' timed loop of `table.iters` calls
     (its -n) sees it (one host thread launching its -g GPUs' calls, a per-call and a per-channel cost each:
     host_launch.py), and NCCL's choice."""
@@ -90,7 +127,7 @@ def simulate(table: Table, size: int, network: str = "flow") -> tuple[float, dic
 CURVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
-def curves(network: str) -> None:
+def curves(network: Engine) -> None:
     """Bus bandwidth (GB/s) of each collective from 1 MiB to 4 GiB on one host of A100/H100/H200/B200 and on two
     H100 hosts (8 x 400G rails), with NCCL's choice at each size. The all-to-all also runs on the two hosts with
     NCCL_PXN_DISABLE=1: cross-rail sends then cross the spines (8 x 100G per rail leaf) instead of a PXN relay."""
@@ -144,7 +181,7 @@ SETUP_NOTE = (
 )
 
 
-def compare(table: Table, network: str, min_size: int, max_size: int = 1 << 62) -> list[Row]:
+def compare(table: Table, network: Engine, min_size: int, max_size: int = 1 << 62) -> list[Row]:
     """Every size of `table` from `min_size` to `max_size`, simulated."""
     rows = []
     for size, published in table.rows:
@@ -220,7 +257,7 @@ def misses(results: dict[str, tuple[Table, list[Row]]], bullet: str) -> list[str
     return out or [f"{bullet}none"]
 
 
-def setup_points(bullet: str, everything: Results, network: str) -> list[str]:
+def setup_points(bullet: str, everything: Results, network: Engine) -> list[str]:
     """The published points not compared (an algorithm's first use in the sweep, first_use.py), each with the
     model's figure beside it, and the tables that would meet the goal were they compared."""
     out = []
@@ -257,7 +294,7 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def print_markdown(everything: dict[str, tuple[Table, list[Row]]], network: str = "flow") -> None:
+def print_markdown(everything: dict[str, tuple[Table, list[Row]]], network: Engine = "flow") -> None:
     """docs/validation.md's generated part: the result, the per-table summary, the misses, then every table (the
     held-out tables' result, summary and misses apart, after the fitted ones')."""
     results, held = split(everything)
@@ -309,28 +346,142 @@ def print_vs_flow(ns3: list[Row], flow: list[Row]) -> None:
         )
 
 
+GAP = 0.03  # |ns-3 / flow - 1| beyond which --vs-flow --markdown lists a size
+# A table, its sizes through ns-3, on the flow network, and on the flow network at the wire's goodput with ACKs
+Pairs = dict[str, tuple[Table, list[Row], list[Row], list[Row]]]
+
+
+def _median_worst(values: list[float], digits: int = 1) -> str:
+    return f"{statistics.median(map(abs, values)):.{digits}%} ({max(values, key=abs):+.{digits}%})"
+
+
+def _met(rows: list[Row]) -> str:
+    return f"{sum(not r.missed for r in rows)}/{len(rows)}"
+
+
+def _span(rows: list[Row]) -> str:
+    return _size(rows[0].size) if len(rows) == 1 else f"{_size(rows[0].size)}-{_size(rows[-1].size)}"
+
+
+def _ratios(ns3: list[Row], other: list[Row]) -> list[float]:
+    return [a.simulated / b.simulated - 1 for a, b in zip(ns3, other, strict=True)]
+
+
+def print_vs_flow_markdown(pairs: Pairs, sets: list[str]) -> None:
+    """docs/validation.md's ns-3 block: per table, ns-3's busbw against the flow network's (ns-3 / flow - 1: median
+    |.| and worst) and against the flow network at the wire's goodput with the ACK stream (`wire_spec`: what is left
+    once ns-3's headers and ACKs are charged), each engine's error against the published table, and how many sizes
+    meet the goal in each; then every size where ns-3 and the flow network differ by more than GAP."""
+    done = {k: v for k, v in pairs.items() if v[1]}
+    gaps = [g for _, ns3, flow, _ in done.values() for g in _ratios(ns3, flow)]
+    if not gaps:
+        print("No size compared.")
+        return
+    left = [g for _, ns3, _, wire in done.values() for g in _ratios(ns3, wire)]
+    given = ", ".join(f"`{i}`" for i in sets) or "the defaults"
+    print(
+        f"ns-3 ({given}) against the flow network: {len(done)} tables, {len(gaps)} sizes; ns-3 / flow - 1: "
+        f"median |.| (worst) {_median_worst(gaps, 2)}, {sum(abs(g) > GAP for g in gaps)} sizes beyond {GAP:.0%}; "
+        f"against the flow network at the wire's goodput with ACKs: {_median_worst(left, 2)}. Each cell below: "
+        "median |.| over the table's sizes (worst).\n"
+    )
+    print(
+        "| table | sizes | ns-3 / flow - 1 | ns-3 / flow at wire - 1 | ns-3 error | flow error "
+        "| sizes at goal: ns-3, flow |\n|---|---|---:|---:|---:|---:|---:|"
+    )
+    for name, (table, ns3, flow, wire) in done.items():
+        held = " (held out)" if table.held_out else ""
+        print(
+            f"| {name}{held} | {_span(ns3)} | {_median_worst(_ratios(ns3, flow), 2)} "
+            f"| {_median_worst(_ratios(ns3, wire), 2)} | {_median_worst([r.error for r in ns3])} | "
+            f"{_median_worst([r.error for r in flow])} | {_met(ns3)}, {_met(flow)} |"
+        )
+    print(
+        f"\nSizes where ns-3 and the flow network differ by more than {GAP:.0%} (ns-3 / flow - 1; ns-3 / flow at "
+        "wire - 1; NCCL's choice):\n"
+    )
+    lines = []
+    for name, (_, ns3, flow, wire) in done.items():
+        far = [(a, b, c) for a, b, c in zip(ns3, flow, wire, strict=True) if abs(a.simulated / b.simulated - 1) > GAP]
+        if far:
+            sizes = ", ".join(
+                f"{_size(a.size)} {a.simulated / b.simulated - 1:+.1%} ({a.simulated / c.simulated - 1:+.1%}; "
+                f"{b.choice}{'' if a.choice == b.choice else ', ns-3 ' + a.choice})"
+                for a, b, c in far
+            )
+            lines.append(f"- {name}: {sizes}")
+    print("\n".join(lines) or "- none")
+
+
+def chosen_tables(specs: list[str], max_size: int) -> list[tuple[Table, int]]:
+    """The tables `--table` names (each `NAME` or `NAME@SIZE`: the tables whose name contains NAME, up to SIZE,
+    else `max_size`), in the data's order; a table named twice takes its first spec. InputError on a bad size."""
+    parsed = []
+    for spec in specs:
+        name, at, size = spec.partition("@")
+        parsed.append((name, parse_size(size, "--table") if at else max_size))
+    out = []
+    for t in tables(include_held_out=True):
+        limit = next((m for name, m in parsed if name in t.name), None)
+        if limit is not None:
+            out.append((t, limit))
+    return out
+
+
+def _size_arg(text: str) -> int:
+    """A size flag's value: bytes, or nccl-tests' K / M / G suffixes."""
+    try:
+        return parse_size(text, "size")
+    except InputError:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (bytes, or a K, M or G suffix)") from None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--network", default="flow", choices=("flow", "ns3"))
     ap.add_argument("--summary", action="store_true", help="one line per table, then the sizes that miss the goal")
     ap.add_argument("--markdown", action="store_true", help="docs/validation.md's tables (summary, misses, rows)")
-    ap.add_argument("--min-size", type=int, default=1 << 20, help="smallest size compared (default 1 MiB)")
-    ap.add_argument("--max-size", type=int, default=1 << 62, help="largest size compared (e.g. for ns-3 runs)")
+    ap.add_argument("--min-size", type=_size_arg, default=1 << 20, help="smallest size compared (default 1M)")
+    ap.add_argument("--max-size", type=_size_arg, default=1 << 62, help="largest size compared (e.g. 64M for ns-3)")
     ap.add_argument("--curves", action="store_true", help="print the model's curves instead of comparing")
-    ap.add_argument("--table", default="", help="only the tables whose name contains this")
+    ap.add_argument(
+        "--table",
+        action="append",
+        metavar="NAME[@SIZE]",
+        help="only the tables whose name contains NAME (repeatable), up to SIZE (e.g. 64M) if given",
+    )
     ap.add_argument(
         "--vs-flow", action="store_true", help="with --network ns3: each size on the flow network too, and ns-3/flow"
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="an engine setting, as phantora nccl-tests --set (ns3: any packet config field; flow: ecmp_hash, lb)",
     )
     args = ap.parse_args()
     if args.vs_flow and args.network != "ns3":
         ap.error("--vs-flow compares ns-3 with the flow network: add --network ns3")
+    try:
+        spec = engine_spec(args.network, args.set)
+        chosen = chosen_tables(args.table or [""], args.max_size)
+    except InputError as e:
+        ap.error(str(e))
     if args.curves:
-        curves(args.network)
+        curves(spec)
         return
-    chosen = [t for t in tables(include_held_out=True) if args.table in t.name]
-    everything = {t.name: (t, compare(t, args.network, args.min_size, args.max_size)) for t in chosen}
+    everything = {t.name: (t, compare(t, spec, args.min_size, limit)) for t, limit in chosen}
+    if args.markdown and args.vs_flow:
+        flow, wire, limits = flow_spec(args.set), wire_spec(spec), {t.name: limit for t, limit in chosen}
+        pairs = {
+            k: (t, rows, compare(t, flow, args.min_size, limits[k]), compare(t, wire, args.min_size, limits[k]))
+            for k, (t, rows) in everything.items()
+        }
+        print_vs_flow_markdown(pairs, args.set)
+        return
     if args.markdown:
-        print_markdown(everything, args.network)
+        print_markdown(everything, spec)
         return
     results, held = split(everything)
     for name, (table, rows) in everything.items():
@@ -344,7 +495,8 @@ def main() -> None:
                 mark = "  MISS" if r.missed else ""
                 print(f"{r.size:>12} {r.published:>10.2f} {r.simulated:>10.2f} {r.error:>+7.1%}  {r.choice}{mark}")
             if args.vs_flow:
-                print_vs_flow(rows, compare(table, "flow", args.min_size, args.max_size))
+                limit = next(m for t, m in chosen if t.name == name)
+                print_vs_flow(rows, compare(table, flow_spec(args.set), args.min_size, limit))
         print(f"{name}{' (held out)' if table.held_out else ''}: {len(rows)} sizes, {verdict(rows)}")
     if results:
         print("\nall tables: " + "\n".join(overall(results, "  ")))
@@ -357,7 +509,7 @@ def main() -> None:
     print("\ntables kept in tests/data/nccl_tests but not compared:")
     print("\n".join(f"  {name}: {why}" for name, why in not_compared()))
     print(f"\n{SETUP_NOTE.lower()}:")
-    print("\n".join(setup_points("  ", everything, args.network)))
+    print("\n".join(setup_points("  ", everything, spec)))
 
 
 if __name__ == "__main__":
