@@ -60,6 +60,13 @@ _GIANT_SKIP = 8  # after a giant re-solve, solve everything for this many events
 CARRY_FLOWS = 1024  # flows transmitting from which max-min is carried between events
 CARRY_GIANT = 64  # ... and, fewer, while a component of them has this many flows
 _CARRY_CHECK = 32  # carried events between two searches, under CARRY_FLOWS, for whether one still has
+# A carrier whose rounds run again in full read more flows an event (over `_CARRY_CHECK` events) than this share of
+# its flows, and more than twice the largest component, is dropped for `_CARRY_REST` events, twice that after each
+# drop in a row: it re-reads whole rounds of many small components at one level (a chunked tree's steps), which the
+# component solves read one component at a time
+_CARRY_WASTE = 0.5
+_CARRY_REST = 256
+_CARRY_REST_MAX = 1 << 16
 SLACK_MARGIN = 1e-9  # `cap_slack`: a channel is slack while its flows' caps sum under (1 - this) of its capacity
 _PENDING_MASK = (1 << 32) - 1
 _BY_END = attrgetter("end_ns", "flow_id")  # completions in the order `_take` gives them
@@ -164,9 +171,11 @@ class FlowSimulator:
 
     posts_at_dep_ends = False  # as a packet side under the hybrid (tests): flows waiting on flows are held there
     carries = True  # max-min may be carried between events (a subclass that moves flows or capacities says False)
-    # Set by a caller whose engine neither carries, nor moves flows or capacities, nor splits them (ECMP routes): an
-    # event whose flows all have rate caps and leave every channel they start or stop on slack (`_slack_resolve`)
-    # sets the new flows at their caps and solves nothing (the fluid NVLink side: NCCL's caps under NVLink's rate).
+    # An event whose flows all have rate caps and leave every channel they start or stop on slack (`_slack_resolve`)
+    # sets the new flows at their caps and solves nothing (NCCL's caps under a NIC's or NVLink's rate). On from
+    # `__init__` for an engine that does not move flows or capacities (a class that `carries`), used at the events
+    # that are not carried; set by a caller before its first flow (the hybrid's fluid NVLink side sets it, not
+    # carried; False turns it off).
     cap_slack = False
 
     def __init__(
@@ -203,6 +212,7 @@ class FlowSimulator:
         self.payload_efficiency = float(payload_efficiency)
         self.incremental = incremental
         self.verify = verify
+        self.cap_slack = type(self).cap_slack or type(self).carries
         nch = topology.num_channels
         self._cap = [topology.channel_bandwidth(c) * self.payload_efficiency / 8e9 for c in range(nch)]  # bytes/ns
         self._cap_arr = np.asarray(self._cap, dtype=np.float64)
@@ -236,6 +246,8 @@ class FlowSimulator:
         self._carry: CarriedMaxMin | None = None  # max-min carried between events, while CARRY_FLOWS transmit
         self._carry_wait = 0  # events to wait before carrying again, after a solve that could not be carried
         self._carry_check = _CARRY_CHECK  # carried events left before the next search (under CARRY_FLOWS)
+        self._carry_read = [0, 0, 0]  # since the carrier's last check: flows its full rounds read, its flows, events
+        self._carry_rest = _CARRY_REST  # events without a carrier after the next drop for waste
         self._left: list[int] = []  # flows that stopped transmitting since the last solve (while carrying)
         self._joined: list[int] = []  # and flows that started
         # `cap_slack`: per channel the caps (bytes/ns) of the capped flows transmitting on it, its uncapped ones, the
@@ -261,6 +273,7 @@ class FlowSimulator:
             "carried_resolves": 0,
             "carried_rounds": 0,
             "carry_fallbacks": 0,
+            "carry_drops": 0,
             "slack_resolves": 0,
         }
 
@@ -763,21 +776,22 @@ class FlowSimulator:
         Returns None once one component exceeds `budget` flows: the caller then solves every
         active flow at once, which gives the same rates (components never influence each other).
         """
+        ch_flows, active = self._ch_flows, self._active
         seen_ch: set[int] = set()
         seen_f: set[int] = set()
         comps = []
         for c0 in sorted(seeds):
-            if c0 in seen_ch or c0 not in self._ch_flows:
+            if c0 in seen_ch or c0 not in ch_flows:
                 continue
             seen_ch.add(c0)
             stack = [c0]
             comp: list[int] = []
             while stack:
-                for fid in self._ch_flows[stack.pop()]:
+                for fid in ch_flows[stack.pop()]:
                     if fid not in seen_f:
                         seen_f.add(fid)
                         comp.append(fid)
-                        for c in self._active[fid].path:
+                        for c in active[fid].path:
                             if c not in seen_ch:
                                 seen_ch.add(c)
                                 stack.append(c)
@@ -814,9 +828,11 @@ class FlowSimulator:
             st["numpy_resolves"] += len(comp) >= NUMPY_THRESHOLD
             if len(comp) > st["max_component"]:
                 st["max_component"] = len(comp)
+        set_rate = self._set_rate
         for recs, rates in self._solved(comps):
             for rec, rate in zip(recs, rates, strict=True):
-                self._set_rate(rec, rate, t)
+                if rate != rec.rate:  # (`_set_rate`'s own test, saving the call: most rates of a component stay)
+                    set_rate(rec, rate, t)
         if self.verify:
             self._verify()
 
@@ -828,7 +844,7 @@ class FlowSimulator:
         freezes at its cap's pseudo-channel, at the cap's own float (`_alloc_cap`). False (solve as usual) if not."""
         joined, self._slack_joined = self._slack_joined, []
         ok, self._slack_ok = self._slack_ok, True
-        if not ok or self.carries or self._multi or not self.incremental:
+        if not ok or self._carry is not None or self._multi or not self.incremental:
             return False
         for rec in joined:
             self._set_rate(rec, rec.flow.rate_bps / 8e9, t)
@@ -861,7 +877,31 @@ class FlowSimulator:
         if len(active) < CARRY_FLOWS and (len(active) < CARRY_GIANT or self._split()):
             self._carry = None
             return False
-        return self._took(carry, carry.update(left, [(fid, active[fid].solve_path) for fid in joined]), t)
+        before = carry.visited
+        if not self._took(carry, carry.update(left, [(fid, active[fid].solve_path) for fid in joined]), t):
+            return False
+        self._waste(carry, carry.visited - before)
+        return True
+
+    def _waste(self, carry: CarriedMaxMin, read: int) -> None:
+        """A carried event whose full rounds read `read` flows: every `_CARRY_CHECK` such events, the carrier is
+        dropped if they read more than `_CARRY_WASTE` of its flows an event and more than twice the largest component
+        of the transmitting flows (the component solves run then, for `_carry_rest` events, doubled at each drop in
+        a row). Either solve gives the same rates."""
+        acc = self._carry_read
+        acc[0] += read
+        acc[1] += len(carry)
+        acc[2] += 1
+        if acc[2] < _CARRY_CHECK:
+            return
+        if acc[0] > _CARRY_WASTE * acc[1] and self._components(set(self._ch_flows), acc[0] // (2 * acc[2])) is not None:
+            self._carry = None
+            self._carry_wait = self._carry_rest
+            self._carry_rest = min(2 * self._carry_rest, _CARRY_REST_MAX)
+            self._stats["carry_drops"] += 1
+        else:
+            self._carry_rest = _CARRY_REST
+        acc[:] = [0, 0, 0]
 
     def _split(self) -> bool:
         """Carrying under `CARRY_FLOWS`: every `_CARRY_CHECK`-th call, whether no component of the transmitting flows
@@ -876,6 +916,7 @@ class FlowSimulator:
         """A new carrier solves every transmitting flow (False if it gives up: then the component solve runs)."""
         carry = CarriedMaxMin(self._cap)
         self._carry_check = _CARRY_CHECK
+        self._carry_read = [0, 0, 0]
         return self._took(carry, carry.update((), [(fid, rec.solve_path) for fid, rec in self._active.items()]), t)
 
     def _took(self, carry: CarriedMaxMin, changed: dict[int, float] | None, t: int) -> bool:

@@ -61,6 +61,7 @@ class CarriedMaxMin:
         self._ops: dict[int, int] = {}  # channel -> changes to that sum since it was summed exactly
         self._bare: set[int] = set()  # channels carried without their states (slack in the last solve)
         self.reran = 0  # rounds run again by the last solve
+        self.visited = 0  # flows the rounds it ran again in full read (their frozen flows, new and last), in all
         self.redone = 0  # solves run again with a bare channel's states (it was not slack after it), in all
 
     def __len__(self) -> int:
@@ -242,6 +243,7 @@ class CarriedMaxMin:
 
         last = -_INF
         reran = 0
+        visited = 0
         while True:
             while heap and share[heap[0][1]] != heap[0][0]:
                 pop(heap)
@@ -282,6 +284,7 @@ class CarriedMaxMin:
                 for g in on[c]:
                     if g in loose or (g not in frozen and rates[g] >= level):
                         now[g] = None
+            visited += len(now) if old is None else len(now) + len(old[1])
             # flows whose freezing moved: their channels are computed from here (their state below this level)
             if old is not None:
                 for g in old[1]:
@@ -328,6 +331,7 @@ class CarriedMaxMin:
             if now:
                 made[level] = (list(at), list(now))
         self.reran = reran
+        self.visited += visited
         if loose:  # (a flow whose channels all went bare: they were not slack)
             stuck = {c for g in loose for c in path[g] if c in slack}
             return stuck or None
