@@ -6,13 +6,15 @@ p2p chunk sizes).
     .venv/bin/python bench/bench_nccl_packet.py --topo 2host    # one fabric
     .venv/bin/python bench/bench_nccl_packet.py --granularity chunked   # flows in NCCL's steps
 
-For each call it prints NCCL's choice (the same dict in both engines), the bytes the flows carry against the closed
-form (the algorithm's payload times the protocol's wire factor: LL 2, LL128 128/120, Simple 1), the bytes ns-3
-delivered (its payload counter, before and after the call), the call's time on the flow network, on the flow network
-at the packets' goodput (links carry payload at 1000/(1000+48) of line rate, as ns-3's packets do: `flow_goodput`),
-the same with the ACK stream (a link carrying the call's data both ways also carries the 48-byte ACK of each packet
-coming the other way: `phantora.netsim.ack_stream.with_ack_stream`) and through ns-3, against a closed form, and the
-ns-3 wall time of the call. ns-3 is checked against the flow network at goodput with the ACK stream (--tolerance).
+For each call it prints NCCL's choice (the same dict in both engines), the bytes the data flows carry against the
+closed form (the algorithm's payload times the protocol's wire factor: LL 2, LL128 128/120, Simple 1), the bytes
+ns-3 delivered (its payload counter, before and after the call: the data flows' and the clear-to-sends', `CTS B`,
+the 64 B credits a receiver sends its sender across hosts, NCCL's control traffic, not the payload), the call's time
+on the flow network, on the flow network at the packets' goodput (links carry payload at 1000/(1000+48) of line
+rate, as ns-3's packets do: `flow_goodput`), the same with the ACK stream (a link carrying the call's data both ways
+also carries the 48-byte ACK of each packet coming the other way: `phantora.netsim.ack_stream.with_ack_stream`) and
+through ns-3, against a closed form, and the ns-3 wall time of the call. ns-3 is checked against the flow network at
+goodput with the ACK stream (--tolerance).
 The closed-form time (`closed_form_us`) is NCCL's latency with the pipeline fill and a ring's uncounted network hops
 (`model_lat_us + fill_us + chain_us`), then the transfer: the largest of NCCL's bandwidth time, the proxies' turns
 (a floor on each network connection, overlapping its transfer: `model_time_us - model_lat_us + proxy_us`, proxy_us
@@ -34,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from phantora.collectives import AlgoOptions
+from phantora.collectives.back_pressure import is_credit, is_cts
 from phantora.collectives.nccl.net_channel import NET_CHANNEL_ALGOS
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.collectives.nccl.shape import WIRE_FACTOR
@@ -72,10 +75,11 @@ class Row:
     case: Case
     choice: dict[str, Any]
     flows: int
-    wire: int
+    wire: int  # the data flows' bytes (credits and clear-to-sends aside)
     closed: int
     slack: int
     delivered: int
+    cts: int  # the clear-to-sends' bytes across hosts (back_pressure.is_cts)
     flow_us: float
     goodput_us: float
     acks_us: float  # the flow network at goodput with the ACK stream: ns-3's reference
@@ -142,6 +146,14 @@ def payload_closed_form(kind: str, algo: str, n: int, hosts: int, nbytes: int) -
     return (n - 1) * nbytes
 
 
+def wire_bytes(flows: list[Any]) -> tuple[int, int, int]:
+    """(the data flows' bytes, their number, the clear-to-sends' bytes): a credit carries no payload (zero bytes
+    inside a host, a 64 B clear-to-send across hosts), so the closed form of the payload counts the data flows alone
+    and ns-3 delivers both."""
+    data = [f for f in flows if not is_credit(f)]
+    return sum(f.size for f in data), len(data), sum(f.size for f in flows if is_cts(f))
+
+
 def _delivered(sim: NetworkSimulator) -> int:
     """ns-3's payload counter: every byte delivered so far."""
     return int(str(sim.stats()["payload_bytes_delivered"]))
@@ -183,13 +195,13 @@ def run_case(topo_name: str, topo: Topology, sims: dict[str, NetworkSimulator], 
     algo = str(choice.get("algorithm", ""))
     hosts = len({topo.nodes[topo.node_of_rank(r)].host for r in ranks})
     payload = payload_closed_form(spec.kind, algo, len(ranks), hosts, nbytes)
-    wire = sum(f.size for f in flow_it.flows)
+    wire, data, cts = wire_bytes(flow_it.flows)
     # a Simple ring, tree or NVLS-Tree: each network flow at most a channel's limit across hosts (net_channel.py)
     capped = algo in {NCCL_ALGO_NAMES[a] for a in NET_CHANNEL_ALGOS} and proto == "Simple"
     rate = rate_bound_us(flow_it.flows) if capped else 0.0
     model = closed_form_us(choice, link_bound_us(topo, flow_it.flows), rate, crosses_nodes(topo, flow_it.flows))
     return Row(topo_name, case, choice, len(flow_it.flows), wire, round(payload * WIRE_FACTOR[proto]),
-               len(flow_it.flows) * LINE[proto], delivered, times["flow"], times["goodput"], acks_us, times["ns3"],
+               data * LINE[proto], delivered, cts, times["flow"], times["goodput"], acks_us, times["ns3"],
                model, wall, notes)  # fmt: skip
 
 
@@ -230,12 +242,13 @@ def rate_bound_us(flows: list[Any]) -> float:
 
 
 def check(row: Row, tolerance: float) -> list[str]:
-    """What is wrong with a row: wire bytes off the closed form, ns-3's bytes off the flows', engines apart."""
+    """What is wrong with a row: the data flows' bytes off the closed form of the payload, ns-3's bytes off the
+    flows' (data and clear-to-sends), engines apart."""
     bad = list(row.notes)
     if not row.closed <= row.wire <= row.closed + row.slack:
         bad.append(f"wire {row.wire} not in [{row.closed}, {row.closed + row.slack}]")
-    if row.delivered != row.wire:
-        bad.append(f"ns-3 delivered {row.delivered} != flows' {row.wire}")
+    if row.delivered != row.wire + row.cts:
+        bad.append(f"ns-3 delivered {row.delivered} != flows' {row.wire} + CTS {row.cts}")
     if row.acks_us > 0 and abs(row.ns3_us / row.acks_us - 1) > tolerance:
         bad.append(f"ns-3 {row.ns3_us:.2f} us vs flow at goodput with ACKs {row.acks_us:.2f} us")
     return bad
@@ -253,7 +266,7 @@ def print_row(row: Row, tolerance: float) -> None:
         f"| {row.topo} | {row.case.test.removesuffix('_perf')} | {row.case.size} | {row.case.label} | {choice} | "
         f"{row.flows} | {row.wire} | {row.closed} | {row.delivered} | {row.flow_us:.2f} | {row.goodput_us:.2f} | "
         f"{row.acks_us:.2f} | {row.ns3_us:.2f} | "
-        f"{diff:+.2f}% | {diff_acks:+.2f}% | {row.model_us:.2f} | {vs_model:+.1f}% | {row.wall_s:.1f} | "
+        f"{diff:+.2f}% | {diff_acks:+.2f}% | {row.model_us:.2f} | {vs_model:+.1f}% | {row.wall_s:.1f} | {row.cts} | "
         f"{'; '.join(bad) or 'ok'} |",
         flush=True,
     )
@@ -268,8 +281,8 @@ def main() -> None:
     args = p.parse_args()
     print("| fabric | test | size | NCCL_* | algo/proto/ch | flows | wire B | closed form B | ns-3 B | flow us | "
           "goodput us | +ACKs us | ns-3 us | ns-3/goodput | ns-3/+ACKs | closed form us | flow/closed | ns-3 wall s | "
-          "check |")  # fmt: skip
-    print("|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+          "CTS B | check |")  # fmt: skip
+    print("|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     start = time.perf_counter()
     topos = topologies()
     failed = 0

@@ -25,9 +25,10 @@ from phantora.collectives import AlgoOptions
 from phantora.netsim.flow import FlowSimulator
 from phantora.report import nccl_tests as nt
 from phantora.topology import leaf_spine
+from tests.test_tree_window import two_host_tree
 
 bench = load("bench/bench_nccl_packet.py")
-KiB = 1024
+KiB, MiB = 1024, 1024**2
 LAT_US = 6.6 + 3 * 5.0
 TURNS_US = 4 * 2 * 3 * 0.6
 
@@ -59,3 +60,20 @@ def test_the_transfer_binds_a_larger_call_without_the_turns_on_top() -> None:
     assert bench.closed_form_us(choice, link) == pytest.approx(LAT_US + link, abs=0.002)
     assert flow == pytest.approx(LAT_US + link, abs=0.01)
     assert flow < LAT_US + (TURNS_US - nccl) + link - 4.0  # not the sum (57.82 us)
+
+
+def test_the_wire_bytes_are_the_data_flows_and_ns3_also_delivers_the_clear_to_sends() -> None:
+    """A chunked tree all-reduce of 4 MiB on 2 GPUs, each a host of its own: 64 steps of 64 KiB up and 64 down, each
+    across hosts answered by its receiver's 64 B clear-to-send (sizeof(ncclIbSendFifo), net_ib/common.h). The data
+    flows carry the payload's closed form, 2(n - 1)S = 8 MiB (Simple: wire factor 1), and the clear-to-sends
+    128 x 64 B = 8 KiB beside it; ns-3's counter holds both, so a row is right with the one and the other apart."""
+    flows, up, down = two_host_tree(1_000, 8)
+    assert len(up) == len(down) == 64
+    wire, data, cts = bench.wire_bytes(flows)
+    assert wire == bench.payload_closed_form("all_reduce", "Tree", 2, 2, 4 * MiB) == 8 * MiB
+    assert data == 128 and cts == 128 * 64
+    row = bench.Row("star", bench.Case("all_reduce_perf", 4 * MiB), {}, len(flows), wire, 8 * MiB, 0,
+                    wire + cts, cts, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0)  # fmt: skip
+    assert bench.check(row, 0.02) == []
+    row.delivered = wire  # the clear-to-sends lost
+    assert bench.check(row, 0.02) == [f"ns-3 delivered {wire} != flows' {wire} + CTS {cts}"]
