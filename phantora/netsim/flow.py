@@ -562,7 +562,7 @@ class FlowSimulator:
 
     def _run_ends(self, ends: list[int], t: int, touched: set[int]) -> None:
         """The transmit ends at t, in (flow id, version) order; a stale one (its flow's rate changed since) is
-        skipped. (Per flow: `_slack_leave` for a capped flow and `_leave_channels` inline.)"""
+        skipped. (Per flow: `_slack_leave` and `_leave_channels` inline.)"""
         ends.sort()
         active, carrying, slack, free_caps = self._active, self._carry is not None, self.cap_slack, self._free_caps
         nbytes, ch_flows, busy_ns, busy_since = self._bytes, self._ch_flows, self._busy_ns, self._busy_since
@@ -585,8 +585,10 @@ class FlowSimulator:
                         if x >= lim[c] or unc[c]:
                             self._slack_ok = False
                         capsum[c] = 0.0 if len(ch_flows[c]) == 1 else x - v
-                else:
-                    self._slack_leave(rec)
+                else:  # (`_slack_leave` of an uncapped flow)
+                    for c in path:
+                        unc[c] -= 1
+                    self._slack_ok = False
             if rec.cap_ch >= 0:
                 free_caps.append(rec.cap_ch)
             if rec.multi is None:
@@ -649,7 +651,7 @@ class FlowSimulator:
 
     def _begin(self, f: Flow, t: int, touched: set[int]) -> None:
         """Flow f starts transmitting at t on its route (and its rate cap's pseudo-channel). (`_alloc_cap` of a freed
-        pseudo-channel, a capped flow's `_slack_join` and `_occupy`, inline.)"""
+        pseudo-channel, `_slack_join` and `_occupy`, inline.)"""
         fid = f.id
         cap_ch = -1
         rate = f.rate_bps
@@ -679,8 +681,11 @@ class FlowSimulator:
                     x = capsum[c] = capsum[c] + v
                     if x >= lim[c] or unc[c]:
                         self._slack_ok = False
-            else:
-                self._slack_join(rec)
+            else:  # (`_slack_join` of an uncapped flow: the event is not slack; its rec is not needed)
+                unc = self._uncapped
+                for c in path:
+                    unc[c] += 1
+                self._slack_ok = False
         ch_flows = self._ch_flows
         for c in path:
             on_channel = ch_flows.get(c)
