@@ -564,7 +564,8 @@ class FlowSimulator:
         """The transmit ends at t, in (flow id, version) order; a stale one (its flow's rate changed since) is
         skipped. (Per flow: `_slack_leave` and `_leave_channels` inline.)"""
         ends.sort()
-        active, carrying, slack, free_caps = self._active, self._carry is not None, self.cap_slack, self._free_caps
+        active, carrying, free_caps = self._active, self._carry is not None, self._free_caps
+        slack = self.cap_slack and not carrying  # (the slack sums are not kept while max-min is carried)
         nbytes, ch_flows, busy_ns, busy_since = self._bytes, self._ch_flows, self._busy_ns, self._busy_since
         capsum, lim, unc = self._capsum, self._slack_lim, self._uncapped
         arriving, events = self._arriving, self._events
@@ -672,7 +673,7 @@ class FlowSimulator:
             rec = self._active[fid] = _Active(f, path, lat, t, None, cap_ch)
         if self._carry is not None:
             self._joined.append(fid)
-        if self.cap_slack:
+        if self.cap_slack and self._carry is None:  # (the slack sums are not kept while max-min is carried)
             if rate:
                 self._slack_joined.append(rec)
                 v = rate / 8e9  # (its cap, as set above)
@@ -880,13 +881,30 @@ class FlowSimulator:
                 return False
             return self._start_carry(t)
         if len(active) < CARRY_FLOWS and (len(active) < CARRY_GIANT or self._split()):
-            self._carry = None
+            self._carry_off()
             return False
         before = carry.visited
         if not self._took(carry, carry.update(left, [(fid, active[fid].solve_path) for fid in joined]), t):
             return False
         self._waste(carry, carry.visited - before)
         return True
+
+    def _carry_off(self) -> None:
+        """No carrier from here: the slack sums (`cap_slack`), not kept while max-min is carried, counted again from
+        the transmitting flows."""
+        self._carry = None
+        if not self.cap_slack:
+            return
+        capsum, unc = [0.0] * len(self._capsum), [0] * len(self._uncapped)
+        for rec in self._active.values():
+            if rec.flow.rate_bps:
+                v = rec.flow.rate_bps / 8e9
+                for c in rec.path:
+                    capsum[c] += v
+            else:
+                for c in rec.path:
+                    unc[c] += 1
+        self._capsum, self._uncapped = capsum, unc
 
     def _waste(self, carry: CarriedMaxMin, read: int) -> None:
         """A carried event whose full rounds read `read` flows: every `_CARRY_CHECK` such events, the carrier is
@@ -900,7 +918,7 @@ class FlowSimulator:
         if acc[2] < _CARRY_CHECK:
             return
         if acc[0] > _CARRY_WASTE * acc[1] and self._components(set(self._ch_flows), acc[0] // (2 * acc[2])) is not None:
-            self._carry = None
+            self._carry_off()
             self._carry_wait = self._carry_rest
             self._carry_rest = min(2 * self._carry_rest, _CARRY_REST_MAX)
             self._stats["carry_drops"] += 1
@@ -930,7 +948,7 @@ class FlowSimulator:
         st = self._stats
         active = self._active
         if changed is None:
-            self._carry = None
+            self._carry_off()
             self._carry_wait = _GIANT_SKIP
             st["carry_fallbacks"] += 1
             return False
