@@ -240,10 +240,53 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
   }
 }
 
+namespace {
+/// The position of the first queue pair of a list (sorted by listSeq) that joined at `seq` or later.
+template <typename QpPtr>
+typename std::vector<QpPtr>::const_iterator FromSeq(const std::vector<QpPtr>& list, uint64_t seq) {
+  return std::lower_bound(list.begin(), list.end(), seq, [](QpPtr q, uint64_t s) { return q->listSeq < s; });
+}
+}  // namespace
+
 void RdmaNic::Enlist(Qp* qp, uint32_t port) {
   qp->port = port;
+  qp->listSeq = ++m_listSeq;
+  qp->ready = true;
   m_ports[port].active.push_back(qp);
+  m_ports[port].ready.push_back(qp);
   m_dev[port]->Kick();
+}
+
+void RdmaNic::Recheck(Qp* qp) {
+  if (qp->ready || qp->stalled) {
+    return;
+  }
+  const bool lost = (m_rxMode == RxMode::Sack && qp->sack.HasLost()) || (m_rxMode == RxMode::Rud && qp->rud.HasLost());
+  if (!lost && (qp->sndNxt >= qp->spec.size || !InTurn(qp))) {
+    return;  // still nothing to send whatever the time
+  }
+  std::vector<Qp*>& ready = m_ports[qp->port].ready;
+  ready.insert(ready.begin() + (FromSeq(ready, qp->listSeq) - ready.cbegin()), qp);
+  qp->ready = true;
+}
+
+void RdmaNic::RecheckFrom(const std::vector<Qp*>& order, size_t from) {
+  for (size_t i = from; i < order.size(); ++i) {
+    Qp* q = order[i];
+    Recheck(q);
+    if (q->sndNxt < q->spec.size) {
+      break;  // the messages after it wait for it
+    }
+  }
+}
+
+void RdmaNic::RecheckAfter(const Qp* qp) {
+  const std::vector<Qp*>& open = qp->conn->open;
+  RecheckFrom(open, std::find(open.begin(), open.end(), qp) - open.begin() + 1);
+  if (qp->spec.queue != 0) {
+    const std::vector<Qp*>& queue = m_queues.at(qp->spec.queue);
+    RecheckFrom(queue, std::find(queue.begin(), queue.end(), qp) - queue.begin() + 1);
+  }
 }
 
 void RdmaNic::Unlist(Qp* qp) {
@@ -251,6 +294,10 @@ void RdmaNic::Unlist(Qp* qp) {
   auto pos = std::find(p.active.begin(), p.active.end(), qp);
   if (pos == p.active.end()) {
     return;  // stalled
+  }
+  if (qp->ready) {
+    p.ready.erase(FromSeq(p.ready, qp->listSeq));
+    qp->ready = false;
   }
   const uint32_t idx = static_cast<uint32_t>(pos - p.active.begin());
   p.active.erase(pos);
@@ -469,14 +516,23 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   const uint32_t n = static_cast<uint32_t>(p.active.size());
   uint64_t earliest = std::numeric_limits<uint64_t>::max();
   Qp* pick = nullptr;
-  uint32_t pickIdx = 0;
   const bool rud = m_rxMode == RxMode::Rud;
-  const uint32_t start = p.rr < n || n == 0 ? p.rr : p.rr % n;
-  for (uint32_t i = 0, idx = start; i < n; ++i, idx = idx + 1 == n ? 0 : idx + 1) {  // round the list, no division
-    Qp* qp = p.active[idx];
+  // Round robin from active[rr], looking only at the queue pairs not parked (`ready`, in the same order).
+  const uint32_t m = static_cast<uint32_t>(p.ready.size());
+  const uint32_t from =
+      n == 0 ? 0 : static_cast<uint32_t>(FromSeq(p.ready, p.active[p.rr % n]->listSeq) - p.ready.cbegin());
+  const uint32_t start = from == m ? 0 : from;
+  bool parked = false;
+  for (uint32_t i = 0, idx = start; i < m; ++i, idx = idx + 1 == m ? 0 : idx + 1) {  // round the list, no division
+    Qp* qp = p.ready[idx];
     // sack: retransmissions ignore the window; rud: the window caps what is neither acknowledged nor lost
     const bool lost = (m_rxMode == RxMode::Sack && qp->sack.HasLost()) || (rud && qp->rud.HasLost());
-    if (paused[qp->spec.prio % kNumPrio] || (!lost && (qp->sndNxt >= qp->spec.size || !InTurn(qp)))) {
+    if (!lost && (qp->sndNxt >= qp->spec.size || !InTurn(qp))) {
+      qp->ready = false;  // parked until Recheck finds it may send
+      parked = true;
+      continue;
+    }
+    if (paused[qp->spec.prio % kNumPrio]) {
       continue;
     }
     if (qp->creditOn && !qp->credit.CanSend()) {
@@ -502,16 +558,18 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
     }
     if (!m_strict) {  // round robin: the first due queue pair
       pick = qp;
-      pickIdx = idx;
       break;
     }
     if (!pick || qp->spec.prio < pick->spec.prio) {  // strict: the first due one of the highest class
       pick = qp;
-      pickIdx = idx;
     }
   }
+  if (parked) {
+    p.ready.erase(std::remove_if(p.ready.begin(), p.ready.end(), [](const Qp* q) { return !q->ready; }),
+                  p.ready.end());
+  }
   if (pick) {
-    p.rr = (pickIdx + 1) % n;
+    p.rr = static_cast<uint32_t>((FromSeq(p.active, pick->listSeq) - p.active.cbegin() + 1) % n);
     BuildData(pick, out, now);
     return true;
   }
@@ -568,6 +626,9 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
     qp->maxSent = std::max(qp->maxSent, qp->sndNxt);
     if (qp->lastByteNs < 0 && qp->maxSent >= qp->spec.size) {
       qp->lastByteNs = static_cast<int64_t>(nowNs);
+    }
+    if (qp->sndNxt >= qp->spec.size) {
+      RecheckAfter(qp);  // the next message's turn, maybe
     }
     if (qp->spec.queue != 0 && qp->sndNxt >= qp->spec.size) {  // its queue's next flow may go: wake its port
       for (Qp* q : m_queues.at(qp->spec.queue)) {
@@ -641,15 +702,26 @@ uint64_t RdmaNic::CapEndPs(const Qp* qp, uint32_t payload) const {
 }
 
 uint64_t RdmaNic::CapDuePs(const Qp* qp, uint32_t payload) const {
-  const uint64_t end = CapEndPs(qp, payload);
-  if (end == 0) {
+  if (qp->spec.maxRateBps == 0 || payload == 0) {
     return 0;
   }
-  PhantoraHeader h;
-  h.type = PktType::Data;
-  h.payload = payload;
-  const uint64_t tx = LinePs(qp, m_wire.Bytes(h));
-  return end > tx ? end - tx : 0;
+  const Conn* conn = qp->conn;
+  const uint64_t line = m_dev[qp->port]->GetRateBps();
+  if (qp->capMemoPayload == payload && qp->capMemoStart == conn->lastStartPs && qp->capMemoWire == conn->lastWire &&
+      qp->capMemoEnd == conn->capEndPs && qp->capMemoFloor == qp->capFloorPs && qp->capMemoLine == line) {
+    return qp->capMemoDue;  // the same inputs as the last call (a queue pair waiting for its time)
+  }
+  const uint64_t end = CapEndPs(qp, payload);
+  uint64_t rem = 0;
+  const uint64_t tx = SerialisationPs(m_wire.DataBytes(payload), line, rem);
+  qp->capMemoDue = end > tx ? end - tx : 0;
+  qp->capMemoStart = conn->lastStartPs;
+  qp->capMemoWire = conn->lastWire;
+  qp->capMemoEnd = conn->capEndPs;
+  qp->capMemoFloor = qp->capFloorPs;
+  qp->capMemoLine = line;
+  qp->capMemoPayload = payload;
+  return qp->capMemoDue;
 }
 
 void RdmaNic::Receive(uint32_t port, const Ptr<PhantoraPacket>& pkt) {
@@ -929,6 +1001,7 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
     Finish(qp);
     return;
   }
+  Recheck(qp);  // a rewind or a loss gives it something to send again
   m_dev[qp->port]->Kick();
 }
 
@@ -991,6 +1064,7 @@ void RdmaNic::ReceiveAckRud(Qp* qp, const PhantoraHeader& hdr) {
     Finish(qp);
     return;
   }
+  Recheck(qp);  // a rewind or a loss gives it something to send again
   m_dev[qp->port]->Kick();
 }
 
@@ -1077,13 +1151,23 @@ void RdmaNic::CreditTurn(uint32_t port) {
 
 void RdmaNic::Finish(Qp* qp) {
   Conn* conn = qp->conn;
-  conn->open.erase(std::find(conn->open.begin(), conn->open.end(), qp));
+  const size_t at = std::find(conn->open.begin(), conn->open.end(), qp) - conn->open.begin();
+  conn->open.erase(conn->open.begin() + static_cast<std::ptrdiff_t>(at));
+  std::vector<Qp*>* queue = nullptr;
+  size_t queueAt = 0;
   if (qp->spec.queue != 0) {
     auto q = m_queues.find(qp->spec.queue);
-    q->second.erase(std::find(q->second.begin(), q->second.end(), qp));
+    queueAt = std::find(q->second.begin(), q->second.end(), qp) - q->second.begin();
+    q->second.erase(q->second.begin() + static_cast<std::ptrdiff_t>(queueAt));
     if (q->second.empty()) {
       m_queues.erase(q);
+    } else {
+      queue = &q->second;
     }
+  }
+  RecheckFrom(conn->open, at);  // it no longer holds the messages after it back
+  if (queue != nullptr) {
+    RecheckFrom(*queue, queueAt);
   }
   if (qp->own) {
     conn->cc->Stop();  // a flow's own queue pair closes with it
@@ -1109,6 +1193,7 @@ void RdmaNic::SleekProbe(Qp* qp) {
   }
   if (qp->rud.InFlightBytes() > 0 && qp->rud.OnTimeout(now, qp->rttNs) > 0) {
     NS_LOG_LOGIC("node " << m_id << " flow " << qp->spec.id << ": no ACK for a probe time, resending");
+    Recheck(qp);
     m_dev[qp->port]->Kick();
   }
 }
@@ -1148,6 +1233,7 @@ void RdmaNic::CheckRto(Qp* qp) {
       qp->credit.Allow(m_rxMode == RxMode::Rud ? qp->rud.LostBytes() - resend : resend);
     }
     qp->lastProgressNs = now;
+    Recheck(qp);
     m_dev[qp->port]->Kick();
   }
   if (qp->sndNxt > qp->sndUna) {

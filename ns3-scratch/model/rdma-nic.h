@@ -207,6 +207,8 @@ class RdmaNic : public Object, public PortOwner {
     Conn* conn = nullptr;         ///< its queue pair (`own`, or a connection's in m_conns)
     std::unique_ptr<Conn> own;    ///< the queue pair of a flow without a connection
     bool stalled = false;         ///< no route to its destination: off every port's list until Repin finds one
+    bool ready = false;           ///< on its port's `ready` list (not parked: see Port::ready)
+    uint64_t listSeq = 0;         ///< when it joined its port's list (Enlist): the lists' order
     bool creditOn = false;        ///< its CC runs under receiver credits (read per Dequeue: beside sndNxt)
     uint64_t base = 0;            ///< where this message starts in its queue pair's byte stream
     uint64_t sndNxt = 0;
@@ -215,6 +217,16 @@ class RdmaNic : public Object, public PortOwner {
     int64_t lastByteNs = -1;    ///< the ns the last byte was first sent (completion bounds), -1 before
     uint64_t capFloorPs = 0;    ///< rate cap: its first packet's payload counts from here (its start, or its
                                 ///< queue's previous message's last packet's end)
+    /// CapDuePs's last answer and what it was computed from (its connection's last packet start and wire bytes
+    /// and cap schedule end, the floor, the payload and the line rate): a capped queue pair waiting for its time is
+    /// asked per Dequeue.
+    mutable uint64_t capMemoDue = 0;
+    mutable uint64_t capMemoStart = 0;
+    mutable uint64_t capMemoEnd = 0;
+    mutable uint64_t capMemoFloor = 0;
+    mutable uint64_t capMemoLine = 0;
+    mutable uint32_t capMemoWire = 0;
+    mutable uint32_t capMemoPayload = 0;  ///< 0: no answer kept
     uint64_t lastProgressNs = 0;
     uint64_t lastRewindSeq = UINT64_MAX;
     uint64_t lastRewindNs = 0;
@@ -257,10 +269,16 @@ class RdmaNic : public Object, public PortOwner {
     mutable uint32_t ackDst = 0;
     mutable uint32_t ackPort = UINT32_MAX;
   };
+  /// A port's queue pairs. `active` holds every one listed (round robin order: by listSeq), `ready` those of them
+  /// not parked, in the same order. Dequeue parks a queue pair that has nothing to send whatever the time (every
+  /// byte sent and nothing lost, or not its turn: InTurn) and looks at `ready` only; Recheck puts it back as soon
+  /// as that may no longer hold (a rewind, a loss, an earlier message sent or finished), so the pick and the
+  /// wake-up are those of a scan of `active`, at the cost of the queue pairs that may send.
   struct Port {
     RingQueue<TxItem> ctrl;
     std::vector<Qp*> active;
-    uint32_t rr = 0;
+    std::vector<Qp*> ready;
+    uint32_t rr = 0;  ///< index into `active` where the round robin goes on
     EventId wake;
     uint64_t wakeNs = 0;
     CreditPacer credit;       ///< receiver credits: grants for the flows arriving here
@@ -313,6 +331,14 @@ class RdmaNic : public Object, public PortOwner {
   void Unlist(Qp* qp);
   /// Put qp on `port`'s round robin and kick the port.
   void Enlist(Qp* qp, uint32_t port);
+  /// Put a parked qp back on its port's `ready` list if it may send (it has something lost to resend, or unsent
+  /// data and its turn); nothing for one that is on it or stalled.
+  void Recheck(Qp* qp);
+  /// Recheck the messages after position `from` of `order` (a connection's or a queue's messages, in order) up to
+  /// the first with data not yet sent: those whose turn an earlier message's progress or end may have given.
+  void RecheckFrom(const std::vector<Qp*>& order, size_t from);
+  /// Recheck the messages after qp on its connection and on its queue.
+  void RecheckAfter(const Qp* qp);
   void ArmRto(Qp* qp);
   /// Sleek: no ACK for a probe time with data in flight: the packets sent a base RTT ago or more are lost.
   void SleekProbe(Qp* qp);
@@ -344,6 +370,7 @@ class RdmaNic : public Object, public PortOwner {
   FlatIdMap<Rx> m_rx;   ///< the flows being received, by id (looked up per data packet)
   Ptr<RouteTable> m_routes;
   Counters m_counters;
+  uint64_t m_listSeq = 0;  ///< the last Qp::listSeq given
   // Attributes.
   Time m_ackDelay;
   std::string m_classSchedText = "rr";

@@ -19,10 +19,13 @@ struct WireFormat {
   uint32_t pfcBytes = 64;        ///< a PFC frame
   bool intOn = false;
 
+  /// An untrimmed data packet of `payload` bytes: Bytes of its header, without building one.
+  uint32_t DataBytes(uint32_t payload) const { return payload + headerBytes + (intOn ? intHeaderBytes : 0); }
+
   uint32_t Bytes(const PhantoraHeader& h) const {
     switch (h.type) {
       case PktType::Data:
-        return ((h.flags & kFlagTrimmed) ? 0 : h.payload) + headerBytes + (intOn ? intHeaderBytes : 0);
+        return DataBytes((h.flags & kFlagTrimmed) ? 0 : h.payload);
       case PktType::Pfc:
         return pfcBytes;
       default:

@@ -110,8 +110,10 @@ class WireFormatTest : public TestCase {
     NS_TEST_ASSERT_MSG_EQ(w.Bytes(data), 1048u, "data");
     NS_TEST_ASSERT_MSG_EQ(w.Bytes(ack), 48u, "ack");
     NS_TEST_ASSERT_MSG_EQ(w.Bytes(pfc), 64u, "pfc");
+    NS_TEST_ASSERT_MSG_EQ(w.DataBytes(1000), 1048u, "data, from its payload alone");
     w.intOn = true;
     NS_TEST_ASSERT_MSG_EQ(w.Bytes(data), 1090u, "data with INT");
+    NS_TEST_ASSERT_MSG_EQ(w.DataBytes(1000), 1090u, "data with INT, from its payload alone");
     NS_TEST_ASSERT_MSG_EQ(w.Bytes(ack), 90u, "ack with INT");
     NS_TEST_ASSERT_MSG_EQ(w.Bytes(pfc), 64u, "pfc without INT");
   }
