@@ -172,10 +172,10 @@ class FlowSimulator:
     posts_at_dep_ends = False  # as a packet side under the hybrid (tests): flows waiting on flows are held there
     carries = True  # max-min may be carried between events (a subclass that moves flows or capacities says False)
     # An event whose flows all have rate caps and leave every channel they start or stop on slack (`_slack_resolve`)
-    # sets the new flows at their caps and solves nothing (NCCL's caps under a NIC's or NVLink's rate). On from
-    # `__init__` for an engine that does not move flows or capacities (a class that `carries`), used at the events
-    # that are not carried; set by a caller before its first flow (the hybrid's fluid NVLink side sets it, not
-    # carried; False turns it off).
+    # sets the new flows at their caps and solves nothing (NCCL's caps under a NIC's or NVLink's rate), at the events
+    # that are not carried. Set by a caller before its first flow (the hybrid's fluid NVLink side sets it). Off by
+    # default: on in every engine (2026-12-05, 74c2e148) it moved a live torchtitan run's simulated end (10.951 ->
+    # 10.931 ms, README's command), so it is not yet shown exact outside the fluid side (docs/flow-engine.md).
     cap_slack = False
 
     def __init__(
@@ -212,7 +212,7 @@ class FlowSimulator:
         self.payload_efficiency = float(payload_efficiency)
         self.incremental = incremental
         self.verify = verify
-        self.cap_slack = type(self).cap_slack or type(self).carries
+        self.cap_slack = type(self).cap_slack
         nch = topology.num_channels
         self._cap = [topology.channel_bandwidth(c) * self.payload_efficiency / 8e9 for c in range(nch)]  # bytes/ns
         self._cap_arr = np.asarray(self._cap, dtype=np.float64)
