@@ -25,3 +25,20 @@ def flow_and_ns3_end_ns(topo: Topology, flows: list[Flow]) -> dict[str, int]:
         assert sum(c.size for c in done) == sum(f.size for f in flows), name
         times[name] = max(c.end_ns for c in done)
     return times
+
+
+def start_end_ns(network: str, topo: Topology, flows: list[Flow], cc: str = "dcqcn") -> dict[int, tuple[int, int]]:
+    """Flow id -> (start, end) ns of `flows` submitted at 0 on `network` ("flow" or "ns3" with `cc`); asserts that
+    every flow completes once."""
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+    from phantora.netsim.packet_config import PacketConfig
+
+    sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc=cc)), topo)
+    try:
+        sim.submit(flows, at=0)
+        done = {c.flow_id: (c.start_ns, c.end_ns) for c in sim.drain()}
+    finally:
+        sim.close()
+    assert len(done) == len(flows)
+    return done

@@ -21,6 +21,7 @@ from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.packet_config import PacketConfig
 from phantora.topology import rail_optimized
+from tests.engine_pair import start_end_ns
 from tests.test_back_pressure import G, builder, star
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -123,14 +124,7 @@ def window_bound_p2p(reverse: bool) -> tuple[list[Flow], list[int], list[Flow]]:
 def run(network: str, flows: list[Flow], cc: str = "dcqcn") -> dict[int, tuple[int, int]]:
     """Flow id -> (start, end) ns, every flow submitted at 0."""
     topo, _ = star([100 * G] * 5, 1000)
-    sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc=cc)), topo)
-    try:
-        sim.submit(flows, at=0)
-        done = {c.flow_id: (c.start_ns, c.end_ns) for c in sim.drain()}
-    finally:
-        sim.close()
-    assert len(done) == len(flows)
-    return done
+    return start_end_ns(network, topo, flows, cc)
 
 
 def test_a_window_bound_connection_waits_a_cts_each_window_flow_engine() -> None:

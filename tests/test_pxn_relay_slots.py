@@ -16,11 +16,9 @@ from phantora.collectives.back_pressure import NCCL_STEPS, is_credit
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.collectives.p2p import send_recv
 from phantora.netsim.base import Flow
-from phantora.netsim.engine_spec import EngineSpec
-from phantora.netsim.factory import make_engine
-from phantora.netsim.packet_config import PacketConfig
 from phantora.topology import rail_optimized
 from phantora.topology.model import Topology
+from tests.engine_pair import start_end_ns
 from tests.test_back_pressure import builder, star
 
 MiB = 1 << 20
@@ -42,14 +40,7 @@ def relayed_send(nbytes: int) -> tuple[Topology, list[Flow], list[Flow], list[Fl
 
 def run(network: str, topo: Topology, flows: list[Flow]) -> dict[int, tuple[int, int]]:
     """Flow id -> (start, end) ns, every flow submitted at 0."""
-    sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc="dcqcn")), topo)
-    try:
-        sim.submit(flows, at=0)
-        done = {c.flow_id: (c.start_ns, c.end_ns) for c in sim.drain()}
-    finally:
-        sim.close()
-    assert len(done) == len(flows)
-    return done
+    return start_end_ns(network, topo, flows)
 
 
 @pytest.mark.parametrize("network", ["flow", "ns3"])

@@ -17,10 +17,8 @@ from phantora.collectives.back_pressure import is_credit, is_cts
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.collectives.tree import tree_flows
 from phantora.netsim.base import Flow
-from phantora.netsim.engine_spec import EngineSpec
-from phantora.netsim.factory import make_engine
-from phantora.netsim.packet_config import PacketConfig
 from phantora.topology import rail_optimized
+from tests.engine_pair import start_end_ns
 from tests.test_back_pressure import G, builder, run, sends, star
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -141,13 +139,7 @@ def test_a_tree_edge_across_hosts_waits_for_clear_to_sends(
 def steps_wait_for_their_cts(network: str, flows: list[Flow], topo) -> tuple[int, int]:
     """On `network`: (steps that waited for a clear-to-send, CTSs in flight); asserts that every step between hosts
     starts no earlier than the CTS it waits for ends."""
-    sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc="dcqcn")), topo)
-    try:
-        sim.submit(flows, at=0)
-        done = {c.flow_id: (c.start_ns, c.end_ns) for c in sim.drain()}
-    finally:
-        sim.close()
-    assert len(done) == len(flows)
+    done = start_end_ns(network, topo, flows)
     by_id = {f.id: f for f in flows}
     gated = 0
     for f in flows:
