@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phan
 from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.dag import DagBuilder, communicator_id
 from phantora.collectives.nccl.settings import nccl_env
-from phantora.netsim.base import Flow
+from phantora.netsim.base import Completion, Flow
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.packet_config import PacketConfig
@@ -93,51 +93,59 @@ def _star(n: int, latency_ns: int = 1000) -> tuple[Topology, list[int]]:
     return t.validate(), gpus
 
 
-def window() -> None:
+def _run(network: str, topo: Topology, flows: list[Flow]) -> dict[int, Completion]:
+    """Each flow's completion, `flows` submitted at 0 on `network` ("flow", or ns-3 with DCQCN)."""
+    sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc="dcqcn")), topo)
+    try:
+        sim.submit(flows, at=0)
+        return {c.flow_id: c for c in sim.drain()}
+    finally:
+        sim.close()
+
+
+def _star_builder(latency_ns: int, name: str) -> tuple[Topology, list[int], DagBuilder]:
+    """A star of 5 GPUs one a host and a chunked builder over them with NCCL's credits (communicator `name`)."""
     from phantora.collectives.back_pressure import credit_latency
 
+    topo, gpus = _star(5, latency_ns)
+    b = DagBuilder(gpus, tuple(range(5)), 0, "", comm=communicator_id(name, range(5)))
+    b.host_of = {g: i for i, g in enumerate(gpus)}
+    b.credit_ns = credit_latency(topo, gpus)
+    return topo, gpus, b
+
+
+def _reverse(flows: list[Flow], gpus: list[int], into: int) -> list[Flow]:
+    """`flows` and 3 x 4 MiB from GPUs 2-4 into GPU `into` (reverse traffic on the receiver's NIC)."""
+    first = max(f.id for f in flows) + 1
+    return flows + [Flow(first + i, gpus[2 + i], gpus[into], 4 * MiB, tag=f"reverse{i}") for i in range(3)]
+
+
+def window() -> None:
     for network in ("flow", "ns3"):
         for reverse in (False, True):
-            topo, gpus = _star(5)
-            b = DagBuilder(gpus, tuple(range(5)), 0, "", comm=communicator_id("p2p", range(5)))
-            b.host_of = {g: i for i, g in enumerate(gpus)}
-            b.credit_ns = credit_latency(topo, gpus)
+            topo, gpus, b = _star_builder(1000, "p2p")
             fwd = b.add_chunks(0, 1, [16 * KiB] * 64, "p2p", 0, window=2)
             flows = b.finish().flows
-            first = max(f.id for f in flows) + 1
-            if reverse:
-                flows += [Flow(first + i, gpus[2 + i], gpus[0], 4 * MiB, tag=f"reverse{i}") for i in range(3)]
-            sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc="dcqcn")), topo)
-            sim.submit(flows, at=0)
-            done = {c.flow_id: c for c in sim.drain()}
-            sim.close()
+            flows = _reverse(flows, gpus, 0) if reverse else flows
+            done = _run(network, topo, flows)
             cts = [done[f.id].end_ns - done[f.id].start_ns for f in flows if _is_cts(f.tag, f.src, f.dst)]
             print(f"{network:4} reverse={'3x4MiB' if reverse else 'none  '} end_ns {done[fwd[-1]].end_ns} "
                   f"cts {len(cts)} longest_cts_fct_ns {max(cts)}")  # fmt: skip
 
 
 def tree() -> None:
-    from phantora.collectives.back_pressure import credit_latency
     from phantora.collectives.tree import tree_flows
 
     for latency in (1000, 50_000):
         for window in (1, 8):
             for network in ("flow", "ns3"):
                 for reverse in (False, True):
-                    topo, gpus = _star(5, latency)
-                    b = DagBuilder(gpus, tuple(range(5)), 0, "", comm=communicator_id("tree", range(5)))
-                    b.host_of = {g: i for i, g in enumerate(gpus)}
-                    b.credit_ns = credit_latency(topo, gpus)
+                    topo, gpus, b = _star_builder(latency, "tree")
                     tree_flows(b, [None, 0, None, None, None], 64 * 64 * KiB, 0, up=True, down=True, chunked=True,
                                chunk_bytes=64 * KiB, step_delay_ns=0, name="tree", window=window)  # fmt: skip
                     flows = b.finish().flows
-                    first = max(f.id for f in flows) + 1
-                    if reverse:
-                        flows += [Flow(first + i, gpus[2 + i], gpus[1], 4 * MiB, tag=f"reverse{i}") for i in range(3)]
-                    sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc="dcqcn")), topo)
-                    sim.submit(flows, at=0)
-                    done = {c.flow_id: c for c in sim.drain()}
-                    sim.close()
+                    flows = _reverse(flows, gpus, 1) if reverse else flows
+                    done = _run(network, topo, flows)
                     end = max(done[f.id].end_ns for f in flows if not f.tag.startswith("reverse"))
                     cts = [done[f.id].end_ns - done[f.id].start_ns for f in flows if _is_cts(f.tag, f.src, f.dst)]
                     print(f"link {latency:6} ns window {window} {network:4} "
@@ -179,10 +187,7 @@ def pxn() -> None:
         s, v = topo.node_of_rank(1), topo.node_of_rank(0)
         nvlink = [f.id for f in dag.flows if (f.src, f.dst) == (s, v) and not is_credit(f)]
         for network in ("flow", "ns3"):
-            sim = make_engine(EngineSpec(network=network, packet=PacketConfig(cc="dcqcn")), topo)
-            sim.submit(dag.flows, at=0)
-            done = {c.flow_id: c.end_ns for c in sim.drain()}
-            sim.close()
+            done = {i: c.end_ns for i, c in _run(network, topo, dag.flows).items()}
             print(f"nic {gbps:3} Gbit/s {network:4}: sender's last NVLink step ends {done[nvlink[-1]]} ns, "
                   f"the transfer {max(done.values())} ns")  # fmt: skip
 
