@@ -474,15 +474,6 @@ def _steps_in_flight(opts: AlgoOptions, chunk_steps: int = 1) -> int:
     return max(1, T.NCCL_STEPS // chunk_steps) if opts.model == "nccl" else 1
 
 
-def _tree_steps_in_flight(opts: AlgoOptions) -> int:
-    """Chunks a tree edge keeps in flight (a tree all-reduce's, NVLS-Tree's tree across hosts): NCCL_STEPS, for
-    every protocol. calcCollChunking (enqueue.cc) gives a tree one step a chunk (its chunkSteps and sliceSteps are
-    a ring's under Simple only), runTreeUpDown / runTreeSplit and NVLS-Tree's tree warps run
-    ProtoSimple<1, 1> (all_reduce.h), LL and LL128 wait for a free slot once a chunk (prims_ll.h,
-    prims_ll128.h `waitSend`: the head NCCL_STEPS back), NCCL v2.18.5-1 to v2.30.7-1."""
-    return _steps_in_flight(opts)
-
-
 def _ring_chunk_steps(opts: AlgoOptions) -> int:
     """Buffer slots one chunk of an all-reduce / all-gather / reduce-scatter ring takes: Simple's
     ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS (NCCL_STEPS / 2; its empty slices still advance the step,
@@ -695,7 +686,7 @@ def _build(
         if algo == "nvls":
             nvls_flows(b, kind, blocks, coll.nbytes, loops=loops)
         else:
-            nvls_tree_flows(b, blocks, coll.nbytes, ch, loops, window=_tree_steps_in_flight(opts))
+            nvls_tree_flows(b, blocks, coll.nbytes, ch, loops, window=_steps_in_flight(opts))  # (as a tree: below)
     elif algo == "sym":
         sym_flows(b, kind, kernel, n, coll.nbytes, blocks)
     elif algo == "ce":
@@ -715,7 +706,11 @@ def _build(
         common["shared_sender"] = chunked and _tree_halves_share_the_channel(coll, topo, opts)
         nccl_parts = chunked and _nccl_part_loops(opts)
         trees = _tree_of_channel(coll, topo, opts)
-        window = 1 if sweeps else _tree_steps_in_flight(opts)
+        # A tree edge keeps NCCL_STEPS chunks in flight under every protocol: calcCollChunking (enqueue.cc) gives a
+        # tree one step a chunk, runTreeUpDown / runTreeSplit and NVLS-Tree's tree run ProtoSimple<1, 1>
+        # (all_reduce.h), LL / LL128 wait for a free slot once a chunk (prims_ll*.h `waitSend`), v2.18.5-1..v2.30.7-1;
+        # a one-node LL / LL128 tree's sweeps keep one
+        window = 1 if sweeps else _steps_in_flight(opts)
         for c, size in enumerate(channel_shares(coll, topo, opts)):
             which, head = trees(c)
             parent = tree_parents(blocks, which, head)

@@ -212,7 +212,6 @@ class FlowSimulator:
         self.payload_efficiency = float(payload_efficiency)
         self.incremental = incremental
         self.verify = verify
-        self.cap_slack = type(self).cap_slack
         nch = topology.num_channels
         self._cap = [topology.channel_bandwidth(c) * self.payload_efficiency / 8e9 for c in range(nch)]  # bytes/ns
         self._cap_arr = np.asarray(self._cap, dtype=np.float64)
