@@ -20,6 +20,10 @@
                                    its decompose CPU s and the flow engine's (one run each, after a warm-up call)
     bench_cts.py relayed DIR...    a run's flows.csv: per call, from its first flow's start, its end and the end of
                                    the senders' last NVLink (PXN) step, median and latest
+    bench_cts.py relay-steps DIR...
+                                   a run's flows.csv: each PXN NVLink step and the relay's network step that sends it
+                                   on (the nearest by flow id from the relay with its tag less "/pxn" and its bytes):
+                                   how long after the NVLink step's end the network step starts, and how many before
     bench_cts.py flows DIR...      a run's flows.csv (`--out DIR`): the CTSs' FCT by (receiver, sender), and the
                                    median FCT of the steps of ops named `in*` (an incast's)
     bench_cts.py moe [NIC_NS]      the MoE replay of `bench_whole_dag_driver.py --cases moe:16MiB --order one` (its
@@ -208,6 +212,32 @@ def relayed(dirs: list[str]) -> None:
                   f"{statistics.median(last):.2f} max {max(last):.2f} us ({len(senders)} senders)")  # fmt: skip
 
 
+def relay_steps(dirs: list[str]) -> None:
+    for d in dirs:
+        rows = {int(r["flow_id"]): r for r in csv.DictReader((Path(d) / "flows.csv").open())}
+        ids = sorted(rows)
+        taken: set[int] = set()
+        gaps = []
+        for k, n in enumerate(ids):
+            r = rows[n]
+            if "/pxn" not in r["tag"]:
+                continue
+            want = (r["dst"], r["tag"].replace("/pxn", ""), r["size_bytes"])
+            near = (ids[k + o] for o in sorted(range(-300, 301), key=abs) if o and 0 <= k + o < len(ids))
+            m = next((m for m in near if m not in taken and _sent_on(rows[m]) == want), None)
+            if m is not None:
+                taken.add(m)
+                gaps.append(int(rows[m]["start_ns"]) - int(r["end_ns"]))
+        gaps.sort()
+        print(f"{d}: {sum('/pxn' in r['tag'] for r in rows.values())} NVLink steps, {len(gaps)} paired; network start "
+              f"- NVLink end min {gaps[0] if gaps else 0} ns, median {gaps[len(gaps) // 2] if gaps else 0}; "
+              f"{sum(g < 0 for g in gaps)} start before it")  # fmt: skip
+
+
+def _sent_on(r: dict[str, str]) -> tuple[str, str, str]:
+    return r["src"], r["tag"], r["size_bytes"]
+
+
 def flows(dirs: list[str]) -> None:
     for d in dirs:
         rows = list(csv.DictReader((Path(d) / "flows.csv").open()))
@@ -281,6 +311,8 @@ def main(argv: list[str]) -> None:
         tree()
     elif argv == ["tree-calls"]:
         tree_calls()
+    elif argv[:1] == ["relay-steps"] and len(argv) > 1:
+        relay_steps(argv[1:])
     elif argv[:1] == ["flows"] and len(argv) > 1:
         flows(argv[1:])
     elif argv[:1] == ["moe"] and len(argv) <= 2:

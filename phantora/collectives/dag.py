@@ -251,7 +251,6 @@ class DagBuilder:
         queue: int = 0,
         puts: bool = False,
         grouped: bool = False,
-        freed: list[int] | None = None,
     ) -> list[int]:
         """A connection's messages (NCCL's steps of one channel); return their ids. One size: a plain `add`.
 
@@ -265,9 +264,8 @@ class DagBuilder:
         (`sender_queue`). Across hosts each of the first w steps also waits for its receive's clear-to-send
         (`back_pressure.Credits.posted`), unless `puts` (one-sided writes: no receive is posted); `grouped`: the
         receiver posts step s's receive with those of the call's other grouped connections from `src` on the
-        channel, one CTS for all (`grouped_cts`). `freed[s]`: a flow that must also have completed before step
-        s's slot is free again (a PXN relay's network send of it: the slot is in the relay proxy's buffer). Without a
-        communicator (no connections to order): window 1."""
+        channel, one CTS for all (`grouped_cts`). Without a communicator (no connections to order): window 1. (A
+        PXN relay's two hops: `relay_steps.relayed_chunks`.)"""
         if len(sizes) <= 1 and ready is None:
             return [self.add(src, dst, sum(sizes), tag, channel, deps, delay_ns, origin)]
         window = window if self.comm else 1
@@ -277,7 +275,7 @@ class DagBuilder:
             name = f"{tag}/chunk{c}" if len(sizes) > 1 else tag
             if window <= 1:
                 own = ready[c] if ready is not None else (() if out else deps)
-                after = (out[-1], *own, *(freed[c - 1 : c] if freed is not None else ())) if out else own
+                after = (out[-1], *own) if out else own
                 wait = 0 if out and ready is None else delay_ns
                 out.append(self.add(src, dst, size, name, channel, after, wait, origin))
                 continue
@@ -286,8 +284,6 @@ class DagBuilder:
             wait = 0 if c >= window and ready is None else delay_ns
             out.append(self.add(src, dst, size, name, channel, (*own, *slot), wait, origin, True, queue))
             credits.sent(0, out[-1])
-            if freed is not None:  # its slot frees once the relay has sent it on (NCCL's shared buffer, PXN)
-                credits.consumed(out[-1], (out[-1], freed[c]))
         return out
 
     def sender_queue(self, src: int, channel: int = 0) -> int:

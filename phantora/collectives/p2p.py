@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from phantora.collectives.dag import DagBuilder, chunks_of, split
+from phantora.collectives.relay_steps import relayed_chunks
 
 Relay = Callable[[int, int], "int | None"]  # (src, dst) position -> the position a transfer is relayed through
 ChannelMap = Callable[[int, int, int], list[int]]  # (src, dst, parts) -> the channel of each part (NCCL's p2p)
@@ -29,16 +30,15 @@ def _pair(
     grouped: bool = False,
 ) -> list[int]:
     """One transfer as `channels` parallel flows (one ECMP key each). With a relay position (NCCL's PXN), each
-    part crosses NVLink to the relay and leaves through the relay's NIC, both at once (the steady state of the
-    relay's chunk pipeline). `channel_map` gives the parts NCCL's p2p channel ids (else 0..channels-1); the
-    flow names keep the part index. `chunk` (the chunked granularity): each part is its channel's steps, up to
-    `window` of them in flight on its connection (`DagBuilder.add_chunks`; `depth`, where given, sets a part's
-    own), on each hop of a relay side by side as coarse runs them (the relay's first step's NVLink crossing is not
-    charged); the NVLink hop's slots are the relay proxy's buffer, freed by its network sends (net.cc
-    `sendProxyProgress` posts step s + window's slot once its isend of step s is done), so a slow network leg holds
-    the sender back to a window of steps ahead of it. `grouped`: across hosts the receiver posts each step's
-    receive with those of the call's other grouped transfers from the same sending proxy on the channel
-    (`DagBuilder.grouped_cts`)."""
+    part crosses NVLink to the relay and leaves through the relay's NIC; coarse (no slots), both hops at once (the
+    steady state of the relay's chunk pipeline). `channel_map` gives the parts NCCL's p2p channel ids (else
+    0..channels-1); the flow names keep the part index. `chunk` (the chunked granularity): each part is its
+    channel's steps, up to `window` of them in flight on its connection (`DagBuilder.add_chunks`; `depth`, where
+    given, sets a part's own). Under NCCL's model a relay's network step goes once its NVLink step is in the relay's
+    buffer and its tail flag seen, and the NVLink step a window on waits for that network step's end
+    (`relay_steps.relayed_chunks`), so a slow leg on either side paces the other. `grouped`: across hosts the
+    receiver posts each step's receive with those of the call's other grouped transfers from the same sending
+    proxy on the channel (`DagBuilder.grouped_cts`)."""
     via = relay(src, dst) if relay is not None else None
     ids = channel_map(src, dst, channels) if channel_map is not None else list(range(channels))
     step = chunk(src, dst, size) if chunk is not None else 0
@@ -49,13 +49,12 @@ def _pair(
         w = depth(src, dst, ids[c]) if depth is not None else window
         if via is None:
             out.append(b.add_chunks(src, dst, sizes, name, ids[c], deps, delay, window=w, grouped=grouped)[-1])
-        elif len(sizes) <= 1 or b.credit_ns is None:  # one step, or no slots (not NCCL's model)
+        elif chunk is None or b.credit_ns is None:  # coarse, or no slots (not NCCL's model): side by side
             out.append(b.add_chunks(src, via, sizes, f"{name}/pxn", ids[c], deps, delay, window=w)[-1])
             out.append(b.add_chunks(via, dst, sizes, name, ids[c], deps, delay, src, window=w, grouped=grouped)[-1])
-        else:  # the relay's network sends first: each frees the relay's slot its NVLink step took
-            net = b.add_chunks(via, dst, sizes, name, ids[c], deps, delay, src, window=w, grouped=grouped)
-            out.append(b.add_chunks(src, via, sizes, f"{name}/pxn", ids[c], deps, delay, window=w, freed=net)[-1])
-            out.append(net[-1])
+        else:  # each network step sends what its NVLink step wrote; its end frees that step's slot
+            nvlink, net = relayed_chunks(b, src, via, dst, sizes, name, ids[c], deps, delay, w, grouped)
+            out += (nvlink[-1], net[-1])
     return out
 
 

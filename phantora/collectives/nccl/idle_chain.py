@@ -13,6 +13,7 @@ import heapq
 from collections import defaultdict
 
 from phantora.collectives.back_pressure import is_credit, is_cts
+from phantora.collectives.relay_steps import relay_fill
 from phantora.netsim.base import Flow
 from phantora.topology.model import Topology
 
@@ -25,9 +26,11 @@ def critical_chains_ns(
     alone (ns). A credit (`back_pressure.is_credit`: inside a host a zero-byte flow at a sender released its latency
     after a receiver consumed a step, across hosts a clear-to-send from the receiver) counts its whole time as
     propagation: NCCL's latency is measured with its credits going round, so it is netted out like the steps'
-    propagation, the clear-to-send's own bytes with it. A clear-to-send holds its queue (its queue pair's) for its
-    bytes; those of the receives posted at the start (no dependencies) share their endpoint's link with the other
-    queue pairs' posted at once there, as max-min shares it (`_posted_shares`). Queues take their flows in
+    propagation, the clear-to-send's own bytes with it. A PXN relay's fill (the first NVLink step of each relayed
+    part and its tail, `relay_steps.relay_fill`) takes no time here: it runs within NCCL's latency
+    (`relay_leads_ns`). A clear-to-send holds its queue (its queue pair's) for its bytes; those of the receives
+    posted at the start (no dependencies) share their endpoint's link with the other queue pairs' posted at once
+    there, as max-min shares it (`_posted_shares`). Queues take their flows in
     release order on the first reckoning (the second keeps that order). `nic_ns`: the engine's NIC latency, which a
     flow that pays it (`nic_charge_ns`) waits from its release before it can take its queue (a queue's earlier flow may
     still hold it then); NCCL's latency holds the NIC's, so it counts as propagation."""
@@ -37,6 +40,8 @@ def critical_chains_ns(
     busy: list[float] = []  # how long a flow holds its queue
     nic = [nic_charge_ns(f, topo, nic_ns, nic_on_nvlink) for f in flows]
     shares = _posted_shares(flows)
+    fill = relay_fill(flows)
+    fill.update({t.id: t for t in fill.values()})  # and their tails
     for f, size, cap in zip(flows, wire, caps, strict=True):
         key = (f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
         path = paths.get(key)
@@ -46,6 +51,11 @@ def critical_chains_ns(
             path = paths[key] = (topo.path_latency_ns(route) if route else 0, slowest)
         rate = cap or path[1]
         took = size * 8e9 / rate if rate else 0.0
+        if f.id in fill:  # a relayed part's first NVLink step and its tail: within NCCL's latency (`relay_leads_ns`)
+            hop.append(0.0)
+            own.append(0.0)
+            busy.append(took)
+            continue
         if is_credit(f):  # its latency (a flag's delay, or a clear-to-send's path and bytes) is the credit's
             took *= shares.get(f.src, 1) if not f.deps else 1
             hop.append(f.delay_ns if f.src == f.dst else path[0] + took)
@@ -82,6 +92,26 @@ def critical_chains_ns(
             if missing[j] == 0:
                 push(ready, (max(map(both_of, deps[j])), j))
     return max(both, default=0.0), max(xfer, default=0.0)
+
+
+def relay_leads_ns(
+    flows: list[Flow], topo: Topology, wire: list[int], caps: list[int], nic_ns: int = 0, nic_on_nvlink: bool = True
+) -> dict[int, int]:
+    """The first NVLink step of each PXN-relayed part (`relay_steps.relay_fill`) -> the ns it takes on an idle
+    network until the relay's proxy sees it: its NIC latency (`nic_charge_ns`), its path's propagation, its wire
+    bytes at its cap (or its path's slowest link) and the tail's store. The sender's kernel writes that step into
+    the relay's buffer while NCCL's measured latency runs (the proxies posting their ops, the receivers'
+    clear-to-sends), so it starts that much before the call's first delay ends (`shape`) and the relay's network
+    leg starts with the call's other network steps, as NCCL's latency says."""
+    tails = relay_fill(flows)
+    out: dict[int, int] = {}
+    for f, size, cap in zip(flows, wire, caps, strict=True) if tails else ():
+        if f.id in tails:
+            route = topo.route(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
+            rate = cap or min(topo.links[c >> 1].bandwidth_bps for c in route)
+            took = round(topo.path_latency_ns(route) + size * 8e9 / rate) + tails[f.id].delay_ns
+            out[f.id] = took + nic_charge_ns(f, topo, nic_ns, nic_on_nvlink)
+    return out
 
 
 def nic_charge_ns(f: Flow, topo: Topology, nic_ns: int, on_nvlink: bool) -> int:

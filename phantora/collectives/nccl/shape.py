@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 
 from phantora.collectives.back_pressure import is_cts
-from phantora.collectives.nccl.idle_chain import critical_chains_ns, nic_charge_ns
+from phantora.collectives.nccl.idle_chain import critical_chains_ns, nic_charge_ns, relay_leads_ns
 from phantora.collectives.nccl.tuning import Choice
 from phantora.netsim.base import Flow, flow_of
 from phantora.topology.model import Topology
@@ -135,6 +135,7 @@ def shape(
     else:
         wire, caps = _wire_and_caps(flows, choice, nbytes, topo, chunked, pipelined, whole, channel_queues)
     delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps, nic)
+    lead = relay_leads_ns(flows, topo, wire, caps, *nic) if chunked else {}  # a PXN relay's fill, within the delay
     return [
         flow_of(
             f.id,
@@ -142,7 +143,7 @@ def shape(
             f.dst,
             w,
             f.deps,
-            f.delay_ns + (0 if f.deps else delay),
+            f.delay_ns + (0 if f.deps else max(0, delay - lead.get(f.id, 0)) if lead else delay),
             f.tag,
             f.priority,
             f.key,
