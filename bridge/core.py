@@ -825,6 +825,7 @@ class CoordinatorCore:
         self.bounds.add(flows, t_start)
         for c in calls:
             self.ranks[c.rank].owner[c.handle] = cid
+        last = self._received_with(rv, calls, last)
         for r in rv.members:
             mine = last.get(r)
             if mine:
@@ -838,6 +839,23 @@ class CoordinatorCore:
                 self.engine.submit(flows, at=t_start)
             except PhantoraError as exc:
                 raise RunFailed(E_ENGINE, f"the engine refused {rv.describe()}: {exc}") from None
+
+    def _received_with(self, rv: Rendezvous, calls: list[Call], last: dict[int, Any]) -> dict[int, Any]:
+        """`last` (each member's last flows), where a lone send hands off, with its receiver's added to its sender's:
+        its waits and the calls after it see its hand-off, and its end is when its data has arrived, which the later
+        sends on its connection wait for (`StreamOrder`'s gate, `RankSession.handoff_at`: NCCL's proxy runs one send
+        op a channel at a time). For a send relayed by PXN that is the relay's network sends' arrival, not its
+        sender's last flows (its last NVLink step into the relay's buffer); elsewhere the same flows end both."""
+        if rv.key[0] != "p2p":
+            return last
+        send = next((c for c in calls if c.kind == "send"), None)
+        recv = next((c for c in calls if c.kind == "recv"), None)
+        if send is None or recv is None or not self.streams.hands_off(send.rank, send.handle):
+            return last
+        theirs = last.get(recv.rank)
+        if not theirs:
+            return last
+        return {**last, send.rank: set(last.get(send.rank) or ()) | set(theirs)}
 
     def _rank_done(self, rec: CollRecord, rank: int, t: int) -> None:
         rec.rank_done[rank] = t

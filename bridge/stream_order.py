@@ -99,6 +99,10 @@ class StreamOrder:
         if handoff is not None:
             self._handoffs[(rank, handle)] = (handoff[0], handoff[1], before, handoff[2])
 
+    def hands_off(self, rank: int, handle: int) -> bool:
+        """Whether (rank, handle) is a lone send that hands off (`issued`'s `handoff`)."""
+        return (rank, handle) in self._handoffs
+
     def _deps(self, rv: Rendezvous) -> list[Dep]:
         return [(c.rank, p) for c in rv.calls.values() for p in self._prev.get((c.rank, c.handle), ())]
 

@@ -91,6 +91,7 @@ class Instance:
     # lone sends it starts after whose hand-off markers wait for a call not launched yet: (rank run, send node)
     pending_handoffs: list[tuple[_RankRun, int]] = field(default_factory=list)
     call: Call | None = None  # a pairwise collective's transfer: its call (p2p_calls), rated in the call's group
+    handed: bool = False  # a lone send that hands off: its sender's end is its data's arrival (`launch`)
 
     @property
     def launched(self) -> bool:
@@ -500,6 +501,8 @@ class _Planner:
         if isinstance(n, P2P) and n.tag < 0 and n.is_send:
             inst.call = self.calls.call_of(run.rank, i)
         inst.issue[run.rank] = m
+        if isinstance(n, P2P) and n.is_send and i in run.handed_sends:
+            inst.handed = True
         handed = handed or {}
         later = later or []
         if n.after:
@@ -574,6 +577,9 @@ class _Planner:
             )
         inst.flows = range(first, len(self.flows))
         inst.rank_last = {r: (dag.rank_last.get(r) or [inst.start]) for r in inst.group}
+        if inst.handed:  # ends when its data has arrived, as the live coordinator's (`CoordinatorCore._received_with`)
+            src, dst = inst.group[0], inst.group[1]
+            inst.rank_last[src] = list(dict.fromkeys([*inst.rank_last[src], *inst.rank_last[dst]]))
         inst.choice = dag.choice
         self.order.append(inst)
         self._launched.append(inst)
