@@ -1,6 +1,6 @@
 """The flow engine's shortcuts, each pinned against the full solve (`incremental=False`: every transmitting flow
 solved from scratch at every event) to the ns: events whose capped flows leave their channels slack solve nothing
-(`cap_slack`, opt-in, at the events not carried), and a carrier that re-reads whole rounds of many small
+(`cap_slack`, on by default, at the events not carried), and a carrier that re-reads whole rounds of many small
 components gives way to the component solves (`carry_drops`)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ G = 10**9
 def run(topo: Topology, flows: list[Flow], **kw: object) -> tuple[list[Completion], FlowSimulator]:
     slack = bool(kw.pop("cap_slack", False))
     sim = FlowSimulator(topo, **kw)
-    sim.cap_slack = slack  # (opt-in: set before the first flow)
+    sim.cap_slack = slack  # (on by default; set before the first flow)
     sim.submit(flows, 0)
     return sim.drain(), sim
 

@@ -173,9 +173,9 @@ class FlowSimulator:
     carries = True  # max-min may be carried between events (a subclass that moves flows or capacities says False)
     # An event whose flows all have rate caps and leave every channel they start or stop on slack (`_slack_resolve`)
     # sets the new flows at their caps and solves nothing (NCCL's caps under a NIC's or NVLink's rate), at the events
-    # that are not carried. Set by a caller before its first flow (the hybrid's fluid NVLink side sets it). Off by
-    # default: on in every engine (2026-12-05, 74c2e148) it moved a live torchtitan run's simulated end (10.951 ->
-    # 10.931 ms, README's command), so it is not yet shown exact outside the fluid side (docs/flow-engine.md).
+    # that are not carried. On from `__init__` in an engine that moves no flows or capacities (a class that
+    # `carries`) on ECMP routes (multipath never takes it); True here turns it on in a subclass, and a caller may set
+    # it before its first flow (False turns it off; the hybrid's fluid NVLink side sets it).
     cap_slack = False
 
     def __init__(
@@ -198,6 +198,7 @@ class FlowSimulator:
             raise InputError(f"unknown load balancing {lb!r} (known: {', '.join(LB_MODELS)})", field="lb")
         self.lb = lb
         self._multi = lb in ("spray", "spray_rr", "adaptive", "reps", "oblivious")
+        self.cap_slack = type(self).cap_slack or (type(self).carries and not self._multi)
         self._multi_routes: dict[tuple[int, int, bool], MultiRoute] = {}
         self._pools: dict[tuple[int, ...], int] = {}  # adaptive: a layer of 2+ channels -> its pooled channel id
         self._pools_of: dict[int, list[int]] = {}  # adaptive: channel -> the pooled channels holding it
