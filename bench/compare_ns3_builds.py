@@ -10,10 +10,11 @@ samples, drops, trims, CNPs, CE marks, per-flow transport stats, channel usage a
 HPCC reference run (`reference-runs/`, all four CCs, queues sampled every µs) and phantora runs on a 2:1
 oversubscribed leaf-spine with NVSwitch hosts (a ring all-reduce DAG plus an incast) under DCQCN, HPCC, TIMELY,
 DCTCP and Swift, spraying, the SACK receiver, three traffic classes under WRR, DLCP trimming, `wire=roce4k`,
-a lossy fabric (PFC off), the HPCC models' ECMP hash, credit-based flow control and `transport=uet`. Exit
-status 1 if any case differs. `--old-set` / `--new-set` add PacketConfig overrides to one side's every case; by
-default the old side runs ns3::MapScheduler (builds before the wheel scheduler do not have it), so the comparison
-also checks the event order of the two schedulers.
+a lossy fabric (PFC off), the HPCC models' ECMP hash, credit-based flow control and `transport=uet`; and the
+same fabric's flows rate-capped on connections and queues (`capped/*`) under pauses, windows, losses and a link's
+rate change. Exit status 1 if any case differs. `--old-set` / `--new-set` add PacketConfig overrides to one side's
+every case; by default the old side runs ns3::MapScheduler (builds before the wheel scheduler do not have it), so
+the comparison also checks the event order of the two schedulers.
 
     .venv/bin/python bench/compare_ns3_builds.py --old /work/wt13p-oldbuild --new ns3-scratch/build
     .venv/bin/python bench/compare_ns3_builds.py --dump OUT.json      # this process's library only
@@ -78,6 +79,20 @@ PHANTORA_CASES: dict[str, tuple[list[str], tuple[int, ...], bool]] = {
     "dctcp-roce4k": (["cc=dctcp", "wire=roce4k"], (3,), False),
     "dcqcn-cbfc": (["cc=dcqcn", "cbfc=true", "buffer_bytes=1000000"], (3,), False),
     "uet": (["transport=uet"], (3,), False),
+}
+# Rate-capped cases (`capped_flows`: NCCL-like caps, connections and queues): name -> (--set overrides, incast
+# priorities, a link_degrade of rank 0's NIC link mid-run). Added 2026-12-05 with the NIC's timed queue pairs
+# (docs/packet-model.md, "Per-packet cost, sixth round"): pacing and caps under pauses, windows, losses and a rate
+# change.
+CAPPED_CASES: dict[str, tuple[list[str], tuple[int, ...], bool]] = {
+    "dcqcn": (["cc=dcqcn"], (3,), False),
+    "hpcc": (["cc=hpcc"], (3,), False),
+    "strict": (["cc=dcqcn", "sched=strict"], (1, 3, 5), False),
+    "pfc": (["cc=dcqcn", "buffer_bytes=1000000"], (3,), False),
+    "lossy-gbn": (["cc=dcqcn", "pfc=false", "buffer_bytes=1000000", "rto_ns=100000"], (3,), False),
+    "lossy-sack": (["cc=dcqcn", "pfc=false", "buffer_bytes=1000000", "rx=sack", "rto_ns=100000"], (3,), False),
+    "uet": (["transport=uet"], (3,), False),
+    "degrade": (["cc=dcqcn"], (3,), True),
 }
 
 
@@ -150,6 +165,44 @@ def phantora_flows(topo: Topology, prios: tuple[int, ...], loss_tolerant: bool) 
     return [replace(f, priority=prios[f.id % len(prios)]) for f in ring] + incast
 
 
+def capped_flows(topo: Topology, prios: tuple[int, ...]) -> list[Flow]:
+    """`phantora_flows` as NCCL's channels send: each ring flow capped at 30 Gbit/s on the connection of its
+    (source, destination); each incast sender's 1 MB as 4 messages of 250 kB capped at 40 Gbit/s, alternating
+    between two connections of one queue (one at a time, in order)."""
+    flows = phantora_flows(topo, prios, False)
+    ring, incast = flows[:-6], flows[-6:]
+    out = [replace(f, rate_bps=30 * 10**9, conn=1 + f.src * 1024 + f.dst) for f in ring]
+    first = max(f.id for f in flows) + 1
+    for i, f in enumerate(incast):
+        for k in range(4):
+            conn = 1 << 20 | 2 * i + k % 2
+            out.append(Flow(first + 4 * i + k, f.src, f.dst, 250_000, tag=f"incast{i}/{k}", priority=f.priority,
+                            rate_bps=40 * 10**9, conn=conn, queue=1 + i))  # fmt: skip
+    return out
+
+
+def run_capped(sets: list[str], prios: tuple[int, ...], degrade: bool, extra: list[str]) -> dict[str, Any]:
+    """`capped_flows` on `fabric()`; with `degrade`, rank 0's NIC link runs at 40 Gbit/s from 20 to 60 µs."""
+    from phantora.netsim.packet_faults import FaultyNs3Simulator
+    from phantora.netsim.scenario import LinkEvent, Scenario
+
+    topo = fabric()
+    cfg = apply_overrides(PacketConfig(queue_sample_ns=2000), sets + extra)
+    flows = capped_flows(topo, prios)
+    if degrade:
+        gpu = topo.endpoints[0]
+        leaf = next(n for n, _ in topo.neighbours(gpu) if topo.nodes[n].kind == "switch")
+        ev = LinkEvent(kind="link_degrade", at_ns=20_000, duration_ns=40_000, link=(gpu, leaf), rate_bps=40 * 10**9)
+        sim: Ns3Simulator = FaultyNs3Simulator(topo, Scenario("degrade", (ev,)), cfg)
+    else:
+        sim = Ns3Simulator(topo, cfg)
+    with sim:
+        sim.submit(flows, at=0)
+        done = sim.drain()
+        sim.finish()
+        return outputs(sim, done)
+
+
 def run_phantora(sets: list[str], prios: tuple[int, ...], loss_tolerant: bool, extra: list[str]) -> dict[str, Any]:
     topo = fabric()
     cfg = apply_overrides(PacketConfig(queue_sample_ns=2000), sets + extra)
@@ -169,6 +222,8 @@ def cases(extra: list[str]) -> dict[str, Callable[[], dict[str, Any]]]:
                 out[f"ref/{name}"] = partial(run_reference, topo, flows, buf, cc, extra)
     for name, (sets, prios, lt) in PHANTORA_CASES.items():
         out[f"phantora/{name}"] = partial(run_phantora, sets, prios, lt, extra)
+    for name, (sets, prios, degrade) in CAPPED_CASES.items():
+        out[f"capped/{name}"] = partial(run_capped, sets, prios, degrade, extra)
     return out
 
 

@@ -262,12 +262,41 @@ void RdmaNic::Recheck(Qp* qp) {
     return;
   }
   const bool lost = (m_rxMode == RxMode::Sack && qp->sack.HasLost()) || (m_rxMode == RxMode::Rud && qp->rud.HasLost());
+  if (qp->timed) {
+    if (!lost && qp->sndNxt == qp->timedSndNxt) {
+      return;  // its next packet is the same: its time can only have moved on
+    }
+    Unhold(qp);  // a rewind or a loss: its next packet, so its time, may differ
+    Ready(qp);
+    return;
+  }
   if (!lost && (qp->sndNxt >= qp->spec.size || !InTurn(qp))) {
     return;  // still nothing to send whatever the time
   }
+  Ready(qp);
+}
+
+void RdmaNic::Ready(Qp* qp) {
   std::vector<Qp*>& ready = m_ports[qp->port].ready;
   ready.insert(ready.begin() + (FromSeq(ready, qp->listSeq) - ready.cbegin()), qp);
   qp->ready = true;
+}
+
+void RdmaNic::Hold(Qp* qp) {
+  Port& p = m_ports[qp->port];
+  const auto later = [](uint64_t at, const Qp* q) { return at < q->timedAt; };
+  p.timed.insert(std::upper_bound(p.timed.begin(), p.timed.end(), qp->timedAt, later), qp);
+  p.timedLine = m_dev[qp->port]->GetRateBps();
+  qp->timedSndNxt = qp->sndNxt;
+  ++qp->conn->timed;
+}
+
+void RdmaNic::Unhold(Qp* qp) {
+  std::vector<Qp*>& timed = m_ports[qp->port].timed;
+  const auto earlier = [](const Qp* q, uint64_t at) { return q->timedAt < at; };
+  timed.erase(std::find(std::lower_bound(timed.begin(), timed.end(), qp->timedAt, earlier), timed.end(), qp));
+  qp->timed = false;
+  --qp->conn->timed;
 }
 
 void RdmaNic::RecheckFrom(const std::vector<Qp*>& order, size_t from) {
@@ -298,15 +327,15 @@ void RdmaNic::Unlist(Qp* qp) {
   if (qp->ready) {
     p.ready.erase(FromSeq(p.ready, qp->listSeq));
     qp->ready = false;
+  } else if (qp->timed) {
+    Unhold(qp);
   }
-  const uint32_t idx = static_cast<uint32_t>(pos - p.active.begin());
+  // The round robin goes on at the first listed at or after rrSeq: if that is qp and qp is the last, it wraps.
+  const bool at = qp->listSeq >= p.rrSeq && (pos == p.active.begin() || (*(pos - 1))->listSeq < p.rrSeq);
+  if (at && pos + 1 == p.active.end()) {
+    p.rrSeq = 0;
+  }
   p.active.erase(pos);
-  if (idx < p.rr) {
-    --p.rr;
-  }
-  if (p.rr >= p.active.size()) {
-    p.rr = 0;
-  }
 }
 
 std::vector<uint64_t> RdmaNic::Repin() {
@@ -504,6 +533,70 @@ int64_t RdmaNic::LastByteSentNs(uint64_t flowId) const {
   return qp == nullptr ? -1 : qp->lastByteNs;
 }
 
+RdmaNic::Look RdmaNic::LookAt(Qp* qp, const bool* paused, uint64_t nowPs, uint64_t& atPs) const {
+  // sack: retransmissions ignore the window; rud: the window caps what is neither acknowledged nor lost
+  const bool rud = m_rxMode == RxMode::Rud;
+  const bool lost = (m_rxMode == RxMode::Sack && qp->sack.HasLost()) || (rud && qp->rud.HasLost());
+  if (!lost && (qp->sndNxt >= qp->spec.size || !InTurn(qp))) {
+    return Look::Park;
+  }
+  if (paused[qp->spec.prio % kNumPrio]) {
+    return Look::Skip;
+  }
+  if (qp->creditOn && !qp->credit.CanSend()) {
+    return Look::Skip;  // receiver credits: wait for a grant (it kicks the port)
+  }
+  const Conn* conn = qp->conn;
+  const uint64_t win = conn->cc->GetWindowBytes();
+  if (win != 0 && (rud || !lost) && InFlight(qp) >= win) {
+    return Look::Skip;
+  }
+  if (conn->nextAvailPs > nowPs + 999) {  // pacing: due later than within this ns
+    atPs = conn->nextAvailPs;
+    return Look::Wait;
+  }
+  if (qp->spec.maxRateBps != 0) {  // rate cap: not before the next packet's payload at the cap has gone
+    const uint64_t left = lost ? qp->spec.size : qp->spec.size - qp->sndNxt;  // (a resend's length: at most)
+    const uint32_t next = static_cast<uint32_t>(std::min<uint64_t>(m_payloadBytes, left));
+    const uint64_t due = CapDuePs(qp, next);
+    if (due > nowPs) {
+      atPs = due + 999;  // wake in the ns it is due by, not before
+      return Look::Wait;
+    }
+  }
+  return Look::Send;
+}
+
+uint64_t RdmaNic::TimedEarliest(Port& p, const bool* paused, uint64_t nowPs, uint64_t bound) {
+  // Every timed queue pair counts at least its timedAt towards the wake-up (or nothing: paused, no credit, a full
+  // window), so the first in order that still waits for exactly that gives the earliest of them all.
+  size_t i = 0;
+  while (i < p.timed.size() && p.timed[i]->timedAt < bound) {
+    Qp* qp = p.timed[i];
+    uint64_t at = 0;
+    const Look look = LookAt(qp, paused, nowPs, at);
+    if (look == Look::Skip) {
+      ++i;
+      continue;
+    }
+    if (look == Look::Wait && at == qp->timedAt) {
+      return at;
+    }
+    NS_ASSERT_MSG(look == Look::Park || (look == Look::Wait && at > qp->timedAt),
+                  "node " << m_id << " flow " << qp->spec.id << ": due before the time it was kept for");
+    p.timed.erase(p.timed.begin() + static_cast<std::ptrdiff_t>(i));
+    if (look == Look::Park) {
+      qp->timed = false;
+      --qp->conn->timed;
+      continue;
+    }
+    qp->timedAt = at;  // it waits longer now: back in order, after the ones looked at
+    const auto later = [](uint64_t t, const Qp* q) { return t < q->timedAt; };
+    p.timed.insert(std::upper_bound(p.timed.begin() + static_cast<std::ptrdiff_t>(i), p.timed.end(), at, later), qp);
+  }
+  return bound;
+}
+
 bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   Port& p = m_ports[port];
   if (!p.ctrl.empty()) {
@@ -513,48 +606,44 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   }
   const uint64_t now = NowNs();
   const uint64_t nowPs = now * 1000;
-  const uint32_t n = static_cast<uint32_t>(p.active.size());
+  if (!p.timed.empty()) {  // those whose time has come (or all, if the port's rate changed) are looked at again
+    const bool rateMoved = m_dev[port]->GetRateBps() != p.timedLine;
+    size_t due = 0;
+    while (due < p.timed.size() && (rateMoved || p.timed[due]->timedAt <= nowPs + 999)) {
+      Qp* qp = p.timed[due++];
+      qp->timed = false;
+      --qp->conn->timed;
+      Ready(qp);
+    }
+    p.timed.erase(p.timed.begin(), p.timed.begin() + static_cast<std::ptrdiff_t>(due));
+  }
   uint64_t earliest = std::numeric_limits<uint64_t>::max();
   Qp* pick = nullptr;
-  const bool rud = m_rxMode == RxMode::Rud;
-  // Round robin from active[rr], looking only at the queue pairs not parked (`ready`, in the same order).
+  // Round robin from the first listed at or after rrSeq, looking only at the queue pairs not parked (`ready`, in
+  // the same order).
   const uint32_t m = static_cast<uint32_t>(p.ready.size());
-  const uint32_t from =
-      n == 0 ? 0 : static_cast<uint32_t>(FromSeq(p.ready, p.active[p.rr % n]->listSeq) - p.ready.cbegin());
+  const uint32_t from = static_cast<uint32_t>(FromSeq(p.ready, p.rrSeq) - p.ready.cbegin());
   const uint32_t start = from == m ? 0 : from;
-  bool parked = false;
+  bool off = false;  // some left `ready` (parked, or timed: on `timed` below)
   for (uint32_t i = 0, idx = start; i < m; ++i, idx = idx + 1 == m ? 0 : idx + 1) {  // round the list, no division
     Qp* qp = p.ready[idx];
-    // sack: retransmissions ignore the window; rud: the window caps what is neither acknowledged nor lost
-    const bool lost = (m_rxMode == RxMode::Sack && qp->sack.HasLost()) || (rud && qp->rud.HasLost());
-    if (!lost && (qp->sndNxt >= qp->spec.size || !InTurn(qp))) {
+    uint64_t at = 0;
+    const Look look = LookAt(qp, paused, nowPs, at);
+    if (look == Look::Park) {
       qp->ready = false;  // parked until Recheck finds it may send
-      parked = true;
+      off = true;
       continue;
     }
-    if (paused[qp->spec.prio % kNumPrio]) {
+    if (look == Look::Skip) {
       continue;
     }
-    if (qp->creditOn && !qp->credit.CanSend()) {
-      continue;  // receiver credits: wait for a grant (it kicks the port)
-    }
-    const Conn* conn = qp->conn;
-    const uint64_t win = conn->cc->GetWindowBytes();
-    if (win != 0 && (rud || !lost) && InFlight(qp) >= win) {
+    if (look == Look::Wait) {
+      earliest = std::min(earliest, at);
+      qp->ready = false;  // timed: back when `at` comes (on `timed` below)
+      qp->timed = true;
+      qp->timedAt = at;
+      off = true;
       continue;
-    }
-    if (conn->nextAvailPs > nowPs + 999) {  // pacing: due later than within this ns
-      earliest = std::min(earliest, conn->nextAvailPs);
-      continue;
-    }
-    if (qp->spec.maxRateBps != 0) {  // rate cap: not before the next packet's payload at the cap has gone
-      const uint64_t left = lost ? qp->spec.size : qp->spec.size - qp->sndNxt;  // (a resend's length: at most)
-      const uint32_t next = static_cast<uint32_t>(std::min<uint64_t>(m_payloadBytes, left));
-      const uint64_t due = CapDuePs(qp, next);
-      if (due > nowPs) {
-        earliest = std::min(earliest, due + 999);  // wake in the ns it is due by, not before
-        continue;
-      }
     }
     if (!m_strict) {  // round robin: the first due queue pair
       pick = qp;
@@ -564,12 +653,22 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
       pick = qp;
     }
   }
-  if (parked) {
-    p.ready.erase(std::remove_if(p.ready.begin(), p.ready.end(), [](const Qp* q) { return !q->ready; }),
-                  p.ready.end());
+  if (!pick && !p.timed.empty()) {  // before the ones timed just now join them
+    earliest = TimedEarliest(p, paused, nowPs, earliest);
+  }
+  if (off) {
+    auto keep = p.ready.begin();
+    for (Qp* qp : p.ready) {
+      if (qp->ready) {
+        *keep++ = qp;
+      } else if (qp->timed) {
+        Hold(qp);
+      }
+    }
+    p.ready.erase(keep, p.ready.end());
   }
   if (pick) {
-    p.rr = static_cast<uint32_t>((FromSeq(p.active, pick->listSeq) - p.active.cbegin() + 1) % n);
+    p.rrSeq = pick == p.active.back() ? 0 : pick->listSeq + 1;  // on after it, or from the start
     BuildData(pick, out, now);
     return true;
   }
@@ -663,8 +762,8 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   // the queue pair was held back), so whole-ns event times never lower the long-run rate.
   const uint64_t nowPs = nowNs * 1000;
   const uint64_t held = CapDuePs(qp, hdr.payload);  // rate cap (payload bits/s): Dequeue held it until then
-  if (qp->spec.maxRateBps != 0) {
-    conn->capEndPs = CapEndPs(qp, hdr.payload);  // before lastStartPs moves: the schedule `held` was taken on
+  if (qp->spec.maxRateBps != 0) {  // CapEndPs, kept by CapDuePs just now (0 for no payload)
+    conn->capEndPs = hdr.payload == 0 ? 0 : qp->capMemoSchedEnd;  // before lastStartPs moves: `held`'s schedule
   }
   const uint64_t idealStart = std::max({conn->nextAvailPs, held, nowPs >= 999 ? nowPs - 999 : 0});
   if (held != 0) {
@@ -676,6 +775,14 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   conn->nextAvailPs = idealStart + SerialisationPs(wire, rate, conn->paceRem);
   conn->lastStartPs = idealStart;
   conn->lastWire = wire;
+  if (conn->timed != 0) {  // the times of its other timed messages count from its last packet: look again
+    for (Qp* q : conn->open) {
+      if (q->timed) {
+        Unhold(q);
+        Ready(q);
+      }
+    }
+  }
   if (queueNext != nullptr && queueNext->spec.maxRateBps != 0) {  // its cap counts from this packet's end
     queueNext->capFloorPs = std::max(queueNext->capFloorPs, idealStart + LinePs(qp, wire));
   }
@@ -715,6 +822,7 @@ uint64_t RdmaNic::CapDuePs(const Qp* qp, uint32_t payload) const {
   uint64_t rem = 0;
   const uint64_t tx = SerialisationPs(m_wire.DataBytes(payload), line, rem);
   qp->capMemoDue = end > tx ? end - tx : 0;
+  qp->capMemoSchedEnd = end;
   qp->capMemoStart = conn->lastStartPs;
   qp->capMemoWire = conn->lastWire;
   qp->capMemoEnd = conn->capEndPs;
@@ -1243,17 +1351,21 @@ void RdmaNic::CheckRto(Qp* qp) {
 
 void RdmaNic::Wake(uint32_t port, uint64_t atNs) {
   Port& p = m_ports[port];
-  if (p.wake.IsPending()) {
+  if (p.wakeArmed) {
     if (p.wakeNs <= atNs) {
       return;
     }
     p.wake.Cancel();
   }
   p.wakeNs = atNs;
+  p.wakeArmed = true;
   p.wake = SchedulePooled(FabricNs(atNs - NowNs()), [this, port] { OnWake(port); });
 }
 
-void RdmaNic::OnWake(uint32_t port) { m_dev[port]->Kick(); }
+void RdmaNic::OnWake(uint32_t port) {
+  m_ports[port].wakeArmed = false;
+  m_dev[port]->Kick();
+}
 
 uint64_t RdmaNic::GetHeaderSize() const { return m_wire.headerBytes; }
 void RdmaNic::SetHeaderSize(uint64_t bytes) { m_wire.headerBytes = static_cast<uint32_t>(bytes); }

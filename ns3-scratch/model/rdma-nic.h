@@ -198,6 +198,7 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t capEndPs = 0;      ///< rate cap: where the last capped packet's payload ended on the cap's schedule
     uint32_t dst = 0;
     std::vector<Qp*> open;      ///< its messages not finished, in the order they started
+    uint32_t timed = 0;         ///< how many of them wait for their time off their port's ready list (Port::timed)
     RepsFreeze reps;            ///< LoadBalancing reps: freezing after a timeout, across its messages
   };
   /// A flow being sent: one message on a queue pair.
@@ -208,6 +209,9 @@ class RdmaNic : public Object, public PortOwner {
     std::unique_ptr<Conn> own;    ///< the queue pair of a flow without a connection
     bool stalled = false;         ///< no route to its destination: off every port's list until Repin finds one
     bool ready = false;           ///< on its port's `ready` list (not parked: see Port::ready)
+    bool timed = false;           ///< on its port's `timed` list instead: waiting for its time (Port::timed)
+    uint64_t timedAt = 0;         ///< timed: the ps it waits for (as Dequeue's wake-up counts it), a lower bound
+    uint64_t timedSndNxt = 0;     ///< timed: its sndNxt then (a rewind changes its next packet, so its time)
     uint64_t listSeq = 0;         ///< when it joined its port's list (Enlist): the lists' order
     bool creditOn = false;        ///< its CC runs under receiver credits (read per Dequeue: beside sndNxt)
     uint64_t base = 0;            ///< where this message starts in its queue pair's byte stream
@@ -221,6 +225,7 @@ class RdmaNic : public Object, public PortOwner {
     /// and cap schedule end, the floor, the payload and the line rate): a capped queue pair waiting for its time is
     /// asked per Dequeue.
     mutable uint64_t capMemoDue = 0;
+    mutable uint64_t capMemoSchedEnd = 0;  ///< CapEndPs of the same inputs (BuildData moves the schedule to it)
     mutable uint64_t capMemoStart = 0;
     mutable uint64_t capMemoEnd = 0;
     mutable uint64_t capMemoFloor = 0;
@@ -274,13 +279,21 @@ class RdmaNic : public Object, public PortOwner {
   /// byte sent and nothing lost, or not its turn: InTurn) and looks at `ready` only; Recheck puts it back as soon
   /// as that may no longer hold (a rewind, a loss, an earlier message sent or finished), so the pick and the
   /// wake-up are those of a scan of `active`, at the cost of the queue pairs that may send.
+  /// A queue pair held back by its pacing or rate cap waits on `timed` instead, ordered by the ps it waits for
+  /// (Qp::timedAt): what it counts towards the port's wake-up, a lower bound of its time while nothing it depends on
+  /// moves back (its sndNxt or a loss, Recheck; its connection's last packet, BuildData; the port's rate). It goes
+  /// back to `ready` in the ns that time comes; a wake-up with nothing sent looks at the timed ones in order only
+  /// until one still waits for the time it is kept under (Dequeue: TimedEarliest).
   struct Port {
     RingQueue<TxItem> ctrl;
     std::vector<Qp*> active;
     std::vector<Qp*> ready;
-    uint32_t rr = 0;  ///< index into `active` where the round robin goes on
+    std::vector<Qp*> timed;   ///< by Qp::timedAt
+    uint64_t timedLine = 0;   ///< the port's rate when the timed ones were last timed (their times depend on it)
+    uint64_t rrSeq = 0;  ///< the round robin goes on at the first of `active` listed at or after this (Qp::listSeq)
     EventId wake;
     uint64_t wakeNs = 0;
+    bool wakeArmed = false;  ///< `wake` is pending (cleared when it runs: cheaper than EventId::IsPending)
     CreditPacer credit;       ///< receiver credits: grants for the flows arriving here
     EventId creditEv;         ///< the next grant
     uint64_t creditAtPs = 0;  ///< when the pacer may grant again
@@ -292,6 +305,21 @@ class RdmaNic : public Object, public PortOwner {
   /// A message may send new data once every earlier message of its queue pair, and of its queue (QpSpec::queue),
   /// has been sent once.
   bool InTurn(const Qp* qp) const;
+  /// What Dequeue does with a listed queue pair at `nowPs`: park it (nothing to send whatever the time), skip it
+  /// (PFC pause, no credit, a full window: nothing towards the wake-up), let it wait until `atPs` (pacing or rate
+  /// cap: the wake-up's ps) or send from it now.
+  enum class Look { Park, Skip, Wait, Send };
+  Look LookAt(Qp* qp, const bool* paused, uint64_t nowPs, uint64_t& atPs) const;
+  /// Put qp, marked timed with its Qp::timedAt set, on its port's `timed` list.
+  void Hold(Qp* qp);
+  /// Take a timed qp off its port's `timed` list (neither ready nor timed after).
+  void Unhold(Qp* qp);
+  /// Put a parked qp (neither ready nor timed) back on its port's `ready` list, in order.
+  void Ready(Qp* qp);
+  /// The earliest ps below `bound` that a timed queue pair of port `p` counts towards the port's wake-up, as a scan
+  /// of them would find it, else `bound`: looks at them in order until one waits for the time it is kept under,
+  /// parking those with nothing to send and moving on those whose time has.
+  uint64_t TimedEarliest(Port& p, const bool* paused, uint64_t nowPs, uint64_t bound);
   /// Bytes in flight on qp's queue pair, over all its messages (what its CC window caps).
   uint64_t InFlight(const Qp* qp) const;
   void BuildData(Qp* qp, TxItem& out, uint64_t nowNs);
