@@ -81,18 +81,19 @@ PHANTORA_CASES: dict[str, tuple[list[str], tuple[int, ...], bool]] = {
     "uet": (["transport=uet"], (3,), False),
 }
 # Rate-capped cases (`capped_flows`: NCCL-like caps, connections and queues): name -> (--set overrides, incast
-# priorities, a link_degrade of rank 0's NIC link mid-run). Added 2026-12-05 with the NIC's timed queue pairs
+# priorities, a fault of rank 0's NIC link mid-run: `run_capped`). Added 2026-12-05 with the NIC's timed queue pairs
 # (docs/packet-model.md, "Per-packet cost, sixth round"): pacing and caps under pauses, windows, losses and a rate
 # change.
-CAPPED_CASES: dict[str, tuple[list[str], tuple[int, ...], bool]] = {
-    "dcqcn": (["cc=dcqcn"], (3,), False),
-    "hpcc": (["cc=hpcc"], (3,), False),
-    "strict": (["cc=dcqcn", "sched=strict"], (1, 3, 5), False),
-    "pfc": (["cc=dcqcn", "buffer_bytes=1000000"], (3,), False),
-    "lossy-gbn": (["cc=dcqcn", "pfc=false", "buffer_bytes=1000000", "rto_ns=100000"], (3,), False),
-    "lossy-sack": (["cc=dcqcn", "pfc=false", "buffer_bytes=1000000", "rx=sack", "rto_ns=100000"], (3,), False),
-    "uet": (["transport=uet"], (3,), False),
-    "degrade": (["cc=dcqcn"], (3,), True),
+CAPPED_CASES: dict[str, tuple[list[str], tuple[int, ...], str]] = {
+    "dcqcn": (["cc=dcqcn"], (3,), ""),
+    "hpcc": (["cc=hpcc"], (3,), ""),
+    "strict": (["cc=dcqcn", "sched=strict"], (1, 3, 5), ""),
+    "pfc": (["cc=dcqcn", "buffer_bytes=1000000"], (3,), ""),
+    "lossy-gbn": (["cc=dcqcn", "pfc=false", "buffer_bytes=1000000", "rto_ns=100000"], (3,), ""),
+    "lossy-sack": (["cc=dcqcn", "pfc=false", "buffer_bytes=1000000", "rx=sack", "rto_ns=100000"], (3,), ""),
+    "uet": (["transport=uet"], (3,), ""),
+    "degrade": (["cc=dcqcn"], (3,), "link_degrade"),
+    "reroute": (["cc=dcqcn", "rto_ns=100000"], (3,), "link_down"),
 }
 
 
@@ -181,19 +182,21 @@ def capped_flows(topo: Topology, prios: tuple[int, ...]) -> list[Flow]:
     return out
 
 
-def run_capped(sets: list[str], prios: tuple[int, ...], degrade: bool, extra: list[str]) -> dict[str, Any]:
-    """`capped_flows` on `fabric()`; with `degrade`, rank 0's NIC link runs at 40 Gbit/s from 20 to 60 µs."""
+def run_capped(sets: list[str], prios: tuple[int, ...], fault: str, extra: list[str]) -> dict[str, Any]:
+    """`capped_flows` on `fabric()`; rank 0's NIC link from 20 to 60 µs: with `fault` link_degrade at 40 Gbit/s,
+    with link_down down (routing re-converges 5 µs after each change: its queue pairs stall, then move back)."""
     from phantora.netsim.packet_faults import FaultyNs3Simulator
     from phantora.netsim.scenario import LinkEvent, Scenario
 
     topo = fabric()
     cfg = apply_overrides(PacketConfig(queue_sample_ns=2000), sets + extra)
     flows = capped_flows(topo, prios)
-    if degrade:
+    if fault:
         gpu = topo.endpoints[0]
         leaf = next(n for n, _ in topo.neighbours(gpu) if topo.nodes[n].kind == "switch")
-        ev = LinkEvent(kind="link_degrade", at_ns=20_000, duration_ns=40_000, link=(gpu, leaf), rate_bps=40 * 10**9)
-        sim: Ns3Simulator = FaultyNs3Simulator(topo, Scenario("degrade", (ev,)), cfg)
+        rate = 40 * 10**9 if fault == "link_degrade" else None
+        ev = LinkEvent(kind=fault, at_ns=20_000, duration_ns=40_000, link=(gpu, leaf), rate_bps=rate)
+        sim: Ns3Simulator = FaultyNs3Simulator(topo, Scenario(fault, (ev,), reconvergence_ns=5_000), cfg)
     else:
         sim = Ns3Simulator(topo, cfg)
     with sim:
@@ -222,8 +225,8 @@ def cases(extra: list[str]) -> dict[str, Callable[[], dict[str, Any]]]:
                 out[f"ref/{name}"] = partial(run_reference, topo, flows, buf, cc, extra)
     for name, (sets, prios, lt) in PHANTORA_CASES.items():
         out[f"phantora/{name}"] = partial(run_phantora, sets, prios, lt, extra)
-    for name, (sets, prios, degrade) in CAPPED_CASES.items():
-        out[f"capped/{name}"] = partial(run_capped, sets, prios, degrade, extra)
+    for name, (sets, prios, fault) in CAPPED_CASES.items():
+        out[f"capped/{name}"] = partial(run_capped, sets, prios, fault, extra)
     return out
 
 
