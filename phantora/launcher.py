@@ -26,11 +26,14 @@ from phantora.progress import Beat
 from phantora.rank_options import (
     COMPUTE_MODELS,
     DEFAULT_LAUNCH_NS,
+    DEFAULT_PROGRAM_SEED,
     DEFAULT_TRACE_STEPS,
+    RANDOM_SEED,
     Options,
     check_trace_level,
     check_trace_steps,
     import_time_env,
+    parse_program_seed,
 )
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance
@@ -75,6 +78,8 @@ class RunConfig:
     spawn: bool = False  # the script starts its ranks itself (mp.spawn): run it once, on one host of `nproc` GPUs
     sim_cuda: bool = True  # the simulated CUDA device: CUDA + NCCL scripts run unchanged (runtime/simcuda)
     fork_server: bool = True  # fork ranks from one interpreter that has imported RANK_PRELOAD (bridge/forkserver.py)
+    # seeds the generators of a program that does not seed them (runtime/program_seed.py), "random": none seeded
+    program_seed: int | str = DEFAULT_PROGRAM_SEED
     command: list[str] | None = None  # the command line that asked for the run (recorded in config.json)
     rerun_of: dict[str, Any] | None = None  # `phantora rerun`: the run it repeats (provenance.rerun_origin)
     on_step: Callable[[dict[str, Any]], None] | None = None  # told of each step all live ranks finished
@@ -262,6 +267,9 @@ def rank_options(cfg: RunConfig, gpu: str, out: Path, model_opts: tuple[str, tup
     opts.public_fit = cfg.public_fit
     opts.phantom = phantom
     opts.sim_cuda = cfg.sim_cuda
+    opts.program_seed = parse_program_seed(cfg.program_seed)
+    if opts.program_seed != RANDOM_SEED and "PYTHONHASHSEED" not in {**os.environ, **cfg.env}:
+        opts.hash_seed = str(opts.program_seed)  # the rank interpreters' str hashes (set order), unless given
     packet = cfg.engine.packet_used
     if packet is not None:  # how the ranks mark their collectives (traffic class, DLCP loss tolerance)
         opts.priority, opts.dlcp, opts.dlcp_bound = packet.priority, packet.dlcp, float(packet.dlcp_bound)
@@ -333,6 +341,7 @@ def launch(cfg: RunConfig) -> RunReport:
         raise InputError("training script not found", file=str(cfg.script))
     check_trace_level(cfg.trace)
     check_trace_steps(cfg.trace_steps)
+    parse_program_seed(cfg.program_seed)
     algo = run_algo(cfg)  # checked before anything is written
     topo = resolve_topology(cfg.topology, cfg.gpu, "phantora run")
     gpu_name = topo.gpu_model or "h100"
@@ -419,6 +428,7 @@ def launch(cfg: RunConfig) -> RunReport:
                 "tensors": "phantom" if phantom else "real",
                 "world_size": world,
                 "live_processes": live,
+                "program_seed": parse_program_seed(cfg.program_seed),
                 "wall_s": cosim.wall_s,
                 "cpu_s": {k: round(v, 3) for k, v in cosim.cpu_s.items()},  # the run phase's, by process kind
             },

@@ -20,7 +20,11 @@ DEFAULT_TRACE_STEPS = 200
 TRACE_LEVELS = ("ops", "coarse", "none")  # phantora.runtime.trace: every op, merged blocks, steps and comms only
 # The options a rank reads at import, before its script (simcuda.preload: the simulated device's C++ part loads before
 # torch); the others are read when the rank starts its script, so a fork server's start-up does not include them
-IMPORT_TIME_ENV = ("PHANTORA_SIM_CUDA",)
+IMPORT_TIME_ENV = ("PHANTORA_SIM_CUDA", "PYTHONHASHSEED")
+PROGRAM_SEED_ENV = "PHANTORA_PROGRAM_SEED"  # the run's program seed (`--program-seed`; runtime/program_seed.py)
+DEFAULT_PROGRAM_SEED = 0
+RANDOM_SEED = "random"  # no seeding: each interpreter's own random seeds
+MAX_PROGRAM_SEED = 2**32 - 1  # PYTHONHASHSEED's and numpy's legacy seed's range
 
 
 def import_time_env(env: dict[str, str]) -> dict[str, str]:
@@ -38,6 +42,21 @@ def check_trace_steps(steps: int) -> None:
     """InputError unless `steps` (`--trace-steps`: the steps whose compute ops are traced) is >= 0 (0: every step)."""
     if steps < 0:
         raise InputError(f"expected a step count >= 0 (0: every step), got {steps}", field="--trace-steps")
+
+
+def parse_program_seed(value: str | int) -> int | str:
+    """`--program-seed`: an integer 0..2**32-1, or "random"; InputError naming the option otherwise."""
+    if isinstance(value, str) and value.strip().lower() == RANDOM_SEED:
+        return RANDOM_SEED
+    try:
+        number = value if isinstance(value, int) and not isinstance(value, bool) else int(str(value).strip(), 10)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= MAX_PROGRAM_SEED:
+        raise InputError(
+            f"expected an integer 0..{MAX_PROGRAM_SEED} or {RANDOM_SEED!r}, got {value!r}", field="--program-seed"
+        )
+    return number
 
 
 @dataclass
@@ -64,6 +83,8 @@ class Options:
     dlcp: str = "off"  # loss-tolerant collectives: off | grads
     dlcp_bound: float = 0.01  # share of a loss-tolerant collective's bytes the network may drop
     scenario: str | None = None  # a scenario TOML: the rank's slow-GPU windows, step reports (runtime/rank_scenario)
+    program_seed: int | str = DEFAULT_PROGRAM_SEED  # seeds the program's generators, or "random" (program_seed.py)
+    hash_seed: str | None = None  # PYTHONHASHSEED of the rank interpreters (None: the environment's, or random)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Options:
@@ -89,6 +110,8 @@ class Options:
             dlcp=env.get("PHANTORA_DLCP", "off"),
             dlcp_bound=float(env.get("PHANTORA_DLCP_BOUND", "0.01")),
             scenario=env.get("PHANTORA_SCENARIO") or None,
+            program_seed=parse_program_seed(env.get(PROGRAM_SEED_ENV, str(DEFAULT_PROGRAM_SEED))),
+            hash_seed=env.get("PYTHONHASHSEED"),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -122,4 +145,7 @@ class Options:
             env["PHANTORA_DLCP_BOUND"] = repr(float(self.dlcp_bound))
         if self.scenario:
             env["PHANTORA_SCENARIO"] = str(self.scenario)
+        env[PROGRAM_SEED_ENV] = str(self.program_seed)
+        if self.hash_seed is not None:
+            env["PYTHONHASHSEED"] = self.hash_seed
         return env

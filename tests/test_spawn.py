@@ -47,10 +47,11 @@ def test_a_rank_process_becomes_its_rank_before_the_program_is_imported() -> Non
     finally:
         spawned._pending.clear()
         spawned._started.clear()
-    head = "import phantora.runtime.spawned_rank as _rank;"
-    assert first[2] == f"{head} _rank.become_rank(0, 2); {prog}"
-    assert second[2] == f"{head} _rank.become_rank(1, 2); {prog}"
-    assert other[2] == f"{head} _rank.await_rank({os.getpid()}); {prog}" and other[3] == "--multiprocessing-fork"
+    head, seed = "import phantora.runtime.spawned_rank as _rank;", "_rank.program_seed.seed_process"
+    assert first[2] == f"{head} _rank.become_rank(0, 2); {seed}('rank 0'); {prog}"
+    assert second[2] == f"{head} _rank.become_rank(1, 2); {seed}('rank 1'); {prog}"
+    assert other[2] == f"{head} _rank.await_rank({os.getpid()}); {seed}('process 2'); {prog}"
+    assert other[3] == "--multiprocessing-fork"
 
 
 @pytest.mark.parametrize(

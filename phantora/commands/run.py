@@ -23,7 +23,7 @@ from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, engine_spec_from_args
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.progress import NetworkLine
-from phantora.rank_options import DEFAULT_TRACE_STEPS
+from phantora.rank_options import DEFAULT_PROGRAM_SEED, DEFAULT_TRACE_STEPS, parse_program_seed
 from phantora.results.run_dir import RunDir
 from phantora.units import parse_time_ns
 
@@ -144,6 +144,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="start every rank as a fresh interpreter (default: fork them from one that has imported torch)",
     )
+    p.add_argument(
+        "--program-seed",
+        default=str(DEFAULT_PROGRAM_SEED),
+        metavar="S|random",
+        help=f"seed the generators a program does not seed itself (torch's CPU generator, random, numpy; "
+        f"PYTHONHASHSEED) from S and each rank, so runs repeat (default {DEFAULT_PROGRAM_SEED}; the program's own "
+        'seeding wins); random: as the interpreter seeds them, runs differ (docs/runtime.md "Reproducibility")',
+    )
     p.add_argument("--timeout", type=float, default=None, help="stop the run after this many wall seconds")
     p.add_argument(
         "--max-steps",
@@ -184,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.record:
         raise InputError("--record records one job; record each job with its own phantora run", field="record")
     check_rank_env()
+    seed = parse_program_seed(args.program_seed)
     engine = engine_spec(args)
     if engine.packet_used is not None:
         refuse_partition(engine.packet_used, PARTITION_REFUSALS["run" if args.jobs is None else "jobs"])
@@ -216,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
         dedup=args.dedup,
         timeout_s=args.timeout,
         fork_server=not args.no_fork_server,
+        program_seed=seed,
         env=env,
         command=["phantora", *sys.argv[1:]],
         on_step=None

@@ -1,9 +1,10 @@
 """Rank entry point: `python -m phantora.runtime.bootstrap SCRIPT [ARGS...]` (the launcher runs it).
 
 It connects to the coordinator, creates the rank's session, makes `phantora` the default
-torch.distributed backend, enters the charging dispatch mode, patches the time functions, and
-runs the user's script as `__main__`. At the end it synchronises and reports the rank's results.
-Configuration comes from the environment the launcher sets (see `Options.from_env`).
+torch.distributed backend, enters the charging dispatch mode, patches the time functions, seeds the
+program's generators (runtime/program_seed.py) and runs the user's script as `__main__`. At the end it
+synchronises and reports the rank's results. Configuration comes from the environment the launcher sets
+(see `Options.from_env`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from phantora.runtime import (
     hostmem,
     hostwork,
     phantom_mode,
+    program_seed,
     rank_exit,
     stop_stacks,
     storage,
@@ -251,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_stacks.dump_stacks_when_stopped()  # stopped by the supervisor: where each thread stood, in the rank's log
     try:
         s, mode = start_session()
+        program_seed.seed_process(rank)  # the program's own seeding, if any, comes later and wins
     except BaseException as exc:  # noqa: BLE001 - report any start-up failure and exit
         fail(rank, exc)
         return 1

@@ -28,11 +28,12 @@ from typing import Any
 import phantora.runtime.simcuda.preload  # noqa: F401 - first: it must load before torch
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import Options
-from phantora.runtime import bootstrap, spawned_rank
+from phantora.runtime import bootstrap, program_seed, spawned_rank
 from phantora.runtime.spawned_rank import SpawnError, world
 from phantora.runtime.unsupported import program_call
 
 RANK_MODULE = "import phantora.runtime.spawned_rank as _rank;"  # first in a spawned child's `python -c` program
+SEED = "_rank.program_seed.seed_process"  # a fresh interpreter's generators, before the main module (program_seed.py)
 UNSUPPORTED_METHODS = ("forkserver",)  # its server imports the main module (and torch) before any preload
 
 
@@ -54,10 +55,10 @@ def _preloading_command_line(orig: Callable[..., list[str]]) -> Callable[..., li
         cmd = list(orig(**kwds))
         if "-c" in cmd:
             at = cmd.index("-c") + 1
-            first = f"{RANK_MODULE} _rank.await_rank({os.getpid()}); "
+            first = f"{RANK_MODULE} _rank.await_rank({os.getpid()}); {SEED}('process {len(_started)}'); "
             if _pending:
                 index, nprocs = _pending.pop(0)
-                first = f"{RANK_MODULE} _rank.become_rank({index}, {nprocs}); "
+                first = f"{RANK_MODULE} _rank.become_rank({index}, {nprocs}); {SEED}('rank {index}'); "
             elif not _started:
                 _watch_own_processes()
             _started.append(len(_started))
@@ -226,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     script = os.path.abspath(argv[0])
     try:
         install_parent()
+        program_seed.seed_process("launching process")  # a fork-method rank inherits these, as under torch
     except BaseException as exc:  # noqa: BLE001
         bootstrap.fail(who, exc)
         return 1

@@ -33,7 +33,7 @@ import phantora.runtime.simcuda.preload  # noqa: F401 - first: it must load befo
 from phantora.errors import PhantoraError
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import Options
-from phantora.runtime import bootstrap, death_signal
+from phantora.runtime import bootstrap, death_signal, program_seed
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1", "0.0.0.0")  # the rendezvous addresses of the program's own host
 
@@ -113,8 +113,9 @@ def run_rank(fn: Callable[..., Any], nprocs: int, parent: int, index: int, *args
     `fn(index, *args)`, then report."""
     rank = str(index)
     _die_with_parent(parent)  # after torch's _wrap set its own
-    if not _is_rank():
+    if not _is_rank():  # forked (a spawned process became the rank as it started)
         become_rank(index, nprocs)
+        program_seed.seed_forked(f"rank {index}")
     s, mode = _session
     script = getattr(sys.modules.get("__mp_main__"), "__file__", None)
     try:
