@@ -91,6 +91,7 @@ class CollRecord:
     name: str = ""
     copies: int = 1  # rank deduplication: the group's shifts launched with it (phantora.collectives.mirrors)
     pending: dict[int, set[int]] = field(default_factory=dict)  # rank -> its last flows not yet arrived
+    least: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # rank -> heap of (bound, flow): `_least`
     waiters: dict[int, list[int]] = field(default_factory=dict)  # flow -> ranks it is a last flow of
     rank_done: dict[int, int] = field(default_factory=dict)
     end_ns: int = 0
@@ -911,9 +912,10 @@ class CoordinatorCore:
                 last.discard(c.flow_id)
                 if not last:
                     del rec.pending[r]
+                    rec.least.pop(r, None)
                     self._rank_done(rec, r, c.end_ns)  # completions come in end order: this is the max
             if not rec.outstanding:  # a dict keeps its table when emptied: a finished record keeps none
-                rec.waiters, rec.pending = {}, {}
+                rec.waiters, rec.pending, rec.least = {}, {}, {}
 
     # ----- the network clock ---------------------------------------------------------------------
     def _push(self, rs: RankState) -> None:
@@ -964,20 +966,46 @@ class CoordinatorCore:
 
     def watched(self) -> set[int]:
         """Flows whose completion can wake a waiting rank."""
+        return self.watched_earliest()[0]
+
+    def watched_earliest(self) -> tuple[set[int], int]:
+        """`watched`, and the earliest bound among those flows (INF_NS if none): the least of each waited
+        record's rank's `_least`, so a step reads no flow's bound again."""
         out: set[int] = set()
+        earliest = INF_NS
         for rank, h in self.streams.waited_on():  # a parked rendezvous starts when these end: stop there
             rs = self.ranks[rank]
             cid = rs.owner.get(h)
             if cid is not None and h not in rs.results:
-                out.update(self.records[cid].pending.get(rank, ()))
+                rec = self.records[cid]
+                if rank in rec.pending:
+                    out.update(rec.pending[rank])
+                    earliest = min(earliest, self._least(rec, rank))
         for rs in self.waiting.values():
             for h in rs.handles:
                 cid = rs.owner.get(h)
                 if cid is not None and h not in rs.results:
-                    out.update(self.records[cid].pending.get(rs.rank, ()))
+                    rec = self.records[cid]
+                    if rs.rank in rec.pending:
+                        out.update(rec.pending[rs.rank])
+                        earliest = min(earliest, self._least(rec, rs.rank))
                 elif (tid := self.io.of.get((rs.rank, h))) is not None:
                     out.add(tid)
-        return out
+                    earliest = min(earliest, self.bounds.bounds[tid])
+        return out, earliest
+
+    def _least(self, rec: CollRecord, rank: int) -> int:
+        """The earliest bound among `rank`'s pending flows of `rec`. A heap of (bound, flow) built at the first ask
+        and popped lazily: a rank's pending flows only leave, and an in-flight flow's bound never moves."""
+        pending = rec.pending[rank]
+        heap = rec.least.get(rank)
+        if heap is None:
+            bounds = self.bounds.bounds
+            heap = rec.least[rank] = [(bounds[f], f) for f in pending]
+            heapq.heapify(heap)
+        while heap[0][1] not in pending:
+            heapq.heappop(heap)
+        return heap[0][0]
 
     def settled(self) -> bool:
         """Every live rank is blocked (and at least one is): no message can come before the coordinator answers,
@@ -996,8 +1024,7 @@ class CoordinatorCore:
         eng = self.engine
         now, nxt, hz = eng.now(), eng.next_event_time(), self.horizon()
         due = nxt is not None and nxt <= now
-        watch = self.watched() if self.waiting or self.streams.parked else set()
-        earliest = self.bounds.earliest(watch, INF_NS)
+        watch, earliest = self.watched_earliest() if self.waiting or self.streams.parked else (set(), INF_NS)
         if self.window == 0:
             if hz < now:  # a rank released at the network's time runs, so none blocked is behind it
                 raise RunFailed(E_INTERNAL, f"exact mode broken: horizon {hz} ns is behind the network ({now} ns)")

@@ -290,3 +290,31 @@ def test_missing_participant_that_finished_before_the_call() -> None:
     h.msg(2, "finish", 0, results={}, cpu_s=0.0)
     with pytest.raises(RunFailed, match=r"missing participant: rank 2 finished at 0 ns .* missing \[1, 2\]"):
         h.coll(0, 0, group=(0, 1, 2))
+
+
+def test_earliest_bound_of_the_watched_flows_is_their_least_bound() -> None:
+    """The coordinator keeps, per record and rank, a heap of its pending flows' bounds (`_least`); at every step
+    of two chunked all-reduces (NCCL steps as flows, completing over many advances) the earliest it gives equals
+    the definition, the least bound among the watched flows."""
+    algo = AlgoOptions(model="ideal", granularity="chunked")
+    h = Harness(algo=algo)
+    core = h.core
+    seen: list[tuple[int, int]] = []
+    inner = core.watched_earliest
+
+    def checked() -> tuple[set[int], int]:
+        watch, earliest = inner()
+        want = min((core.bounds.bounds[f] for f in watch), default=INF_NS)
+        seen.append((earliest, want))
+        return watch, earliest
+
+    core.watched_earliest = checked  # type: ignore[method-assign]
+    hs = {r: h.coll(r, 0) for r in range(4)}
+    h2 = {r: h.coll(r, 0, nbytes=S // 2, seq=1) for r in range(4)}
+    for r in range(4):
+        h.wait(r, 0, hs[r], h2[r])
+    core.progress()
+    assert len(seen) > 1 and all(got == want for got, want in seen)
+    assert len({e for e, _ in seen}) > 1  # the least moves as flows complete
+    ends = {h.result(r)["t_done"] for r in range(4)}
+    assert len(ends) == 1 and ends.pop() >= ring_allreduce_ns(S // 2, 4)  # no flow beats its bound
