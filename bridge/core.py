@@ -224,6 +224,8 @@ class CoordinatorCore:
         self.flow_owner: dict[int, int] = {}
         self.flow_alone: dict[int, Alone] = {}  # in-flight flows' ECMP keys and caps, while flows are kept (flows.csv)
         self.bounds = EarliestEnds(topology)  # in-flight flows' earliest possible completions, their bytes
+        self._watch_groups: list[tuple[int | None, int]] | None = None  # those of `_watch`: `watched_earliest`
+        self._watch: set[int] = set()  # the last watched set, less the flows completed since
         self.steps_started: dict[int, int] = {}  # step -> ns its first rank started it (scenario `at_step`)
         self._steps_held: dict[int, int] = {}  # step -> the earliest start reported so far, not applied yet
         self.completions = CompletionLog()  # for flows.csv, as columns (bridge.completion_log)
@@ -914,6 +916,7 @@ class CoordinatorCore:
                     del rec.pending[r]
                     rec.least.pop(r, None)
                     self._rank_done(rec, r, c.end_ns)  # completions come in end order: this is the max
+            self._watch.discard(c.flow_id)  # as from every pending set holding it (`watched_earliest`)
             if not rec.outstanding:  # a dict keeps its table when emptied: a finished record keeps none
                 rec.waiters, rec.pending, rec.least = {}, {}, {}
 
@@ -970,8 +973,11 @@ class CoordinatorCore:
 
     def watched_earliest(self) -> tuple[set[int], int]:
         """`watched`, and the earliest bound among those flows (INF_NS if none): the least of each waited
-        record's rank's `_least`, so a step reads no flow's bound again."""
-        out: set[int] = set()
+        record's rank's `_least`, so a step reads no flow's bound again. The set is built again only when the
+        waited groups ((record, rank), or (None, transfer)) change: else it is the last one, from which `_apply`
+        took each flow as it completed, as it took it from every pending set (the caller only reads it, and an
+        engine keeps no watch past its call)."""
+        groups: list[tuple[int | None, int]] = []
         earliest = INF_NS
         for rank, h in self.streams.waited_on():  # a parked rendezvous starts when these end: stop there
             rs = self.ranks[rank]
@@ -979,7 +985,7 @@ class CoordinatorCore:
             if cid is not None and h not in rs.results:
                 rec = self.records[cid]
                 if rank in rec.pending:
-                    out.update(rec.pending[rank])
+                    groups.append((cid, rank))
                     earliest = min(earliest, self._least(rec, rank))
         for rs in self.waiting.values():
             for h in rs.handles:
@@ -987,12 +993,20 @@ class CoordinatorCore:
                 if cid is not None and h not in rs.results:
                     rec = self.records[cid]
                     if rs.rank in rec.pending:
-                        out.update(rec.pending[rs.rank])
+                        groups.append((cid, rs.rank))
                         earliest = min(earliest, self._least(rec, rs.rank))
                 elif (tid := self.io.of.get((rs.rank, h))) is not None:
-                    out.add(tid)
+                    groups.append((None, tid))
                     earliest = min(earliest, self.bounds.bounds[tid])
-        return out, earliest
+        if groups != self._watch_groups:
+            out: set[int] = set()
+            for cid, x in groups:
+                if cid is None:
+                    out.add(x)
+                else:
+                    out.update(self.records[cid].pending[x])
+            self._watch_groups, self._watch = groups, out
+        return self._watch, earliest
 
     def _least(self, rec: CollRecord, rank: int) -> int:
         """The earliest bound among `rank`'s pending flows of `rec`. A heap of (bound, flow) built at the first ask

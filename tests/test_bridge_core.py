@@ -293,18 +293,29 @@ def test_missing_participant_that_finished_before_the_call() -> None:
 
 
 def test_earliest_bound_of_the_watched_flows_is_their_least_bound() -> None:
-    """The coordinator keeps, per record and rank, a heap of its pending flows' bounds (`_least`); at every step
-    of two chunked all-reduces (NCCL steps as flows, completing over many advances) the earliest it gives equals
-    the definition, the least bound among the watched flows."""
+    """The coordinator keeps, per record and rank, a heap of its pending flows' bounds (`_least`), and the watched
+    set between steps less the flows that completed; at every step of two chunked all-reduces (NCCL steps as
+    flows, completing over many advances) the set equals the definition (the waiting ranks' pending flows) and the
+    earliest the least bound among them."""
     algo = AlgoOptions(model="ideal", granularity="chunked")
     h = Harness(algo=algo)
     core = h.core
     seen: list[tuple[int, int]] = []
     inner = core.watched_earliest
 
+    sets: list[set[int]] = []
+
     def checked() -> tuple[set[int], int]:
         watch, earliest = inner()
-        want = min((core.bounds.bounds[f] for f in watch), default=INF_NS)
+        fresh: set[int] = set()  # the definition: every waiting rank's pending flows of the calls it waits on
+        for rs in core.waiting.values():
+            for hd in rs.handles:
+                cid = rs.owner.get(hd)
+                if cid is not None and hd not in rs.results:
+                    fresh |= core.records[cid].pending.get(rs.rank, set())
+        assert watch == fresh
+        sets.append(watch)
+        want = min((core.bounds.bounds[f] for f in fresh), default=INF_NS)
         seen.append((earliest, want))
         return watch, earliest
 
@@ -316,5 +327,6 @@ def test_earliest_bound_of_the_watched_flows_is_their_least_bound() -> None:
     core.progress()
     assert len(seen) > 1 and all(got == want for got, want in seen)
     assert len({e for e, _ in seen}) > 1  # the least moves as flows complete
+    assert any(a is b for a, b in zip(sets[:-1], sets[1:], strict=True))  # a set kept between steps
     ends = {h.result(r)["t_done"] for r in range(4)}
     assert len(ends) == 1 and ends.pop() >= ring_allreduce_ns(S // 2, 4)  # no flow beats its bound
