@@ -30,9 +30,10 @@ P2P_NET_CHUNK = 128 * 1024  # NCCL_P2P_NET_CHUNKSIZE's default: a step of the tr
 SENDER, RELAY, RECEIVER = 1, 0, 2  # ranks: host 0 rail 1, host 0 rail 0, host 1 rail 0
 
 
-def relayed_send(nbytes: int) -> tuple[Topology, list[Flow], list[Flow], list[Flow]]:
-    """The chunked send's topology, flows, NVLink steps (sender -> relay) and network steps (relay -> receiver)."""
-    topo = rail_optimized(2, 2, spines=2, nic_rate=NIC_BPS, gpu="h100")
+def relayed_send(nbytes: int, topo: Topology | None = None) -> tuple[Topology, list[Flow], list[Flow], list[Flow]]:
+    """The chunked send's topology (default: 2 x 2 H100 with NICs of 25 Gbit/s), flows, NVLink steps (sender ->
+    relay) and network steps (relay -> receiver)."""
+    topo = topo or rail_optimized(2, 2, spines=2, nic_rate=NIC_BPS, gpu="h100")
     coll = Collective("send_recv", (SENDER, RECEIVER), nbytes, "fp32", None, (0, 1, 2, 3))
     dag = decompose(coll, topo, AlgoOptions(granularity="chunked", nccl_env=nccl_env({})))
     s, v, d = (topo.node_of_rank(r) for r in (SENDER, RELAY, RECEIVER))
@@ -111,13 +112,7 @@ def test_one_slot_frees_when_the_relay_has_sent_the_step_before() -> None:
 
 def slow_nvlink_send(nbytes: int) -> tuple[Topology, list[Flow], list[Flow], list[Flow]]:
     """`relayed_send` on hosts whose NVLink runs at 25 Gbit/s, NICs at 400: NVLink is the slow leg."""
-    topo = rail_optimized(2, 2, spines=2, nic_rate=400 * 10**9, nvlink_rate=NIC_BPS, gpu="h100")
-    coll = Collective("send_recv", (SENDER, RECEIVER), nbytes, "fp32", None, (0, 1, 2, 3))
-    dag = decompose(coll, topo, AlgoOptions(granularity="chunked", nccl_env=nccl_env({})))
-    s, v, d = (topo.node_of_rank(r) for r in (SENDER, RELAY, RECEIVER))
-    nvlink = [f for f in dag.flows if (f.src, f.dst) == (s, v) and not is_credit(f)]
-    net = [f for f in dag.flows if (f.src, f.dst) == (v, d) and not is_credit(f)]
-    return topo, dag.flows, nvlink, net
+    return relayed_send(nbytes, rail_optimized(2, 2, spines=2, nic_rate=400 * 10**9, nvlink_rate=NIC_BPS, gpu="h100"))
 
 
 @pytest.mark.parametrize("network", ["flow", "ns3"])
