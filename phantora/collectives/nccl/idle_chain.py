@@ -108,7 +108,7 @@ def relay_leads_ns(
     for f, size, cap in zip(flows, wire, caps, strict=True) if tails else ():
         if f.id in tails:
             route = topo.route(f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
-            rate = cap or min(topo.links[c >> 1].bandwidth_bps for c in route)
+            rate = cap or topo.path_bottleneck_bps(route)
             took = round(topo.path_latency_ns(route) + size * 8e9 / rate) + tails[f.id].delay_ns
             out[f.id] = took + nic_charge_ns(f, topo, nic_ns, nic_on_nvlink)
     return out
