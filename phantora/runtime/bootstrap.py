@@ -214,6 +214,18 @@ def fail(who: str, exc: BaseException, script: str | None = None, before_exit: C
     os._exit(PEER_LOST_EXIT if _peer_lost(exc) else 1)  # others may be blocked in gloo; the supervisor stops them
 
 
+def _handling(exc: SystemExit) -> str:
+    """The error a `sys.exit` was called while handling, if any: a framework that catches the program's error, prints
+    it and exits (hydra's `run_and_report`, many a `main`'s `except Exception: ...; sys.exit(1)`) is named by the exit's
+    own line, the cause by this one: ", while handling RuntimeError: ... (at FILE:LINE in FUNC)"."""
+    cause = exc.__context__
+    if cause is None or exc.__suppress_context__ or isinstance(cause, SystemExit):
+        return ""
+    where = _user_frame(cause)
+    text = unsupported.explain(cause) or f"{type(cause).__name__}: {(str(cause).strip().splitlines() or [''])[0]}"
+    return f", while handling {text}" + (f" (at {where})" if where else "")
+
+
 def exit_with(who: str, exc: SystemExit, before_exit: Callable[[], None] = _nothing) -> None:
     """The script exited on purpose (sys.exit, argparse's error): no traceback, its own message (argparse has
     printed it; `sys.exit("text")` is printed here as Python would) and its own exit code."""
@@ -222,7 +234,7 @@ def exit_with(who: str, exc: SystemExit, before_exit: Callable[[], None] = _noth
         print(exc.code, file=sys.stderr)
     where = _user_frame(exc)
     at = f" (at {where})" if where else ""
-    print(f"phantora: {who} exited with code {code}{at}", file=sys.stderr)
+    print(f"phantora: {who} exited with code {code}{at}{_handling(exc)}", file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()
     before_exit()

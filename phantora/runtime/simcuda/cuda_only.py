@@ -108,9 +108,10 @@ def rms_norm_backward(
     return dx, dw
 
 
-def one_kernel(func: Any, compute: Callable[..., Any]) -> Callable[..., Any]:
+def one_kernel(func: Any, compute: Callable[..., Any], cost: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """`compute` (several torch ops on the data) charged as the single kernel `func`: its ops run as the session's
-    own (uncharged), then `func` is charged by the compute model and its outputs counted in device memory."""
+    own (uncharged), then `func` is charged by the compute model (or `cost(model, func, args, kwargs, out)`) and its
+    outputs counted in device memory."""
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         s = _current()
@@ -120,10 +121,64 @@ def one_kernel(func: Any, compute: Callable[..., Any]) -> Callable[..., Any]:
             out = compute(*args, **kwargs)
         if s.memory.enabled:
             s.memory.on_outputs(out, func)
-        s.charge(str(func.overloadpacket), s.model.cost(func, args, kwargs, out))
+        if cost is None:
+            charged = s.model.cost(func, args, kwargs, out)
+        else:
+            with s.internal():  # what it reads of the arguments (their values) is no kernel
+                charged = cost(s.model, func, args, kwargs, out)
+        s.charge(str(func.overloadpacket), charged)
         return out
 
     return kernel
+
+
+SOFTMAX = torch.ops.aten._softmax.default
+LOG_SOFTMAX = torch.ops.aten._log_softmax.default
+SOFTMAX_BACKWARD = torch.ops.aten._softmax_backward_data.default
+LOG_SOFTMAX_BACKWARD = torch.ops.aten._log_softmax_backward_data.default
+
+
+def _widened_forward(func: Any) -> Callable[..., Any]:
+    """`func` (softmax or log-softmax) of a half input to a float output, as CUDA's one kernel does
+    (`half_to_float`): the input read as fp32 and the op computed in fp32, which the CPU kernel can do."""
+
+    def compute(input: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+        return func(input.float() if half_to_float else input, dim, False)
+
+    return compute
+
+
+def _widened_backward(func: Any) -> Callable[..., Any]:
+    """The backward of a `half_to_float` softmax or log-softmax: fp32 gradient and output in, the gradient of the
+    half input out, computed in fp32 (CUDA's kernel writes its fp32 accumulation as the input's dtype)."""
+
+    def compute(grad_output: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype) -> torch.Tensor:
+        return func(grad_output, output, dim, grad_output.dtype).to(input_dtype)
+
+    return compute
+
+
+HALF_TO_FLOAT: dict[Any, Callable[..., Any]] = {
+    f: one_kernel(f, _widened_forward(f)) for f in (SOFTMAX, LOG_SOFTMAX)
+} | {f: one_kernel(f, _widened_backward(f)) for f in (SOFTMAX_BACKWARD, LOG_SOFTMAX_BACKWARD)}
+"""Ops whose CUDA kernel takes an fp16 input to an fp32 output, or back, in one kernel, and how they run on a
+simulated-GPU tensor's data then. `F.softmax(x, dtype=torch.float32)` and `F.log_softmax` of an fp16 cuda tensor,
+and fp16 autocast's softmax and log-softmax (which it runs in fp32), call ``_softmax(x, dim, half_to_float=True)``
+(ATen's SoftMax.cpp: only for a cuda input); the CPU kernel refuses that ("softmax with half to float conversion
+is not supported on CPU"). Charged as the one CUDA kernel, on its own arguments (`widened`)."""
+
+
+def widened(func: Any, args: tuple, kwargs: dict[str, Any]) -> Callable[..., Any] | None:
+    """The kernel of `HALF_TO_FLOAT` that runs `func` on `args` (the data of simulated-GPU tensors), or None when
+    the CPU kernel takes them itself: no dtype conversion asked, or meta data (phantom mode)."""
+    kernel = HALF_TO_FLOAT.get(func)
+    if kernel is None or not args or not isinstance(args[0], torch.Tensor) or args[0].is_meta:
+        return None
+    if func is SOFTMAX or func is LOG_SOFTMAX:
+        convert = args[2] if len(args) > 2 else kwargs.get("half_to_float", False)
+    else:
+        convert = args[0].dtype != (args[3] if len(args) > 3 else kwargs.get("input_dtype", args[0].dtype))
+    return kernel if convert else None
 
 
 KERNELS: dict[Any, Callable[..., Any]] = {

@@ -60,7 +60,11 @@ def _plan(func: Any) -> str | None:
     random ops (the device's generator, rng.py), CUDA-only ops run by a Python kernel, or the ops answered
     specially."""
     fast = (
-        func.namespace == "aten" and func not in cuda_only.KERNELS and func not in _SPECIAL and not rng.is_random(func)
+        func.namespace == "aten"
+        and func not in cuda_only.KERNELS
+        and func not in cuda_only.HALF_TO_FLOAT  # an fp16 -> fp32 softmax's kernel is a Python function
+        and func not in _SPECIAL
+        and not rng.is_random(func)
     )
     if fast and layout_bound(func):
         _LAYOUT_OPS.add(id(func))

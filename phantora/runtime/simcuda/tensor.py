@@ -438,6 +438,8 @@ def run_op(
     if to_meta and phantom:  # phantom data written into a tensor with values: it becomes phantom
         a = _phantom_writes(func, args, kwargs, a, nested, by_elem)
     kernel = cuda_only.KERNELS.get(run_func, run_func)  # a CUDA-only op: its kernel on the data
+    if run_func in cuda_only.HALF_TO_FLOAT and (widened := cuda_only.widened(run_func, a, k)) is not None:
+        kernel, inner = widened, None  # an fp16 -> fp32 softmax: one CUDA kernel, refused by the CPU's
     global _device_depth
     _device_depth += 1
     try:
