@@ -26,6 +26,8 @@
                                    how long after the NVLink step's end the network step starts, and how many before
     bench_cts.py flows DIR...      a run's flows.csv (`--out DIR`): the CTSs' FCT by (receiver, sender), and the
                                    median FCT of the steps of ops named `in*` (an incast's)
+    bench_cts.py posted DIR...     a run's flows.csv: each call's CTS queues (receiver, sender, tag), when CTS k of
+                                   the first 8 leaves after the queue's first (the receiving proxy's turns)
     bench_cts.py moe [NIC_NS]      the MoE replay of `bench_whole_dag_driver.py --cases moe:16MiB --order one` (its
                                    workload, rail128, DCQCN, fluid NVLink; `nic_latency` NIC_NS, default 1000): its
                                    flows and CTSs, one engine's CPU s, each op's end, and the FCT of dispatch0's
@@ -252,6 +254,27 @@ def flows(dirs: list[str]) -> None:
             print(f"  CTS {src} -> {dst}: {len(fct)}, FCT median {statistics.median(fct):.1f} ns, max {max(fct)}")
 
 
+def posted(dirs: list[str]) -> None:
+    """Each call's first CTSs on each queue (src, dst, tag): when CTS k leaves after the queue's first (median over
+    the queues of every call, ns), and the call's first data step's start after its first CTS's."""
+    for d in dirs:
+        rows = list(csv.DictReader((Path(d) / "flows.csv").open()))
+        queues: dict[tuple[str, str, str, str], list[int]] = {}
+        for r in rows:
+            if _is_cts(r["tag"], r["src"], r["dst"]):
+                call = "/".join(r["tag"].split("/")[:3])
+                queues.setdefault((call, r["src"], r["dst"], r["tag"]), []).append(int(r["start_ns"]))
+        ks: dict[int, list[int]] = {}
+        for starts in queues.values():
+            starts.sort()
+            for k, t in enumerate(starts[:8]):
+                ks.setdefault(k, []).append(t - starts[0])
+        print(f"{d}: {len(queues)} CTS queues")
+        for k, offs in sorted(ks.items()):
+            print(f"  CTS {k}: {len(offs)} queues, after the first median {statistics.median(offs):.0f} ns, "
+                  f"min {min(offs)}, max {max(offs)}")  # fmt: skip
+
+
 def moe(nic_ns: int) -> None:
     import tempfile
     from dataclasses import replace
@@ -315,6 +338,8 @@ def main(argv: list[str]) -> None:
         relay_steps(argv[1:])
     elif argv[:1] == ["flows"] and len(argv) > 1:
         flows(argv[1:])
+    elif argv[:1] == ["posted"] and len(argv) > 1:
+        posted(argv[1:])
     elif argv[:1] == ["moe"] and len(argv) <= 2:
         moe(int(argv[1]) if len(argv) == 2 else 1000)
     else:

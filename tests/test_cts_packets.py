@@ -29,6 +29,7 @@ NCCL_STEPS = 8  # src/include/device.h
 # struct ncclIbSendFifo (net_ib/common.h): addr, size (uint64), rkeys[NCCL_IB_MAX_DEVS_PER_NIC = 4] (uint32), nreqs,
 # tag (uint32), idx (uint64), padding[16]
 SEND_FIFO_BYTES = 8 + 8 + 4 * 4 + 4 + 4 + 8 + 16
+TURN_NS = 600  # the proxy's progress turn, nccl/proxy.py PROXY_STEP_US
 
 
 def test_a_cts_is_one_send_fifo_entry_a_receive() -> None:
@@ -48,8 +49,10 @@ def test_across_hosts_the_credit_is_a_cts_inside_a_flag(proto: str, receives: in
     receives x 64 B from the step's receiver to its sender, released when the receiver has consumed the step (no
     delay of its own), on a queue pair of its own per connection (not the data's), its ECMP key the reverse
     connection's on the same channel; the first `window` steps of each such connection (NCCL_STEPS slots over a
-    chunk's: Simple 8 / 4, LL 8 / 1) wait for one each released at the call's start (no dependencies: the receiving
-    proxy posts its first NCCL_STEPS slots' receives at once, net.cc `recvProxyProgress`). Every credit inside a
+    chunk's: Simple 8 / 4, LL 8 / 1) wait for one each without dependencies: the receiving proxy posts its first
+    NCCL_STEPS slots' receives from the call's start, one a progress call (net.cc `recvProxyProgress`), so step k's
+    leaves with its first receive, k x receives proxy turns of 600 ns (nccl/proxy.py PROXY_STEP_US) after the
+    call's first delay. Every credit inside a
     host is still a zero-byte flow at the sender released the NVLink path's propagation later, and the first
     window there waits for none."""
     topo = rail_optimized(2, 2, gpu="h100")
@@ -61,7 +64,7 @@ def test_across_hosts_the_credit_is_a_cts_inside_a_flag(proto: str, receives: in
     steps = [f for f in dag.flows if not is_credit(f)]
     data_conns = {f.conn for f in steps}
     across = inside = 0
-    (start,) = {f.delay_ns for f in dag.flows if not f.deps}  # the call's first flows' delay
+    (start,) = {f.delay_ns for f in steps if not f.deps}  # the call's first flows' delay
     first: dict[int, int] = {}  # a connection between hosts -> its steps that wait for a CTS posted at the start
     for f in steps:
         for g in (by_id[d] for d in f.deps if is_credit(by_id[d])):
@@ -69,7 +72,8 @@ def test_across_hosts_the_credit_is_a_cts_inside_a_flag(proto: str, receives: in
             if host[f.src] != host[f.dst]:
                 across += 1
                 assert is_cts(g) and (g.src, g.dst, g.size) == (f.dst, f.src, receives * 64)
-                assert g.delay_ns == (0 if consumed else start)  # the call's first delay (NCCL's latency) if posted
+                k = first.get(f.conn, 0)  # posted: the call's first delay (NCCL's latency) and the proxy's turns
+                assert g.delay_ns == (0 if consumed else start + k * receives * TURN_NS)
                 assert g.conn and g.conn not in data_conns and g.rate_bps == 0
                 assert g.key is not None and f.key is not None and g.key >> 48 == f.key >> 48  # the same channel
                 if consumed:

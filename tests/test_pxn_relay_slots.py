@@ -27,6 +27,7 @@ from tests.test_back_pressure import builder, star
 MiB = 1 << 20
 NIC_BPS = 25 * 10**9
 P2P_NET_CHUNK = 128 * 1024  # NCCL_P2P_NET_CHUNKSIZE's default: a step of the transfer across hosts
+TURN_NS = 600  # a proxy's progress turn (nccl/proxy.py PROXY_STEP_US): the relay's proxy polls the tail once a turn
 SENDER, RELAY, RECEIVER = 1, 0, 2  # ranks: host 0 rail 1, host 0 rail 0, host 1 rail 0
 
 
@@ -120,8 +121,9 @@ def test_the_relays_network_step_goes_once_its_nvlink_step_has_landed(network: s
     """NCCL's relay proxy posts the isend of step s only once the sender's kernel has written step s into its
     buffer and raised the tail past it (net.cc `sendProxyProgress`: `connFifo[buffSlot].size != -1 && *recvTail >
     tail`, v2.29.7-1). With NVLink the slow leg (25 Gbit/s, NICs of 400) each of the 32 network steps (4 channels of
-    8 steps of 128 KiB) starts at its NVLink step's end + the tail's store across the NVSwitch (50 ns), to the ns in
-    both engines. On the flow engine the 4 channels' NVLink steps share the link: each takes 4 x 128 KiB / 25
+    8 steps of 128 KiB) starts at its NVLink step's end + the tail's store across the NVSwitch (50 ns) + the relay
+    proxy's turn that polls it (600 ns, nccl/proxy.py PROXY_STEP_US), to the ns in both engines. On the flow engine
+    the 4 channels' NVLink steps share the link: each takes 4 x 128 KiB / 25
     Gbit/s + 50 ns, back to back on its channel (the fast network frees every slot long before it is needed)."""
     topo, flows, nvlink, net = slow_nvlink_send(4 * MiB)
     assert len(nvlink) == len(net) == 4 * MiB // P2P_NET_CHUNK
@@ -130,7 +132,7 @@ def test_the_relays_network_step_goes_once_its_nvlink_step_has_landed(network: s
     assert tail_ns == 50
     done = run(network, topo, flows)
     for a, b in zip(nvlink, net, strict=True):
-        assert done[b.id][0] == done[a.id][1] + tail_ns
+        assert done[b.id][0] == done[a.id][1] + tail_ns + TURN_NS
     if network == "flow":
         step_ns = 4 * P2P_NET_CHUNK * 8e9 / NIC_BPS + tail_ns
         for f in nvlink:
@@ -141,7 +143,8 @@ def test_the_relays_network_step_goes_once_its_nvlink_step_has_landed(network: s
 def test_no_relayed_network_step_of_an_all_to_all_starts_before_its_nvlink_step_ends(network: str) -> None:
     """A chunked 16 MiB all-to-all over 2 x 4 H100 on rails (NCCL's choice, PXN relaying every cross-rail block):
     each NVLink step into a relay has exactly one network step sent from its tail, and that step starts no earlier
-    than the NVLink step's end + the tail's store (50 ns), whatever else the relay's NIC and queues carry."""
+    than the NVLink step's end + the tail's store (50 ns) + the relay proxy's turn (600 ns), whatever else the relay's
+    NIC and queues carry."""
     topo = rail_optimized(2, 4, spines=2, gpu="h100")
     coll = Collective("all_to_all", tuple(range(8)), 16 * MiB, "fp32", None)
     flows = decompose(coll, topo, AlgoOptions(granularity="chunked", nccl_env=nccl_env({}))).flows
@@ -157,19 +160,20 @@ def test_no_relayed_network_step_of_an_all_to_all_starts_before_its_nvlink_step_
     assert sorted(sent_on.values()) == sorted(f.id for f in nvlink)
     done = run(network, topo, flows)
     for net_id, nv_id in sent_on.items():
-        assert done[net_id][0] >= done[nv_id][1] + 50
+        assert done[net_id][0] >= done[nv_id][1] + 50 + TURN_NS
 
 
 def test_the_relays_first_step_runs_within_nccls_latency() -> None:
     """The sender's kernel writes its first step into the relay's buffer while NCCL's latency runs, so each part's
     first NVLink step is released its idle time before the call's first delay ends (the delay the receiver's first
-    clear-to-sends carry): the NVSwitch's 50 ns, 128 KiB at its rate (its cap, else the NVLink's) and the tail's 50
-    ns. The relay's network leg then starts when NCCL's latency says, as it did when the hops ran side by side."""
+    clear-to-send carries; the later ones of its first window go a proxy turn apart): the NVSwitch's 50 ns, 128 KiB at
+    its rate (its cap, else the NVLink's), the tail's 50 ns and the relay proxy's turn, 600 ns. The relay's network
+    leg then starts when NCCL's latency says, as it did when the hops ran side by side."""
     topo, flows, nvlink, net = relayed_send(4 * MiB)
-    (delay,) = {f.delay_ns for f in flows if is_cts(f) and not f.deps}
+    delay = min(f.delay_ns for f in flows if is_cts(f) and not f.deps)
     firsts = [f for f in nvlink if f.tag.endswith("/chunk0")]
     assert firsts  # one a channel
     for f in firsts:
         rate = f.rate_bps or min(topo.links[c >> 1].bandwidth_bps for c in topo.route(f.src, f.dst, f.key))
-        assert f.delay_ns == delay - (50 + round(P2P_NET_CHUNK * 8e9 / rate) + 50)
+        assert f.delay_ns == delay - (50 + round(P2P_NET_CHUNK * 8e9 / rate) + 50 + TURN_NS)
     assert {f.delay_ns for f in nvlink if not f.deps and f not in firsts} == {delay}  # the rest of the window

@@ -18,11 +18,11 @@ flow at the sender released the flag's latency later (`DagBuilder.credit_ns`; 0:
 clear-to-send itself, a flow of `cts_bytes` from the receiver to the sender over the network (its NICs, the reverse
 path), which queues behind what the reverse direction carries and pauses with it (PFC); the sender's next message
 waits for its arrival. The first `window` messages of such a connection wait for the CTSs of the receives the
-receiving proxy posts when the call starts (`Credits.posted`); a p2p call's receives from one sending proxy on a
-channel are posted together, one CTS for up to MAX_RECVS of them (`DagBuilder.grouped_cts`). A queue pair writes
-its CTSs in turn. Both engines see the same flows: a tiny max-min flow in the flow engine, an RDMA write in
-ns-3. Its traffic class is the collective's: phantora maps neither NCCL_IB_TC nor NCCL_IB_FIFO_TC (the CTS queue
-pair's own class, net_ib/connect.cc) to a class.
+receiving proxy posts from the call's start, one a progress turn (`Credits.posted`); a p2p call's receives from one
+sending proxy on a channel are posted together, one CTS for up to MAX_RECVS of them (`DagBuilder.grouped_cts`). A
+queue pair writes its CTSs in turn. Both engines see the same flows: a tiny max-min flow in the flow engine, an RDMA
+write in ns-3. Its traffic class is the collective's: phantora maps neither NCCL_IB_TC nor NCCL_IB_FIFO_TC (the CTS
+queue pair's own class, net_ib/connect.cc) to a class.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class Builder(Protocol):
     nodes: list[int]
     prefix: str
     credit_ns: Callable[[int, int], int] | None
+    turn_ns: int
 
     def network(self, src: int, dst: int) -> bool: ...
 
@@ -54,10 +55,20 @@ class Builder(Protocol):
 
     def append_flow(self, f: Flow) -> int: ...
 
-    def clear_to_send(self, src: int, dst: int, size: int, deps: tuple[int, ...], tag: str, channel: int) -> int: ...
+    def clear_to_send(
+        self, src: int, dst: int, size: int, deps: tuple[int, ...], tag: str, channel: int, delay_ns: int = 0
+    ) -> int: ...
 
     def grouped_cts(
-        self, src: int, dst: int, size: int, deps: tuple[int, ...], tag: str, channel: int, step: tuple[int, int]
+        self,
+        src: int,
+        dst: int,
+        size: int,
+        deps: tuple[int, ...],
+        tag: str,
+        channel: int,
+        step: tuple[int, int],
+        delay_ns: int = 0,
     ) -> int: ...
 
 
@@ -115,6 +126,7 @@ class Credits:
         self.window = max(1, window)
         self.tag = f"{b.prefix}{tag}/{CREDIT}"  # its credits' tag: the channel's, then "credit"
         self.channel = channel
+        self.receives = max(1, receives)
         self.cts = cts_bytes(receives)
         self._sent: dict[Hashable, list[int]] = {}
         self._used: dict[int, tuple[int, ...]] = {}
@@ -139,13 +151,19 @@ class Credits:
         starts a collective's ranks together, so the receiver's side starts when the call does: the CTS is a flow
         without dependencies, which the call's first delay (NCCL's latency, `nccl/shape.py`) holds back as it holds
         the first steps. () inside a host (the slots are there), for one-sided puts (`self.posts` False: no receive
-        is posted) or without `DagBuilder.credit_ns` (not NCCL's model). `step`: the message's index (`grouped`)."""
+        is posted) or without `DagBuilder.credit_ns` (not NCCL's model). `step`: the message's index.
+
+        The proxy posts those receives one a turn: each call of `recvProxyProgress` posts one receive (a slice,
+        `posted += sliceSteps`) of each group of subs and returns, and the proxy thread calls each op's progress
+        once a pass (proxy.cc `progressOps`). So message `step`'s CTS leaves with its first receive, step x
+        `receives` turns after the first (`DagBuilder.turn_ns`, the proxy's turn: `posted_ns`)."""
         b = self.b
         if not self.posts or b.credit_ns is None or not b.network(dst, src):
             return ()
+        wait = posted_ns(step, self.receives, b.turn_ns)
         if self.grouped:
-            return (b.grouped_cts(dst, src, self.cts, (), self.tag, self.channel, (step, self.window)),)
-        return (b.clear_to_send(dst, src, self.cts, (), self.tag, self.channel),)
+            return (b.grouped_cts(dst, src, self.cts, (), self.tag, self.channel, (step, self.window), wait),)
+        return (b.clear_to_send(dst, src, self.cts, (), self.tag, self.channel, wait),)
 
     def slots(self, conn: Hashable, src: int, dst: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """For the next message on `conn` (position `src` to `dst`): what it waits for to go (`slot`), and what the
@@ -192,6 +210,13 @@ class Credits:
             gate = b.append_flow(Flow(b.next_id(), node, node, 0, deps, ns, self.tag))
         self._gates[key] = gate
         return (gate,)
+
+
+def posted_ns(step: int, receives: int, turn_ns: int) -> int:
+    """When (ns after the call's first delay) the receiving proxy posts the first receive of message `step` of a
+    connection's first window, `receives` a message (its slices), one a progress turn of `turn_ns`, the first at
+    once: the message starts moving with its first slice, as a flow of its own can (its CTS has all its bytes)."""
+    return step * max(1, receives) * turn_ns
 
 
 def forwarded(credits: Credits, got: int, inputs: tuple[int, ...], kernel: tuple[int, ...]) -> None:

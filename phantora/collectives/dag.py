@@ -119,6 +119,9 @@ class DagBuilder:
     # (receiver position, sender position) -> ns a slot's credit takes back to its sender (back_pressure.py); None:
     # no return latency
     credit_ns: Callable[[int, int], int] | None = None
+    # ns of a proxy's progress turn (nccl/proxy.py PROXY_STEP_US): a receiving proxy posts one receive of a
+    # connection's first window a turn, a relay's proxy sees a step's tail a turn after its store; 0: no turns
+    turn_ns: int = 0
     # (receiver position, sending proxy's position, channel, (step, window)) -> (its grouped receives' CTS flow,
     # the receives in it)
     grouped: dict[tuple[int, int, int, tuple[int, int]], tuple[int, int]] = field(default_factory=dict)
@@ -304,9 +307,12 @@ class DagBuilder:
         """Add a flow made whole by the caller (id from `next_id`); return its id."""
         return self._append(f)
 
-    def clear_to_send(self, src: int, dst: int, size: int, deps: tuple[int, ...], tag: str, channel: int) -> int:
+    def clear_to_send(
+        self, src: int, dst: int, size: int, deps: tuple[int, ...], tag: str, channel: int, delay_ns: int = 0
+    ) -> int:
         """Add the clear-to-send of `channel`'s connection dst -> src, `size` bytes from position `src` (the receiver)
-        to `dst` (the sender) once `deps` have completed; return its id (`back_pressure.Credits.credit`). `tag` is
+        to `dst` (the sender) once `deps` have completed (and `delay_ns` after: a receive of the first window posted
+        that many proxy turns into the call, `back_pressure.Credits.posted`); return its id (`Credits.credit`). `tag` is
         whole (prefixed). It goes on a queue pair of its own, the receiver's CTS queue pair (net_ib's
         `ncclIbRecvCommGetQpForCts`), with the reverse path's ECMP key, between the NICs the connection's steps
         leave and arrive by (`exits`, `arrivals`: a ring leaving an NCCL node by its channel's NIC). The queue
@@ -316,10 +322,19 @@ class DagBuilder:
         out = self.exits.get((channel, dst, src), dst) if self.exits else dst
         s, d = self.nodes[into], self.nodes[out]
         conn = connection_id(self.comm, s, d, channel, CTS_QP) if self.comm else 0
-        return self._append(new_flow(self._next(), s, d, size, deps, 0, tag, ecmp_key(s, d, channel), conn, conn))
+        key = ecmp_key(s, d, channel)
+        return self._append(new_flow(self._next(), s, d, size, deps, delay_ns, tag, key, conn, conn))
 
     def grouped_cts(
-        self, src: int, dst: int, size: int, deps: tuple[int, ...], tag: str, channel: int, step: tuple[int, int]
+        self,
+        src: int,
+        dst: int,
+        size: int,
+        deps: tuple[int, ...],
+        tag: str,
+        channel: int,
+        step: tuple[int, int],
+        delay_ns: int = 0,
     ) -> int:
         """The clear-to-send of step `step` of a grouped p2p connection dst -> src (`clear_to_send`'s arguments):
         the receiving proxy posts the receives of one call's subs on a channel that share a receive comm (the same
@@ -328,11 +343,12 @@ class DagBuilder:
         `nreqs` x 64 B (`ncclIbPostFifo`). The first connection's step makes the CTS; the others' add their bytes
         and what frees their slot to it, up to MAX_RECVS receives a CTS. `step`: (the step, the connection's steps
         in flight): a group's subs share one depth (`maxDepth`), so connections of other windows do not group.
+        `delay_ns`: as `clear_to_send`'s (the group's receive is posted once a turn, the first connection's delay).
         Returns its id."""
         key = (src, dst, channel, step)
         got = self.grouped.get(key)
         if got is None or got[1] >= MAX_RECVS:
-            self.grouped[key] = (self.clear_to_send(src, dst, size, deps, tag, channel), 1)
+            self.grouped[key] = (self.clear_to_send(src, dst, size, deps, tag, channel, delay_ns), 1)
             return self.grouped[key][0]
         fid, receives = got
         i = fid - self.first_id

@@ -35,7 +35,7 @@ from phantora.collectives.nccl.p2p import p2p_channels
 from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
 from phantora.collectives.nccl.part_loops import part_chunks
 from phantora.collectives.nccl.platform import nccl_view, platform_of
-from phantora.collectives.nccl.proxy import RING_CHUNK_STEPS
+from phantora.collectives.nccl.proxy import PROXY_STEP_US, RING_CHUNK_STEPS
 from phantora.collectives.nccl.pxn import comm_relay, pxn_relay
 from phantora.collectives.nccl.shape import shape
 from phantora.collectives.nccl.shared_steps import shared_depths
@@ -122,6 +122,7 @@ def decompose(
         b.qps, b.split_qps = st.qps_per_conn, st.split_data_on_qps or opts.granularity == "coarse"
         b.host_of = {n: topo.nodes[n].host for n in nodes}
         b.credit_ns = credit_latency(topo, nodes)
+        b.turn_ns = round(PROXY_STEP_US * 1000)  # a proxy's progress turn: its receives' posts, a relay's tail
     n = coll.size
     empty = n > 1 and coll.nbytes == 0 and choice is not None and _launches_empty(coll, opts)
     if empty and choice is not None and coll.kind not in P2P_KINDS:

@@ -4,8 +4,9 @@ Under PXN the sender's kernel writes step s over NVLink into the relay GPU's pro
 buffer) and then raises the connection's tail; the relay's proxy posts the network send of step s only once the
 step's size is in the connection's FIFO and the tail has passed it (net.cc `sendProxyProgress`, NCCL v2.29.7-1:
 `connFifo[buffSlot].size != -1 && *recvTail > tail` before `ncclNet->isend`). So network step s waits for NVLink
-step s's end and the tail's store across NVLink (as `back_pressure.Credits` models a flag: a zero-byte flow at the
-relay released the path's propagation later, 50 ns on an H100 NVSwitch), as well as for its own slot (the
+step s's end, the tail's store across NVLink and the proxy's turn that polls it (as `back_pressure.Credits` models
+a flag: a zero-byte flow at the relay released the path's propagation and the turn later, 50 + 600 ns on an H100
+NVSwitch, `DagBuilder.turn_ns`), as well as for its own slot (the
 receiver's clear-to-send). The slot of NVLink step s + window frees once network step s is done
 (`sendProxyProgress` posts a slot to the kernel while `posted < done + maxDepth`) and the credit is back at the
 sender. Step s's NVLink flow, tail and network flow are made in turn, so every flow depends only on flows made
@@ -82,9 +83,10 @@ def relay_fill(flows: list[Flow]) -> dict[int, Flow]:
 
 def _tail(b: DagBuilder, src: int, via: int, wrote: int, tag: str, first: bool) -> tuple[int, ...]:
     """What the relay's proxy waits for to see the step `wrote` in its buffer: its end and the tail's store from the
-    sender to the relay, a zero-byte flow at the relay released `DagBuilder.credit_ns` later (tagged a credit: a
-    flag's latency, which NCCL's measured latency holds; `first`: the part's first step)."""
-    ns = b.credit_ns(src, via) if b.credit_ns is not None else 0
+    sender to the relay, and the relay's proxy's turn that sees it (it polls the tail once a progress call,
+    `sendProxyProgress`): a zero-byte flow at the relay released `DagBuilder.credit_ns` + `turn_ns` later (tagged a
+    credit: a flag's latency and a turn, which NCCL's measured latency holds; `first`: the part's first step)."""
+    ns = b.credit_ns(src, via) + b.turn_ns if b.credit_ns is not None else 0
     node = b.nodes[via]
     name = f"{b.prefix}{tag}{_FIRST_TAIL if first else _TAIL}"
     return (b.append_flow(Flow(b.next_id(), node, node, 0, (wrote,), ns, name)),)

@@ -30,7 +30,8 @@ def critical_chains_ns(
     part and its tail, `relay_steps.relay_fill`) takes no time here: it runs within NCCL's latency
     (`relay_leads_ns`). A clear-to-send holds its queue (its queue pair's) for its bytes; those of the receives
     posted at the start (no dependencies) share their endpoint's link with the other queue pairs' posted at once
-    there, as max-min shares it (`_posted_shares`). Queues take their flows in
+    there, as max-min shares it (`_posted_shares`), each released its proxy's turns into the call (`_posted_at`:
+    those turns are the receiving proxy's, within NCCL's measured latency, so netted too). Queues take their flows in
     release order on the first reckoning (the second keeps that order). `nic_ns`: the engine's NIC latency, which a
     flow that pays it (`nic_charge_ns`) waits from its release before it can take its queue (a queue's earlier flow may
     still hold it then); NCCL's latency holds the NIC's, so it counts as propagation."""
@@ -74,7 +75,7 @@ def critical_chains_ns(
             after[d].append(i)
     both, xfer = [0.0] * len(flows), [0.0] * len(flows)
     sent: dict[int, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))  # queue -> its last transmission's end
-    ready = [(0.0, i) for i, n in enumerate(missing) if n == 0]
+    ready = [(_posted_at(flows[i]), i) for i, n in enumerate(missing) if n == 0]
     heapq.heapify(ready)
     pop, push, xfer_of, both_of = heapq.heappop, heapq.heappush, xfer.__getitem__, both.__getitem__
     while ready:
@@ -124,11 +125,17 @@ def nic_charge_ns(f: Flow, topo: Topology, nic_ns: int, on_nvlink: bool) -> int:
 
 def _posted_shares(flows: list[Flow]) -> dict[int, int]:
     """Endpoint -> the queues whose clear-to-sends it sends at the start (`is_cts` without dependencies: a
-    connection's first window, `back_pressure.Credits.posted`). Each such queue sends its CTSs one at a time, so
-    while they last that many share the endpoint's link at once: with equal queues, max-min ends CTS k of every
-    queue at (k + 1) x that many x its own time."""
+    connection's first window, `back_pressure.Credits.posted`). Each such queue sends its CTS k in the proxies'
+    turn k, so that many share the endpoint's link at once: with equal queues, max-min ends each at that many x
+    its own time after its release."""
     queues: dict[int, set[int]] = defaultdict(set)
     for f in flows:
         if not f.deps and is_cts(f):
             queues[f.src].add(f.queue or -f.id)
     return {src: len(q) for src, q in queues.items()}
+
+
+def _posted_at(f: Flow) -> float:
+    """When a flow without dependencies is released, from the call's first delay: a clear-to-send of a receive
+    posted at the start, its proxy's turns later (`back_pressure.posted_ns`, its `delay_ns`); any other at 0."""
+    return float(f.delay_ns) if is_cts(f) and not f.deps else 0.0
