@@ -26,6 +26,9 @@
                                    how long after the NVLink step's end the network step starts, and how many before
     bench_cts.py flows DIR...      a run's flows.csv (`--out DIR`): the CTSs' FCT by (receiver, sender), and the
                                    median FCT of the steps of ops named `in*` (an incast's)
+    bench_cts.py acks              a chunked ring all-reduce of 48 MiB over 3 GPUs of the star, 512 KiB chunks, 2 in
+                                   flight, links of 1 and 50 µs, flow engine and ns-3 (DCQCN): its end, its flows and
+                                   the ACKs its kernels' staging slots wait for (`Credits.acked`)
     bench_cts.py posted DIR...     a run's flows.csv: each call's CTS queues (receiver, sender, tag), when CTS k of
                                    the first 8 leaves after the queue's first (the receiving proxy's turns)
     bench_cts.py moe [NIC_NS]      the MoE replay of `bench_whole_dag_driver.py --cases moe:16MiB --order one` (its
@@ -254,6 +257,21 @@ def flows(dirs: list[str]) -> None:
             print(f"  CTS {src} -> {dst}: {len(fct)}, FCT median {statistics.median(fct):.1f} ns, max {max(fct)}")
 
 
+def acks() -> None:
+    from phantora.collectives.ring import ring_collective
+
+    for latency in (1000, 50_000):
+        topo, gpus, b = _star_builder(latency, "ring")
+        ring_collective(b, "all_reduce", [[0, 1, 2]], [48 * MiB], chunked=True, chunk_bytes=512 * KiB,
+                        step_delay_ns=0, window=2, in_turn=True)  # fmt: skip
+        flows = b.finish().flows
+        n_acks = sum(f.tag.endswith("/ack/credit") for f in flows)
+        for network in ("flow", "ns3"):
+            done = _run(network, topo, flows)
+            print(f"link {latency:6} ns {network:4}: ring end_ns {max(c.end_ns for c in done.values())} "
+                  f"flows {len(flows)} acks {n_acks}")  # fmt: skip
+
+
 def posted(dirs: list[str]) -> None:
     """Each call's first CTSs on each queue (src, dst, tag): when CTS k leaves after the queue's first (median over
     the queues of every call, ns), and the call's first data step's start after its first CTS's."""
@@ -338,6 +356,8 @@ def main(argv: list[str]) -> None:
         relay_steps(argv[1:])
     elif argv[:1] == ["flows"] and len(argv) > 1:
         flows(argv[1:])
+    elif argv == ["acks"]:
+        acks()
     elif argv[:1] == ["posted"] and len(argv) > 1:
         posted(argv[1:])
     elif argv[:1] == ["moe"] and len(argv) <= 2:

@@ -51,20 +51,23 @@ def run(network: str, topo: Topology, flows: list[Flow]) -> dict[int, tuple[int,
 @pytest.mark.parametrize("network", ["flow", "ns3"])
 def test_the_senders_step_waits_for_the_relays_network_send_a_window_back(network: str) -> None:
     """4 MiB in 32 steps of 128 KiB, 8 in flight (NCCL_STEPS: a p2p step takes one slot). Every NVLink step past
-    the first window starts when the relay's network send of the step a window back has ended and the slot's
-    credit has crossed back to the sender (the NVLink path's propagation, a flag's store), to the ns, in both
-    engines; the sender's first window goes at once (the relay's proxy posts it with the op)."""
+    the first window starts when the relay's network send of the step a window back is done, its ACK back at the
+    relay (the network path's propagation from the receiver, `Credits.acked`), and the slot's credit has crossed
+    back to the sender (the NVLink path's propagation, a flag's store), to the ns, in both engines; the sender's
+    first window goes at once (the relay's proxy posts it with the op)."""
     topo, flows, nvlink, net = relayed_send(4 * MiB)
     assert len(nvlink) == len(net) == 4 * MiB // P2P_NET_CHUNK
     assert {f.size for f in nvlink + net} == {P2P_NET_CHUNK}
     s, v = topo.node_of_rank(SENDER), topo.node_of_rank(RELAY)
     credit_ns = topo.path_latency_ns(topo.route(v, s))
-    assert 0 < credit_ns < 1000
+    ack_ns = topo.path_latency_ns(topo.route(topo.node_of_rank(RECEIVER), v))
+    assert 0 < credit_ns < 1000 < ack_ns
     done = run(network, topo, flows)
     first = done[nvlink[0].id][0]
     assert all(done[f.id][0] <= first + NCCL_STEPS * 400 for f in nvlink[:NCCL_STEPS])  # not held by the network
     for c in range(NCCL_STEPS, len(nvlink)):
-        assert done[nvlink[c].id][0] == pytest.approx(done[net[c - NCCL_STEPS].id][1] + credit_ns, abs=1)
+        want = done[net[c - NCCL_STEPS].id][1] + ack_ns + credit_ns
+        assert done[nvlink[c].id][0] == pytest.approx(want, abs=1)
 
 
 def test_a_slow_network_leg_paces_the_sender_a_window_ahead() -> None:
@@ -72,7 +75,7 @@ def test_a_slow_network_leg_paces_the_sender_a_window_ahead() -> None:
     bottleneck; the receiver's clear-to-sends are back long before the window runs out), so the sender's NVLink
     steps past the first window go at that pace too, where freed on arrival at the relay they went at NVLink's
     (all 32 within a few µs). The sender's last step goes a window of network steps before the transfer ends:
-    8 x 41,943.04 ns less the credit's way back."""
+    8 x 41,943.04 ns less the ACK's way back to the relay and the credit's to the sender."""
     topo, flows, nvlink, net = relayed_send(4 * MiB)
     done = run("flow", topo, flows)
     step_ns = P2P_NET_CHUNK * 8e9 / NIC_BPS
@@ -83,16 +86,17 @@ def test_a_slow_network_leg_paces_the_sender_a_window_ahead() -> None:
         assert starts[c] - starts[c - 1] == pytest.approx(step_ns, abs=2)
     s, v = topo.node_of_rank(SENDER), topo.node_of_rank(RELAY)
     credit_ns = topo.path_latency_ns(topo.route(v, s))
-    assert ends[-1] - starts[-1] == pytest.approx(NCCL_STEPS * step_ns - credit_ns, abs=NCCL_STEPS)
+    ack_ns = topo.path_latency_ns(topo.route(topo.node_of_rank(RECEIVER), v))
+    assert ends[-1] - starts[-1] == pytest.approx(NCCL_STEPS * step_ns - credit_ns - ack_ns, abs=NCCL_STEPS)
 
 
 def test_one_slot_frees_when_the_relay_has_sent_the_step_before() -> None:
     """A relayed connection of one step in flight (NCCL's shared buffer split among more than NCCL_SHARED_STEPS / 2
     transfers of the relay's proxy: `maxDepth` 1): on a star of 1 µs links whose receiver's link runs at 25 of 100
-    Gbit/s, the sender's step c goes when the relay's network send of step c - 1 has ended, and the relay's network
-    send of step c when step c has landed in its buffer and the tail's store has crossed the 2 µs path. So the
-    steps go one per 128 KiB at 100 Gbit/s + 2 µs, + 2 µs, + 128 KiB at 25 Gbit/s + 2 µs = 58,428.8 ns (each hop
-    one flow at its link's rate)."""
+    Gbit/s, the sender's step c goes when the relay's network send of step c - 1 is done (it has ended and its ACK
+    has crossed the 2 µs path back to the relay), and the relay's network send of step c when step c has landed in
+    its buffer and the tail's store has crossed the 2 µs path. So the steps go one per 128 KiB at 100 Gbit/s + 2
+    µs, + 2 µs, + 128 KiB at 25 Gbit/s + 2 µs + 2 µs = 60,428.8 ns (each hop one flow at its link's rate)."""
     topo, gpus = star([100 * 10**9, NIC_BPS, 100 * 10**9])  # the sender, the receiver, the relay
     b = builder(topo, gpus, "p2p")
     sizes = 16
@@ -106,8 +110,8 @@ def test_one_slot_frees_when_the_relay_has_sent_the_step_before() -> None:
     for c in range(sizes):
         assert done[net[c].id][0] == done[nvlink[c].id][1] + path_ns
         if c:
-            assert done[nvlink[c].id][0] == done[net[c - 1].id][1]
-    cycle = P2P_NET_CHUNK * 8e9 / 10**11 + P2P_NET_CHUNK * 8e9 / NIC_BPS + 3 * path_ns
+            assert done[nvlink[c].id][0] == done[net[c - 1].id][1] + path_ns
+    cycle = P2P_NET_CHUNK * 8e9 / 10**11 + P2P_NET_CHUNK * 8e9 / NIC_BPS + 4 * path_ns
     assert done[net[-1].id][1] - done[net[0].id][1] == pytest.approx((sizes - 1) * cycle, abs=3 * sizes)
 
 

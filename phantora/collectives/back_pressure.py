@@ -17,12 +17,13 @@ message: the consumption of the message `window` back plus the credit's way back
 flow at the sender released the flag's latency later (`DagBuilder.credit_ns`; 0: no flow). Across hosts it is the
 clear-to-send itself, a flow of `cts_bytes` from the receiver to the sender over the network (its NICs, the reverse
 path), which queues behind what the reverse direction carries and pauses with it (PFC); the sender's next message
-waits for its arrival. The first `window` messages of such a connection wait for the CTSs of the receives the
-receiving proxy posts from the call's start, one a progress turn (`Credits.posted`); a p2p call's receives from one
-sending proxy on a channel are posted together, one CTS for up to MAX_RECVS of them (`DagBuilder.grouped_cts`). A
-queue pair writes its CTSs in turn. Both engines see the same flows: a tiny max-min flow in the flow engine, an RDMA
-write in ns-3. Its traffic class is the collective's: phantora maps neither NCCL_IB_TC nor NCCL_IB_FIFO_TC (the CTS
-queue pair's own class, net_ib/connect.cc) to a class.
+waits for its arrival. A sender's proxy frees its own staging slot (and a PXN relay its buffer's) when its write
+completes, its ACK back across the reverse path (`Credits.acked`). The first `window` messages of such a connection
+wait for the CTSs of the receives the receiving proxy posts from the call's start, one a progress turn
+(`Credits.posted`); a p2p call's receives from one sending proxy on a channel are posted together, one CTS for up to
+MAX_RECVS of them (`DagBuilder.grouped_cts`). A queue pair writes its CTSs in turn. Both engines see the same flows:
+a tiny max-min flow in the flow engine, an RDMA write in ns-3. Its traffic class is the collective's: phantora maps
+neither NCCL_IB_TC nor NCCL_IB_FIFO_TC (the CTS queue pair's own class, net_ib/connect.cc) to a class.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from phantora.topology.model import Topology
 
 CREDIT = "credit"  # the last part of a credit's tag
+ACK = "ack"  # the part before it of a write's ACK on its way back (`Credits.acked`)
 NCCL_STEPS = 8  # slots per connection (src/include/device.h)
 MAX_RECVS = 8  # NCCL_NET_IB_MAX_RECVS (net_ib/common.h): receives one grouped irecv, and its CTS, covers at most
 CTS_ENTRY_BYTES = 64  # sizeof(struct ncclIbSendFifo), net_ib/common.h (NCCL v2.29.7-1): 8+8+4x4+4+4+8+16 padding
@@ -125,6 +127,10 @@ class Credits:
         self.grouped = grouped
         self.window = max(1, window)
         self.tag = f"{b.prefix}{tag}/{CREDIT}"  # its credits' tag: the channel's, then "credit"
+        self.ack_tag = f"{b.prefix}{tag}/{ACK}/{CREDIT}"  # its writes' ACKs' way back (`acked`)
+        self._acks: dict[int, int] = {}
+        self._writes: dict[int, tuple[int, int]] = {}  # a write across hosts a slot waits for -> its ends
+        self._acked: dict[int, tuple[int, ...]] = {}  # a message -> the writes whose ACKs its consumption waits for
         self.channel = channel
         self.receives = max(1, receives)
         self.cts = cts_bytes(receives)
@@ -140,7 +146,8 @@ class Credits:
         if sent is None or len(sent) < self.window:
             return self.posted(src, dst, len(sent or ()))
         back = sent[-self.window]
-        return self.credit(src, dst, self._used.get(back, (back,)), len(sent))
+        acks = tuple(a for w in self._acked.get(back, ()) for a in self.acked(*self._writes[w], w))
+        return self.credit(src, dst, (*self._used.get(back, (back,)), *acks), len(sent))
 
     def posted(self, src: int, dst: int, step: int = 0) -> tuple[int, ...]:
         """What one of the first `window` messages of a connection `src` -> `dst` waits for: across hosts the
@@ -168,22 +175,55 @@ class Credits:
     def slots(self, conn: Hashable, src: int, dst: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """For the next message on `conn` (position `src` to `dst`): what it waits for to go (`slot`), and what the
         sender's kernel waits for to write it. Inside a host the kernel writes into the receiver's slot, so the
-        same; across hosts into its own staging slot, free once the message `window` back has arrived (its proxy
-        frees it when that write completes, net.cc `sendProxyProgress`), while the proxy waits for the credit."""
+        same; across hosts into its own staging slot, which its proxy frees when the write of the message `window`
+        back completes (net.cc `sendProxyProgress`: `ncclNet->test` done, then `sendHead`): once that write is
+        acknowledged, its arrival and the ACK's way back (`acked`, made only where a consumption a credit reads
+        waits for it: `forwarded`), while the proxy waits for the credit."""
         wire = self.slot(conn, src, dst)
         if not self.b.network(src, dst):
             return wire, wire
         sent = self._sent.get(conn)
-        return wire, ((sent[-self.window],) if sent is not None and len(sent) >= self.window else ())
+        if sent is None or len(sent) < self.window:
+            return wire, ()
+        back = sent[-self.window]
+        self.wrote(back, src, dst)
+        return wire, (back,)
+
+    def writes(self, flows: tuple[int, ...]) -> tuple[int, ...]:
+        """Those of `flows` that are writes across hosts whose ACK frees a slot (`wrote`)."""
+        return tuple(f for f in flows if f in self._writes)
+
+    def wrote(self, flow: int, src: int, dst: int) -> None:
+        """`flow` is a write from position `src` to `dst` across hosts whose completion (its ACK back at src) frees
+        a slot: a consumption names it in `consumed`'s `acked`."""
+        self._writes[flow] = (src, dst)
+
+    def acked(self, src: int, dst: int, flow: int) -> tuple[int, ...]:
+        """When the sender `src` learns that its write `flow` to `dst` across hosts is complete: the RDMA write's
+        completion comes with its ACK, which crosses the reverse path once the data has landed. A zero-byte flow at
+        src released the path's propagation from dst to src after `flow` (`DagBuilder.credit_ns`, tagged a credit:
+        a latency NCCL's measured latency holds); `flow` itself without `credit_ns` (not NCCL's model)."""
+        b = self.b
+        got = self._acks.get(flow)
+        if got is None:
+            ns = b.credit_ns(dst, src) if b.credit_ns is not None else 0
+            if ns <= 0:
+                return (flow,)
+            node = b.nodes[src]
+            got = self._acks[flow] = b.append_flow(Flow(b.next_id(), node, node, 0, (flow,), ns, self.ack_tag))
+        return (got,)
 
     def sent(self, conn: Hashable, flow: int) -> None:
         """`flow` is the next message on `conn`; until `consumed` says otherwise its arrival consumes it."""
         self._sent.setdefault(conn, []).append(flow)
 
-    def consumed(self, flow: int, deps: tuple[int, ...]) -> None:
+    def consumed(self, flow: int, deps: tuple[int, ...], acked: tuple[int, ...] = ()) -> None:
         """Message `flow` is consumed by its receiver once `deps` have completed (its kernel's work on it), and
-        what earlier calls named (a step sent on to several peers is consumed once all have it)."""
+        what earlier calls named (a step sent on to several peers is consumed once all have it). `acked`: writes
+        across hosts (`wrote`) whose ACK's return it waits for too, made only if a credit reads the consumption."""
         self._used[flow] = tuple(dict.fromkeys((*self._used.get(flow, ()), *deps)))
+        if acked:
+            self._acked[flow] = (*self._acked.get(flow, ()), *acked)
 
     def credit(self, src: int, dst: int, deps: tuple[int, ...], step: int = 0) -> tuple[int, ...]:
         """`deps` (dst's consumption of a step) as the sender `src` learns of it: across hosts the clear-to-send,
@@ -223,8 +263,10 @@ def forwarded(credits: Credits, got: int, inputs: tuple[int, ...], kernel: tuple
     """Message `got` is consumed as its receiver's kernel starts sending it on: once the step that sends it on has
     its `inputs` and the kernel has a slot to write it into (`kernel`: `Credits.slots`' second part). NCCL's kernel
     copies a step slice by slice (prims_simple.h), freeing the slot it reads from as it writes the next one, so
-    a step's slot is free for the sender as soon as the forward is under way, not when it has landed."""
-    credits.consumed(got, (*inputs, *kernel))
+    a step's slot is free for the sender as soon as the forward is under way, not when it has landed. Across hosts
+    the kernel's staging slot is free once the proxy's write a window back is acknowledged (`Credits.acked`)."""
+    staging = credits.writes(kernel)
+    credits.consumed(got, (*inputs, *(k for k in kernel if k not in staging)), staging)
 
 
 def credit_latency(topo: Topology, nodes: list[int]) -> Callable[[int, int], int]:

@@ -8,9 +8,11 @@ step s's end, the tail's store across NVLink and the proxy's turn that polls it 
 a flag: a zero-byte flow at the relay released the path's propagation and the turn later, 50 + 600 ns on an H100
 NVSwitch, `DagBuilder.turn_ns`), as well as for its own slot (the
 receiver's clear-to-send). The slot of NVLink step s + window frees once network step s is done
-(`sendProxyProgress` posts a slot to the kernel while `posted < done + maxDepth`) and the credit is back at the
-sender. Step s's NVLink flow, tail and network flow are made in turn, so every flow depends only on flows made
-before it. Each part's first NVLink step runs within NCCL's measured latency (`relay_fill`, nccl/idle_chain.py).
+(`sendProxyProgress` posts a slot to the kernel while `posted < done + maxDepth`; `done` moves when the isend's
+test completes, its write acknowledged: `Credits.acked`, the ACK's way back from the receiver) and the credit is
+back at the sender. Step s's NVLink flow, tail and network flow are made in turn, so every flow depends only on
+flows made before it. Each part's first NVLink step runs within NCCL's measured latency (`relay_fill`,
+nccl/idle_chain.py).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def relayed_chunks(
     for c, size in enumerate(sizes):
         step = f"/chunk{c}" if many else ""
         if window <= 1:  # one at a time: the next once the relay has sent the one before
-            wrote, wait = ((nvlink[-1], net[-1]), 0) if c else (deps, delay_ns)
+            wrote, wait = ((nvlink[-1], *far.acked(via, dst, net[-1])), 0) if c else (deps, delay_ns)
             nvlink.append(b.add(src, via, size, f"{tag}/pxn{step}", channel, wrote, wait))
             tail = _tail(b, src, via, nvlink[-1], tag, not c)
             net.append(b.add(via, dst, size, f"{tag}{step}", channel, (*tail, *net[-1:]), 0, src))
@@ -66,7 +68,8 @@ def relayed_chunks(
         tail = _tail(b, src, via, nvlink[-1], tag, not c)  # the relay's proxy sees step c in its buffer
         net.append(b.add(via, dst, size, f"{tag}{step}", channel, (*tail, *far.slot(0, via, dst)), 0, src, True))
         far.sent(0, net[-1])
-        near.consumed(nvlink[-1], (nvlink[-1], net[-1]))  # its slot frees once the relay has sent it on
+        near.wrote(net[-1], via, dst)  # its slot frees once the relay's send of it is done (acknowledged)
+        near.consumed(nvlink[-1], (nvlink[-1],), (net[-1],))
     return nvlink, net
 
 
