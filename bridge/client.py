@@ -417,11 +417,12 @@ class RankClient:
         seq: int | None = None,
         comm: Sequence[int] | None = None,
         pg: int = 0,
-    ) -> tuple[int | None, list[int] | None, bool, bool, bool]:
+    ) -> tuple[int | None, list[int] | None, bool, bool, bool, int]:
         """As `handoff`, with the send's connection slots: (ns, its steps per channel part or None, whether its
         channels' proxy holds one send at a time: a shared network buffer; collectives/handoff.py `send_slots`,
         and, given the send's `tag` and `seq`, whether the peer has already issued its receive; last, whether NCCL
-        moves it zero-copy between registered buffers, so it does not hand off). `comm`: the communicator it runs
+        moves it zero-copy between registered buffers, so it does not hand off; and the ns after an earlier send's
+        flows end that its slots are free at the sender, `Slots.back_ns`). `comm`: the communicator it runs
         on (its global ranks), when not the pair's own (eager init: the group's); `pg`: the send's process group, as
         `p2p`'s."""
         self._check(self._clock, "handoff")
@@ -437,7 +438,8 @@ class RankClient:
         ns, slots = got["ns"], got.get("slots")
         steps = [int(x) for x in slots] if isinstance(slots, list) else None
         ready, zero_copy = bool(got.get("ready", False)), bool(got.get("zero_copy", False))
-        return (None if ns is None else int(ns)), steps, bool(got.get("one_op", False)), ready, zero_copy
+        back = int(got.get("back_ns", 0))
+        return (None if ns is None else int(ns)), steps, bool(got.get("one_op", False)), ready, zero_copy, back
 
     def group_plans(
         self, *, comm: Sequence[int], ops: Sequence[Sequence[Any]], algo: dict[str, Any] | None = None

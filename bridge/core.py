@@ -58,7 +58,7 @@ from bridge.stepping import advance_watching
 from bridge.storage_io import StorageIO
 from bridge.stream_order import StreamOrder
 from bridge.values import ValueBoard
-from phantora.collectives.handoff import handoff_ns, send_slots
+from phantora.collectives.handoff import handoff_ns, send_slots, slot_back_ns
 from phantora.collectives.job_traffic import JobTraffic
 from phantora.collectives.mirrors import Mirrors
 from phantora.collectives.nccl.live_launches import rank_launches
@@ -411,7 +411,8 @@ class CoordinatorCore:
         gate = msg.get("gate") or []  # the rank's earlier sends whose flows the lone send waits for (slot_window)
         if not isinstance(gate, list) or not all(isinstance(x, int) and x in rs.issued for x in gate):
             raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: {what}'s gate must list its earlier sends, got {gate!r}")
-        handed = None if handoff is None else (msg.t, handoff, tuple(gate))
+        back = slot_back_ns(self.planner.topology, rs.rank, msg["peer"]) if gate else 0  # the news of a freed slot
+        handed = None if handoff is None else (msg.t, handoff, tuple(gate), back)
         self.streams.issued(rs.rank, stream, call.handle, launch, after, handed)
 
     def _on_p2p(self, rs: RankState, msg: Message) -> None:
@@ -655,6 +656,8 @@ class CoordinatorCore:
         more: dict[str, Any] = {"slots": list(slots.steps), "one_op": slots.one_op} if slots is not None else {}
         if slots is not None and slots.zero_copy:
             more["zero_copy"] = True
+        if slots is not None and slots.back_ns:
+            more["back_ns"] = slots.back_ns
         tag, seq = msg.get("tag"), msg.get("seq")  # optional: the send's match, to say whether its receive is in
         if tag is not None or seq is not None:
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in (tag, seq)):

@@ -18,7 +18,9 @@ rank -> coordinator
   values -> valued                  the bytes posted under group + key, one per member (nil: none posted)
   handoff -> handed                 ns from a lone send's start to its hand-off to ``peer`` (nil: not timed), with
                                     ``slots`` (its steps per channel part) and ``one_op`` (a shared network buffer),
-                                    ``zero_copy`` (registered buffers: no hand-off); asked with an optional ``comm``
+                                    ``zero_copy`` (registered buffers: no hand-off), ``back_ns`` (the ns after an
+                                    earlier send's flows end that its slots are the sender's again: the path's
+                                    propagation back); asked with an optional ``comm``
   clock ~> / -> result              clock report; ``block`` = window barrier (reply when the network caught up)
   wait -> result                    block until one of ``handles`` is done, or the network passed ``until``
   cancel -> cancelled               a wait past its wall-clock deadline (torch's ``Work.wait(timeout)``) given up:

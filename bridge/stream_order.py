@@ -78,8 +78,9 @@ class StreamOrder:
         self._prev: dict[tuple[int, int], tuple[int, ...]] = {}  # (rank, handle) -> the calls it waits for
         self.parked: dict[tuple[object, ...], Rendezvous] = {}
         self._waiters: dict[Dep, list[tuple[object, ...]]] = {}
-        # a lone send: (issue, kernel ns, the calls before it, the earlier sends whose flows it waits for)
-        self._handoffs: dict[Dep, tuple[int, int, tuple[int, ...], tuple[int, ...]]] = {}
+        # a lone send: (issue, kernel ns, the calls before it, the earlier sends whose flows it waits for, the ns
+        # after their ends that their slots are free at the sender)
+        self._handoffs: dict[Dep, tuple[int, int, tuple[int, ...], tuple[int, ...], int]] = {}
 
     def issued(
         self,
@@ -88,16 +89,17 @@ class StreamOrder:
         handle: int,
         launch: int | None = None,
         after: Iterable[int] = (),
-        handoff: tuple[int, int, tuple[int, ...]] | None = None,
+        handoff: tuple[int, int, tuple[int, ...], int] | None = None,
     ) -> None:
         """As `StreamTails.issued`; the call waits for those calls when it is matched (`ready`). `handoff`: (issue
-        ns, kernel ns, gate) of a lone send within its connection's buffer, which the calls after it follow to its
-        hand-off; `gate`: the rank's earlier sends whose flows must end before it hands off."""
+        ns, kernel ns, gate, back ns) of a lone send within its connection's buffer, which the calls after it follow
+        to its hand-off; `gate`: the rank's earlier sends whose flows must end, and `back` ns more pass (the news of
+        the freed slots: collectives/slot_window.py `Slots.back_ns`), before it hands off."""
         before = self.tails.issued(rank, stream, handle, launch, after)
         if before:
             self._prev[(rank, handle)] = before
         if handoff is not None:
-            self._handoffs[(rank, handle)] = (handoff[0], handoff[1], before, handoff[2])
+            self._handoffs[(rank, handle)] = (handoff[0], handoff[1], before, handoff[2], handoff[3])
 
     def hands_off(self, rank: int, handle: int) -> bool:
         """Whether (rank, handle) is a lone send that hands off (`issued`'s `handoff`)."""
@@ -123,7 +125,7 @@ class StreamOrder:
             e = done(rank, g)
             if e is None:
                 waiting.append((rank, g))
-            start = None if e is None or start is None else max(start, e)
+            start = None if e is None or start is None else max(start, e + handed[4])
         return None if start is None else start + handed[1]
 
     def ready(self, rv: Rendezvous, done: Callable[[int, int], int | None]) -> Rendezvous | None:

@@ -46,7 +46,8 @@ def _times(log: str) -> list[int]:
 def test_a_relayed_send_hands_off_once_the_send_before_it_has_crossed_the_network(tmp_path: Path) -> None:
     """Rank 1 sends 256 KiB twice to rank 2, which receives both. The first hands off at once (22,125 ns after its
     start); the second needs the first's proxy op done, which is when the first has arrived at rank 2 (its receive's
-    end), then hands off 22,125 ns later. Before, it waited only for the first's last NVLink step into the relay's
+    end) and the write's ACK is back (the path's propagation from rank 2 to rank 1, `Slots.back_ns`), then hands
+    off 22,125 ns later. Before, it waited only for the first's last NVLink step into the relay's
     buffer (done long before), and handed off 22,125 ns after the first. The recorded graph replays to the live
     run's ends (egraph replay gates on the receiver's last flows)."""
     from phantora.egraph import replay_graph
@@ -64,6 +65,8 @@ def test_a_relayed_send_hands_off_once_the_send_before_it_has_crossed_the_networ
     _, received, _ = _times(rep.logs["rank 2"])
     assert s1 - s0 <= HANDOFF + 2_000  # the first: its kernel (after the host's launch of it)
     assert received > s1 + HANDOFF  # the network is far slower than the hand-off
-    assert s2 == received + HANDOFF
+    back = topo.path_latency_ns(topo.route(topo.node_of_rank(2), topo.node_of_rank(1)))
+    assert back > 1_000  # across the network
+    assert s2 == received + back + HANDOFF
     res = replay_graph(graph, topo, FlowSimulator(topo))
     assert res.rank_end_ns == graph.recorded["end_ns"], (res.rank_end_ns, graph.recorded)

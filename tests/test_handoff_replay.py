@@ -52,11 +52,12 @@ def _bursts(k: int, nbytes: int, late_ns: int, both: bool):
 
 def test_a_replayed_send_past_the_slots_waits_for_the_first_flow(tmp_path: Path):
     """Nine 64 KiB sends (one NVLink slot each) to a receiver 1 ms late: eight hand off back to back, the ninth at
-    the first flow's end + 14,981 ns; the same after a Chakra export and read-back (the windows are recomputed
-    from the hand-off waits, node type 7)."""
+    the first flow's end + the flag's way back (the NVLink path's propagation, `Slots.back_ns`) + 14,981 ns; the
+    same after a Chakra export and read-back (the windows are recomputed from the hand-off waits, node type 7)."""
     from phantora.egraph.chakra import export_chakra, read_chakra
 
     topo = load_topology("testbed16")
+    back = topo.path_latency_ns(topo.route(topo.node_of_rank(1), topo.node_of_rank(0)))
     graph = _bursts(9, 64 * KIB, 1_000_000, False)
     export_chakra(graph, tmp_path / "chakra")
     for g in (graph, read_chakra(tmp_path / "chakra")):
@@ -64,7 +65,7 @@ def test_a_replayed_send_past_the_slots_waits_for_the_first_flow(tmp_path: Path)
         handed = sorted(c.end_ns for c in res.completions if c.tag.startswith("r0/handoff"))
         first = min((c for c in res.completions if c.size), key=lambda c: c.start_ns)
         assert handed[:8] == [NVL * (i + 1) for i in range(8)], handed
-        assert first.start_ns >= 1_000_000 and handed[8] == first.end_ns + NVL, (handed, first)
+        assert first.start_ns >= 1_000_000 and handed[8] == first.end_ns + back + NVL, (handed, first)
 
 
 def test_replayed_sends_across_hosts_deadlock_as_live():
@@ -200,7 +201,8 @@ def test_sends_ahead_of_their_receives_replay_and_export_to_the_live_events(tmp_
     """`AHEAD` on testbed16's GPUs 0 and 1: rank 0 sends ten 256 KiB (one slot on each of 4 channels) before rank 1,
     late, posts its receives at POST. Unregistered, the first eight hand off back to back from the first's issue at
     max(e_0, h), once the host has launched it (e_i = max(e_0, h) + i x 14,981 ns; the later launches hide), and
-    the ninth and tenth once the first and second flows have ended (POST + k x 14,982) plus their own 14,981;
+    the ninth and tenth once the first and second flows have ended (POST + k x 14,982) and the receiver's flag is
+    back (the NVLink path's propagation), plus their own 14,981;
     under PHANTORA_NCCL_REGISTER=1 each is zero-copy and ends with its flow, POST + k x 14,982. The recording
     replays to the live ends with the live hand-offs, also after a Chakra export and read-back; the unregistered
     recording replayed under registration hands none off. Both runs end at the last flow's end, POST + 10 x 14,982."""
@@ -220,7 +222,8 @@ def test_sends_ahead_of_their_receives_replay_and_export_to_the_live_events(tmp_
         assert e[1:] == [post + k * TRANSFER for k in range(1, 11)], (e, post)
     else:
         assert e[1:9] == [max(e[0], H) + k * NVL for k in range(1, 9)], e
-        assert e[9:] == [post + TRANSFER + NVL, post + 2 * TRANSFER + NVL], (e, post)
+        back = topo.path_latency_ns(topo.route(topo.node_of_rank(1), topo.node_of_rank(0)))
+        assert e[9:] == [post + TRANSFER + back + NVL, post + 2 * TRANSFER + back + NVL], (e, post)
     assert graph.recorded["end_ns"] == [post + 10 * TRANSFER] * 2  # both end at the last flow's end (destroy syncs)
     export_chakra(graph, tmp_path / "chakra")
     for g in (graph, read_chakra(tmp_path / "chakra")):

@@ -57,19 +57,23 @@ def test_chunks_round_down_to_nccls_8_bit_float_and_parts_to_4_kib():
     ],
 )
 def test_across_hosts_one_channel_takes_a_slot_per_network_chunk(nbytes: int, steps: tuple[int, ...]):
-    s = send_slots(_cross(), AlgoOptions(), {}, 0, 1, nbytes)
-    assert s == Slots(steps, True) and s.fits == (max(steps) <= 8)
+    topo = _cross()
+    s = send_slots(topo, AlgoOptions(), {}, 0, 1, nbytes)
+    back = topo.path_latency_ns(topo.route(topo.node_of_rank(1), topo.node_of_rank(0)))  # the write's ACK back
+    assert s == Slots(steps, True, back_ns=back) and s.fits == (max(steps) <= 8) and back > 0
 
 
 def test_the_pairs_channels_split_a_send_and_nvlink_takes_512_kib_a_slot():
     topo = load_topology("testbed16")
-    assert send_slots(topo, AlgoOptions(), {}, 0, 8, 256 * KIB) == Slots((2, 2), True)  # two hosts: 2 x 128 KiB
-    assert send_slots(topo, AlgoOptions(), {}, 0, 1, 256 * KIB) == Slots((1,) * 4, False)  # NVLink: 4 x 64 KiB
+    net, nvl = (topo.path_latency_ns(topo.route(topo.node_of_rank(d), topo.node_of_rank(0))) for d in (8, 1))
+    assert net > nvl > 0  # the news of a freed slot: the write's ACK across hosts, the flag inside one
+    assert send_slots(topo, AlgoOptions(), {}, 0, 8, 256 * KIB) == Slots((2, 2), True, back_ns=net)  # 2 x 128 KiB
+    assert send_slots(topo, AlgoOptions(), {}, 0, 1, 256 * KIB) == Slots((1,) * 4, False, back_ns=nvl)  # 4 x 64 KiB
     big = send_slots(topo, AlgoOptions(), {}, 0, 1, 64 * MIB)
-    assert big == Slots((8,) * 16, False) and big.fits  # 16 channels x 8 slots x 512 KiB: NCCL's 64 MiB
+    assert big == Slots((8,) * 16, False, back_ns=nvl) and big.fits  # 16 channels x 8 slots x 512 KiB: NCCL's 64 MiB
     assert not send_slots(topo, AlgoOptions(), {}, 0, 1, 128 * MIB).fits
     private = AlgoOptions(nccl_env=(("NCCL_NET_SHARED_BUFFERS", "0"),))  # each connection its own buffer
-    assert send_slots(topo, private, {}, 0, 8, 256 * KIB) == Slots((2, 2), False)
+    assert send_slots(topo, private, {}, 0, 8, 256 * KIB) == Slots((2, 2), False, back_ns=net)
 
 
 def test_a_window_frees_the_oldest_sends_until_the_next_fits():
@@ -140,10 +144,14 @@ def test_two_sends_then_two_receives_across_hosts_deadlock_naming_the_send(tmp_p
 
 def test_the_send_that_overflows_the_slots_waits_for_the_first_to_be_received(tmp_path: Path):
     """Rank 0 sends nine 64 KiB tensors (one slot each) to a late receiver: the first eight hand off back to back
-    (14,981 ns each), the ninth once the first's flow has ended (its slot freed), then its own 14,981 ns."""
-    rep = _burst(tmp_path, load_topology("testbed16"), "one", 16 * KIB, 9)
+    (14,981 ns each), the ninth once the first's flow has ended (its slot freed) and the receiver's flag is back
+    across the NVLink path (its propagation, `Slots.back_ns`), then its own 14,981 ns."""
+    topo = load_topology("testbed16")
+    back = topo.path_latency_ns(topo.route(topo.node_of_rank(1), topo.node_of_rank(0)))
+    assert back > 0
+    rep = _burst(tmp_path, topo, "one", 16 * KIB, 9)
     t = _times(rep.logs["rank 0"])
     assert [b - a for a, b in zip(t[:8], t[1:9], strict=True)] == [NVL] * 8, t
     flows = sorted((c for c in rep.cosim.completions if c.size and c.src == 0), key=lambda c: c.start_ns)
     assert len(flows) == 9 and flows[0].start_ns > t[8], (flows[0], t)  # the receiver came after the eighth
-    assert t[9] == flows[0].end_ns + NVL, (t, flows[0])
+    assert t[9] == flows[0].end_ns + back + NVL, (t, flows[0])

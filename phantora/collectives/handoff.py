@@ -170,4 +170,14 @@ def send_slots(
     steps = (1,) if nbytes == 0 else tuple(-(-b // data) for b in part_bytes(nbytes, max(1, choice.channels)))
     shared = dict(st.raw).get("NCCL_NET_SHARED_BUFFERS", "").strip()
     one_op = network and not (shared.lstrip("-").isdigit() and int(shared) == 0)
-    return Slots(steps, one_op, zero_copy=choice.registered and nbytes > 0)
+    return Slots(steps, one_op, zero_copy=choice.registered and nbytes > 0, back_ns=slot_back_ns(topo, src, dst))
+
+
+def slot_back_ns(topo: Topology, src: int, dst: int) -> int:
+    """The ns from the end of a send's flows from rank `src` to rank `dst` until its sender sees the slots they
+    held free: the propagation of the path from dst back to src. Inside a host the receiver's kernel stores the
+    connection's head into the sender's memory across the link (a flag, `back_pressure.credit_latency`); across
+    hosts the sending proxy frees its slots as its isends complete (net.cc `sendProxyProgress`: `done` once
+    `ncclNet->test` says so), when each write's ACK is back from the receiver (`back_pressure.Credits.acked`)."""
+    a, z = topo.node_of_rank(dst), topo.node_of_rank(src)
+    return topo.path_latency_ns(topo.route(a, z)) if a != z else 0

@@ -5,8 +5,10 @@ connection's head, which the receiver raises as it consumes, plus NCCL_STEPS), a
 from one send to the next, so the slots of the sends still unreceived add up. Across hosts the proxy runs one send's
 op per channel at a time on its shared buffer (proxy.cc `ProxyAppend` chains the next op behind it, net.cc posts a
 slot only for the op it runs), so there an earlier unreceived send on a channel holds the next one whatever their
-sizes. The slots come from `phantora.collectives.handoff.send_slots`; this module needs no NCCL model, so a rank
-process can keep its windows without loading one.
+sizes. A freed slot is the sender's once the news is back (`Slots.back_ns`: inside a host the receiver's flag store
+across the link, across hosts the ACK of the proxy's write, whose completion frees the slot: net.cc
+`sendProxyProgress`). The slots come from `phantora.collectives.handoff.send_slots`; this module needs no NCCL
+model, so a rank process can keep its windows without loading one.
 """
 
 from __future__ import annotations
@@ -23,11 +25,15 @@ NCCL_STEPS = 8  # slots per connection (src/include/device.h; collectives.nccl.t
 class Slots:
     """The connection slots a lone send takes: `steps[i]` of channel part i's NCCL_STEPS; `one_op`: its channels'
     proxy runs one send at a time (a shared network buffer), so any earlier unreceived send there holds it;
-    `zero_copy`: NCCL moves it between registered buffers, through no slot (its kernel waits for its receiver)."""
+    `zero_copy`: NCCL moves it between registered buffers, through no slot (its kernel waits for its receiver);
+    `back_ns`: how long after an earlier send's flows end its sender learns the slots are free (the path's
+    propagation from the receiver back: inside a host the flag the receiver stores, across hosts the write's ACK
+    that completes the proxy's isend)."""
 
     steps: tuple[int, ...]
     one_op: bool
     zero_copy: bool = False
+    back_ns: int = 0
 
     @property
     def fits(self) -> bool:

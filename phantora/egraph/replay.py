@@ -33,7 +33,7 @@ from typing import Any
 
 from phantora.collectives.dag_memo import DagMemo
 from phantora.collectives.flow_tags import call_name, collective_tag, pairwise_groups, transfer_tag
-from phantora.collectives.handoff import handoff_ns, send_slots
+from phantora.collectives.handoff import handoff_ns, send_slots, slot_back_ns
 from phantora.collectives.nccl import nccl_env, summarize_choices
 from phantora.collectives.slot_window import Slots, SlotWindow
 from phantora.collectives.spec import AlgoOptions, Collective
@@ -426,11 +426,17 @@ class _Planner:
             if not q.launched:
                 return q
             deps.extend(q.rank_last[run.rank])
+        gated: list[int] = []
         for g in run.gates.get(r, ()):  # an earlier send's flow frees the slots it needs once received
             q = run.inst[g]
             if not q.launched:
                 return q
-            deps.extend(q.rank_last[q.group[1]])
+            gated.extend(q.rank_last[q.group[1]])
+        back = slot_back_ns(self.topo, inst.group[0], inst.group[1]) if gated else 0  # the news back (slot_window)
+        if back:
+            deps.append(self.marker(run.ep, tuple(gated), back, f"r{run.rank}/freed{r}"))
+        else:
+            deps.extend(gated)
         run.handoff_at[r] = self.marker(run.ep, tuple(deps), ns, f"r{run.rank}/handoff{r}")
         return run.handoff_at[r]
 

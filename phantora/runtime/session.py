@@ -151,6 +151,7 @@ class Pending:
     handoff_ns: int | None = None  # such a send's kernel time, from its start on its stream to its hand-off
     handoff_after: list[Pending] = field(default_factory=list)  # what its kernel's start waits for (`handoff_at`)
     handoff_gate: list[Pending] = field(default_factory=list)  # earlier sends whose flows it waits for (slot_window)
+    handoff_back: int = 0  # ns after those flows' ends that their slots are its (`Slots.back_ns`)
     reads_user: bool = False  # a handed-off send whose data moves from its caller's tensors: taken before its join
     stream: int | None = None  # the NCCL stream it runs on: its communicator (ProcessGroupNCCL's, one stream each)
     host_ns: int = 0  # a plain gloo group's host cost, added to its end (runtime/gloo_cost.py; opt-in)
@@ -693,6 +694,7 @@ class RankSession:
         if ns is not None:
             p.reads_user = start_copied is not None and not copied
             p.handoff_ns, p.handoff_after, p.handoff_gate = ns, ahead, gate
+            p.handoff_back = slots.back_ns if slots is not None and gate else 0
             if slots is not None:
                 self._handed[ident] = p
             if not ahead and not gate:
@@ -813,7 +815,8 @@ class RankSession:
             got = plan(peer=peer, nbytes=nbytes, algo=algo, **more)
             ns, steps, one_op = got[0], got[1], got[2]
             zero_copy = bool(got[4]) if len(got) > 4 else False
-            slots = Slots(tuple(steps), bool(one_op), zero_copy) if steps is not None else None
+            back = int(got[5]) if len(got) > 5 else 0
+            slots = Slots(tuple(steps), bool(one_op), zero_copy, back) if steps is not None else None
             return (None if ns is None else int(ns)), slots, bool(got[3]) if len(got) > 3 else False
         ask = getattr(self.client, "handoff", None)
         if ask is None:
@@ -825,7 +828,8 @@ class RankSession:
         """When `p`, a lone send within its connection's buffer, hands off: its kernel starts once the work its CUDA
         stream had in flight at its issue has ended there (a collective's end, or an earlier such send's own
         hand-off), then runs `handoff_ns`, and not before the flows of the earlier sends whose slots it needs have
-        ended (`handoff_gate`: their receivers consumed them); None for any other call. Learning those ends may
+        ended (`handoff_gate`: their receivers consumed them) and the news is back (`handoff_back`, `Slots.back_ns`);
+        None for any other call. Learning those ends may
         wait on the bridge, as a join does (`complete`), never on `p`'s own receiver."""
         if p.t_handoff is not None or p.handoff_ns is None:
             return p.t_handoff
@@ -834,7 +838,7 @@ class RankSession:
             end = self.handoff_at(q)
             start = max(start, self.complete(q) if end is None else end)
         for q in p.handoff_gate:
-            start = max(start, self.complete(q))
+            start = max(start, self.complete(q) + p.handoff_back)
         p.t_handoff, p.handoff_after, p.handoff_gate = start + p.handoff_ns, [], []
         return p.t_handoff
 
