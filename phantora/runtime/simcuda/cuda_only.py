@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from phantora.runtime.simcuda import attention, torch_release
+from phantora.runtime.simcuda import attention, torch_release, varlen
 
 RMS_NORM = torch.ops.aten._fused_rms_norm.default
 RMS_NORM_BACKWARD = torch.ops.aten._fused_rms_norm_backward.default
@@ -187,6 +187,9 @@ KERNELS: dict[Any, Callable[..., Any]] = {
     attention.EFFICIENT_BACKWARD: one_kernel(attention.EFFICIENT_BACKWARD, attention.efficient_backward),
     RMS_NORM: one_kernel(RMS_NORM, rms_norm),
     RMS_NORM_BACKWARD: one_kernel(RMS_NORM_BACKWARD, rms_norm_backward),
+    varlen.FORWARD: one_kernel(varlen.FORWARD, varlen.forward, varlen.cost),
+    varlen.BACKWARD: one_kernel(varlen.BACKWARD, varlen.backward, varlen.cost),
+    **{op: one_kernel(aten_op, run, charge) for op, (aten_op, run, charge) in varlen.CUSTOM_OPS.items()},
 }
 """The CUDA-only ops and how they run on the data of a simulated-GPU tensor (on meta data too, so that real
 and phantom mode charge the same op)."""

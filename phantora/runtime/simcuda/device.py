@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 import torch
+import torch.jit._builtins as jit_builtins
 from torch.utils._pytree import tree_map
 
 from phantora.runtime import fusion, import_hooks, phantom_mode
@@ -158,7 +159,10 @@ def _patch_host_entry_points() -> None:
         orig = getattr(torch, name, None)
         if orig is None:
             continue
-        torch.__dict__[name] = _on_host_then_move(orig)
+        torch.__dict__[name] = made = _on_host_then_move(orig)
+        op = jit_builtins._find_builtin(orig)
+        if op is not None:  # TorchScript calls the aten op for it, as for torch's own (not a Python function to
+            jit_builtins._register_builtin(made, op)  # compile, whose `__wrapped__` it cannot read the source of)
     _host_tolist = torch.Tensor.tolist
     torch.Tensor.tolist = lambda self: _host_tolist(_to_host(self))  # type: ignore[method-assign]  # a copy and a sync, as on a GPU
     # the caching allocator's cross-stream reuse is not modelled: a block is free when its tensor is
