@@ -106,7 +106,7 @@ def test_torch_cuda_answers_as_the_simulated_gpu(tmp_path: Path, gpu: str) -> No
     call = "make_graphed_callables"  # refused in one line naming the call
     assert seen[call].startswith("NotSimulatedError: torch.cuda.") and "\n" not in seen[call]
     assert seen["record_memory_history"] == "no error"  # recorded as on a GPU (tests/test_memory_history.py)
-    assert seen["oom"].startswith("OutOfMemoryError: CUDA out of memory (simulated")
+    assert seen["oom"].startswith("OutOfMemoryError: CUDA out of memory. Tried to allocate")
 
 
 def test_cuda_events_time_a_matmul_as_the_gpu_model_does(tmp_path: Path) -> None:

@@ -551,9 +551,12 @@ class MemoryTracker:
             why = f"capacity minus {fmt_bytes(self.reserve)} reserved for the CUDA context and NCCL"
         else:
             why = "set by PHANTORA_MEMORY_LIMIT"
+        # torch's own opening ("CUDA out of memory. Tried to allocate ..."), which frameworks read to retry with a
+        # smaller batch (accelerate's find_executable_batch_size and Trainer's auto_find_batch_size: " out of
+        # memory."; Lightning's batch-size finder: "CUDA" and "out of memory"), then the simulated device's account
         raise torch.OutOfMemoryError(
-            f"CUDA out of memory (simulated {self.gpu_name}{cap}, rank {self.rank}): tried to allocate "
-            f"{fmt_bytes(size)}; {fmt_bytes(self.current)} allocated: {parts}; limit {fmt_bytes(self.limit or 0)} "
+            f"CUDA out of memory. Tried to allocate {fmt_bytes(size)} (simulated {self.gpu_name}{cap}, rank "
+            f"{self.rank}); {fmt_bytes(self.current)} allocated: {parts}; limit {fmt_bytes(self.limit or 0)} "
             f"({why}); peak {fmt_bytes(self.peak)}. Largest live allocations by op: {self.largest_sites()}. "
             "Set PHANTORA_MEMORY_LIMIT=off to run on without the limit."
         )
