@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from phantora.runtime.simcuda import attention, torch_release, varlen
+from phantora.runtime.simcuda import attention, lstm_cell, torch_release, varlen
 
 RMS_NORM = torch.ops.aten._fused_rms_norm.default
 RMS_NORM_BACKWARD = torch.ops.aten._fused_rms_norm_backward.default
@@ -190,6 +190,8 @@ KERNELS: dict[Any, Callable[..., Any]] = {
     varlen.FORWARD: one_kernel(varlen.FORWARD, varlen.forward, varlen.cost),
     varlen.BACKWARD: one_kernel(varlen.BACKWARD, varlen.backward, varlen.cost),
     **{op: one_kernel(aten_op, run, charge) for op, (aten_op, run, charge) in varlen.CUSTOM_OPS.items()},
+    lstm_cell.FORWARD: one_kernel(lstm_cell.FORWARD, lstm_cell.forward),
+    lstm_cell.BACKWARD: one_kernel(lstm_cell.BACKWARD, lstm_cell.backward),
 }
 """The CUDA-only ops and how they run on the data of a simulated-GPU tensor (on meta data too, so that real
 and phantom mode charge the same op)."""
