@@ -1,4 +1,4 @@
-"""The LSTM cell's fused CUDA kernel on the simulated GPU (simcuda/lstm_cell.py).
+"""The LSTM and GRU cells' fused CUDA kernels on the simulated GPU (simcuda/lstm_cell.py).
 
 `nn.LSTM` on a cuda tensor without cuDNN (this CPU build has none) steps torch's RNN loop, whose cell is
 ``aten._thnn_fused_lstm_cell`` (CUDA only): pytorch/examples' word_language_model stopped there. Closed forms, in
@@ -10,6 +10,7 @@ charged kernel.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -103,3 +104,39 @@ def test_without_gradients_of_cy_and_biases(charged: tuple[RankSession, list]) -
     want_hy, _ = _closed_form(*leaves, zero, zero)
     (want_hy * grad.double()).sum().backward()
     torch.testing.assert_close(grad_gates.elem.double(), leaves[0].grad)
+
+
+def _gru_closed_form(xg: torch.Tensor, hg: torch.Tensor, hx: torch.Tensor, bi: torch.Tensor, bh: torch.Tensor) -> Any:
+    """r, z = sigmoid, n = tanh(i_n + r h_n), hy = (1 - z) n + z hx (torch's GRU)."""
+    i_r, i_z, i_n = (xg + bi).chunk(3, 1)
+    h_r, h_z, h_n = (hg + bh).chunk(3, 1)
+    r, z = (i_r + h_r).sigmoid(), (i_z + h_z).sigmoid()
+    n = (i_n + r * h_n).tanh()
+    return (1 - z) * n + z * hx
+
+
+def test_the_gru_cell_forward_and_backward_are_one_kernel_each_with_the_closed_form(
+    charged: tuple[RankSession, list],
+) -> None:
+    s, seen = charged
+    torch.manual_seed(2)
+    host = [torch.randn(B, 3 * H), torch.randn(B, 3 * H), torch.randn(B, H), torch.randn(3 * H), torch.randn(3 * H)]
+    sims = [SimCudaTensor(t.to("meta") if s.phantom else t, 0) for t in host]
+    grad = torch.randn(B, H)
+    with ChargeMode(s):
+        hy, workspace = aten._thnn_fused_gru_cell(*sims)
+        g = SimCudaTensor(grad.to("meta") if s.phantom else grad, 0)
+        grads = aten._thnn_fused_gru_cell_backward(g, workspace, True)
+    assert seen == ["aten._thnn_fused_gru_cell", "aten._thnn_fused_gru_cell_backward"]
+    assert [tuple(t.shape) for t in (hy, workspace, *grads)] == [
+        (B, H), (B, 5 * H), (B, 3 * H), (B, 3 * H), (B, H), (3 * H,), (3 * H,),
+    ]  # fmt: skip
+    if s.phantom:
+        return
+    leaves = [t.double().requires_grad_() for t in host]
+    want = _gru_closed_form(*leaves)
+    torch.testing.assert_close(hy.elem.double(), want)
+    (want * grad.double()).sum().backward()
+    for got, leaf in zip(grads, leaves, strict=True):
+        assert leaf.grad is not None
+        torch.testing.assert_close(got.elem.double(), leaf.grad)

@@ -192,6 +192,8 @@ KERNELS: dict[Any, Callable[..., Any]] = {
     **{op: one_kernel(aten_op, run, charge) for op, (aten_op, run, charge) in varlen.CUSTOM_OPS.items()},
     lstm_cell.FORWARD: one_kernel(lstm_cell.FORWARD, lstm_cell.forward),
     lstm_cell.BACKWARD: one_kernel(lstm_cell.BACKWARD, lstm_cell.backward),
+    lstm_cell.GRU_FORWARD: one_kernel(lstm_cell.GRU_FORWARD, lstm_cell.gru_forward),
+    lstm_cell.GRU_BACKWARD: one_kernel(lstm_cell.GRU_BACKWARD, lstm_cell.gru_backward),
 }
 """The CUDA-only ops and how they run on the data of a simulated-GPU tensor (on meta data too, so that real
 and phantom mode charge the same op)."""

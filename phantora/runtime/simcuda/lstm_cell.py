@@ -1,7 +1,8 @@
-"""The LSTM cell's fused CUDA kernel, ``aten._thnn_fused_lstm_cell``, and its backward, on the simulated GPU's data.
+"""The LSTM and GRU cells' fused CUDA kernels (``aten._thnn_fused_lstm_cell``, ``_thnn_fused_gru_cell``) and their
+backwards, on the simulated GPU's data.
 
-`nn.LSTM` on a cuda tensor runs cuDNN where torch has it; this CPU build has none, so torch's own RNN loop runs, and
-on a cuda tensor its LSTM cell is the fused kernel of ATen's RNN.cu (one kernel a time step after the two gate
+`nn.LSTM` (and `nn.GRU`) on a cuda tensor runs cuDNN where torch has it; this CPU build has none, so torch's own RNN
+loop runs, and on a cuda tensor its cell is the fused kernel of ATen's RNN.cu (one kernel a time step after the two gate
 GEMMs), which has no CPU kernel: pytorch/examples' word_language_model (`--accel`, its default LSTM) stopped with
 `NotSimulatedError`. Here each is computed from its closed form (as RNN.cu's kernels), on real or meta data, and
 charged as the one kernel (cuda_only.py `one_kernel`).
@@ -62,3 +63,50 @@ def backward(
     dtype = workspace.dtype
     grad_bias = grad_gates.sum(0).to(dtype) if has_bias else None
     return grad_gates.to(dtype), (gcy * f).to(dtype), grad_bias
+
+
+GRU_FORWARD = torch.ops.aten._thnn_fused_gru_cell.default
+GRU_BACKWARD = torch.ops.aten._thnn_fused_gru_cell_backward.default
+
+
+def gru_forward(
+    input_gates: torch.Tensor,
+    hidden_gates: torch.Tensor,
+    hx: torch.Tensor,
+    input_bias: torch.Tensor | None = None,
+    hidden_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRU's fused cell: (hy, workspace). Reset, update and new gates r, z = sigmoid, n = tanh(i_n + r * h_n); hy =
+    (1 - z) n + z hx. The workspace holds r, z, n, hx and h_n (the hidden side's new-gate chunk), (batch, 5 * hidden),
+    as RNN.cu's kernel keeps them for the backward."""
+    acc = torch.float32 if input_gates.dtype in (torch.float16, torch.bfloat16) else input_gates.dtype
+    ig, hg = input_gates.to(acc), hidden_gates.to(acc)
+    if input_bias is not None:
+        ig = ig + input_bias.to(acc)
+    if hidden_bias is not None:
+        hg = hg + hidden_bias.to(acc)
+    i_r, i_z, i_n = ig.chunk(3, 1)
+    h_r, h_z, h_n = hg.chunk(3, 1)
+    r, z = (i_r + h_r).sigmoid(), (i_z + h_z).sigmoid()
+    n = (i_n + r * h_n).tanh()
+    h = hx.to(acc)
+    hy = n + z * (h - n)
+    dtype = input_gates.dtype
+    return hy.to(dtype), torch.cat([r, z, n, h, h_n], 1).to(dtype)
+
+
+def gru_backward(
+    grad_hy: torch.Tensor, workspace: torch.Tensor, has_bias: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Gradients of the input gates, the hidden gates, hx and (with biases) both biases."""
+    acc = torch.float32 if workspace.dtype in (torch.float16, torch.bfloat16) else workspace.dtype
+    r, z, n, h, h_n = workspace.to(acc).chunk(5, 1)
+    g = grad_hy.to(acc)
+    d_n = g * (1 - z) * (1 - n * n)
+    d_z = g * (h - n) * z * (1 - z)
+    d_r = d_n * h_n * r * (1 - r)
+    grad_input = torch.cat([d_r, d_z, d_n], 1)
+    grad_hidden = torch.cat([d_r, d_z, d_n * r], 1)
+    dtype = workspace.dtype
+    biases = (grad_input.sum(0).to(dtype), grad_hidden.sum(0).to(dtype)) if has_bias else (None, None)
+    return grad_input.to(dtype), grad_hidden.to(dtype), (g * z).to(dtype), *biases
