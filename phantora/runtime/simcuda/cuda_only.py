@@ -13,7 +13,12 @@ one kernel a GPU launches:
   `register_fused_rms_norm` gives it one, so a simulated-GPU tensor takes the CUDA path: autograd records the fused
   backward and the forward reaches the device as the one op. Each is computed here from its closed form by several
   torch ops that run uncharged, and charged once, as the one kernel (`one_kernel`). That CUDA kernel is torch 2.9's:
-  modelling an older torch (PHANTORA_TORCH_VERSION, torch_release.py), RMSNorm is charged as the composite it ran.
+  modelling an older torch (PHANTORA_TORCH_VERSION, torch_release.py), RMSNorm is charged as the composite it ran;
+- packed (variable-length) flash attention, ``aten._flash_attention_forward`` / ``_backward`` with sequence lengths,
+  and `varlen_attn`'s custom ops around them (varlen.py);
+- the LSTM and GRU cells' fused kernels and their backwards (lstm_cell.py).
+
+`HALF_TO_FLOAT` below are ops the CPU has, but not with an fp16 input to an fp32 output in one kernel (a softmax).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import torch
 
 from phantora.runtime.simcuda import attention, lstm_cell, torch_release, varlen
+from phantora.runtime.simcuda.devices import NotSimulatedError
 
 RMS_NORM = torch.ops.aten._fused_rms_norm.default
 RMS_NORM_BACKWARD = torch.ops.aten._fused_rms_norm_backward.default
@@ -181,7 +187,38 @@ def widened(func: Any, args: tuple, kwargs: dict[str, Any]) -> Callable[..., Any
     return kernel if convert else None
 
 
+_NESTED_FACTORIES = (
+    "_nested_tensor_from_mask",
+    "_nested_tensor_from_tensor_list",
+    "_nested_from_padded",
+    "_nested_from_padded_and_nested_example",
+    "_nested_view_from_buffer",
+    "_nested_view_from_jagged",
+)
+
+
+def _refuse_nested(func: Any) -> Callable[..., Any]:
+    """A kernel that stops the run in one line: a nested tensor on the simulated GPU is not simulated (its wrapper
+    has one shape; torch's error would be "NestedTensorImpl doesn't support sizes")."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NotSimulatedError(
+            f"{func} makes a nested tensor, which the simulated GPU does not hold (nn.TransformerEncoder's inference "
+            "fast path makes one from a padding mask: build it with enable_nested_tensor=False, and its fast path runs "
+            "on the padded batch, or call torch.backends.mha.set_fastpath_enabled(False))"
+        )
+
+    return refuse
+
+
+NESTED: dict[Any, Callable[..., Any]] = {
+    op: _refuse_nested(op) for op in (getattr(torch.ops.aten, name).default for name in _NESTED_FACTORIES)
+}
+"""The ops that make a nested tensor from simulated-GPU tensors, each refused in one line (`_refuse_nested`)."""
+
+
 KERNELS: dict[Any, Callable[..., Any]] = {
+    **NESTED,
     **attention.KERNELS,
     attention.EFFICIENT: one_kernel(attention.EFFICIENT, attention.efficient_forward),
     attention.EFFICIENT_BACKWARD: one_kernel(attention.EFFICIENT_BACKWARD, attention.efficient_backward),
