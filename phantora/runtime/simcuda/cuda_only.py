@@ -217,8 +217,19 @@ NESTED: dict[Any, Callable[..., Any]] = {
 """The ops that make a nested tensor from simulated-GPU tensors, each refused in one line (`_refuse_nested`)."""
 
 
+_CTC_CHECKS = (torch.ops.aten._use_cudnn_ctc_loss, torch.ops.aten._use_miopen_ctc_loss)
+
+
+def _no_cudnn(*args: Any, **kwargs: Any) -> bool:
+    """``_use_cudnn_ctc_loss``'s (and ``_use_miopen_ctc_loss``'s) answer without cuDNN (this CPU build has none):
+    `F.ctc_loss` runs torch's own CTC kernels, computed on the data. The question is a host check: no kernel, nothing
+    charged."""
+    return False
+
+
 KERNELS: dict[Any, Callable[..., Any]] = {
     **NESTED,
+    **{getattr(packet, o): _no_cudnn for packet in _CTC_CHECKS for o in packet.overloads()},
     **attention.KERNELS,
     attention.EFFICIENT: one_kernel(attention.EFFICIENT, attention.efficient_forward),
     attention.EFFICIENT_BACKWARD: one_kernel(attention.EFFICIENT_BACKWARD, attention.efficient_backward),

@@ -30,7 +30,7 @@ import torch
 from phantora.runtime import precision
 from phantora.runtime.compute import _sig, layout_bound, layout_part, tensors_in
 from phantora.runtime.simcuda import compiled, cuda_only, kept_values, rng
-from phantora.runtime.simcuda.tensor import RESHAPED_IN_PLACE, SimCudaTensor, wrap_output
+from phantora.runtime.simcuda.tensor import HOST_OUTPUTS, RESHAPED_IN_PLACE, SimCudaTensor, wrap_output
 
 SLOW: Any = object()  # `device_op`'s answer for an op it leaves to the general route
 
@@ -45,6 +45,7 @@ aten = torch.ops.aten
 _SPECIAL = {aten.is_pinned.default, aten._pin_memory.default, aten._lazy_clone.default, aten.empty_like.default}
 _SPECIAL |= {aten.new_empty.default, aten.new_empty_strided.default}
 _SPECIAL |= RESHAPED_IN_PLACE  # the wrapper takes its data's new shape after the op (tensor.py)
+_SPECIAL |= set(HOST_OUTPUTS)  # outputs that stay on the host (a PackedSequence's batch_sizes)
 _PHANTOM_SPECIAL = {id(aten.copy_.default), id(aten._local_scalar_dense.default), id(aten.equal.default)}
 _PHANTOM_SPECIAL |= {id(op) for op in kept_values.OPS}
 _TO_COPY = id(kept_values.TO_COPY)

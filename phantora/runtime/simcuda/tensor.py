@@ -336,6 +336,14 @@ def _device_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
 _NESTED = (list, tuple, dict)
 # In-place ops that change their tensor's shape, strides, offset or storage (FSDP1 shards its flat parameter with
 # `set_`): they run on the data, and the wrapper then takes its data's new metadata (`_take_metadata`).
+HOST_OUTPUTS: dict[Any, frozenset[int]] = {
+    torch.ops.aten._pack_padded_sequence.default: frozenset({1}),
+    torch.ops.aten._pad_packed_sequence.default: frozenset({1}),
+}
+"""Ops whose CUDA kernel returns some outputs on the host, by index: they stay host tensors. A `PackedSequence`'s
+`batch_sizes` is a CPU tensor whatever the data's device ("batch_sizes should always be on CPU", rnn.py), and so
+are the lengths `pad_packed_sequence` returns."""
+
 RESHAPED_IN_PLACE = frozenset(
     getattr(packet, name)
     for packet in (
@@ -472,6 +480,9 @@ def run_op(
             kept_values.mark_fill(func, args, kwargs, wrapped)
         return wrapped
     if type(out) is tuple and not any(type(x) in _NESTED for x in out):
+        host = HOST_OUTPUTS.get(func)
+        if host is not None:
+            return tuple(x if i in host else back(x) for i, x in enumerate(out))
         return tuple(back(x) for x in out)
     return tree_map(back, out)
 
