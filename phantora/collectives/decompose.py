@@ -12,6 +12,7 @@ from phantora.collectives.back_pressure import credit_latency
 from phantora.collectives.channel_shares import channel_shares, plan_parts, ring_cut
 from phantora.collectives.channel_turns import turn_delays
 from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id
+from phantora.collectives.dag import split as dag_split
 from phantora.collectives.group_plans import OnePlanNotModelledError, Piece, chain_plans, group_plans
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.launch_group import shared
@@ -27,10 +28,11 @@ from phantora.collectives.layout import (
 from phantora.collectives.nccl import channel_split, coll_group, nvswitch_rings, part_loops, ring_nics, tree_channels
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.channels import found_channels, found_speed
+from phantora.collectives.nccl.channels import found_channels, found_speed, plan_channels
 from phantora.collectives.nccl.chunking import chunk_bytes, p2p_chunk_bytes, tree_line_sweeps
 from phantora.collectives.nccl.empty_kernel import empty_latency_us, launches_empty
 from phantora.collectives.nccl.net_split import through_nics
+from phantora.collectives.nccl.nvls_tree_loops import head_loops
 from phantora.collectives.nccl.p2p import p2p_channels
 from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
 from phantora.collectives.nccl.part_loops import part_chunks
@@ -504,6 +506,24 @@ def _tree_part_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, part: 
     return chunk_bytes("tree", opts.protocol, platform_of(topo, coll.comm or coll.ranks, st), st, part, 1)
 
 
+def _nvls_tree_loops(coll: Collective, topo: Topology, opts: AlgoOptions, heads: int) -> list[list[list[int]]]:
+    """NVLS-Tree's tree chunks (`nccl.nvls_tree_loops`): per channel, per head GPU, the bytes of each loop. Under
+    NCCL's model from 2.22 the channels' parts are NCCL's (`channel_split`, dealt over the communicator's NVLS
+    channels), each with its own chunk (calcCollChunking with one channel and the part's bytes); before 2.22, or
+    outside the model, the bytes split evenly over the channels with the call's one chunk (`opts.chunk_bytes`)."""
+    channels = max(1, opts.channels)
+    even = [head_loops(part, max(1, opts.chunk_bytes), heads) for part in dag_split(coll.nbytes, channels)]
+    if opts.model != "nccl":
+        return even
+    st = nccl_settings(opts)
+    p = platform_of(topo, coll.comm or coll.ranks, st)
+    comm = plan_channels("nvls_tree", p, st)
+    parts = channel_split.split(st.nccl_version, "all_reduce", "Simple", coll.size, coll.nbytes, channels, comm)
+    if parts is None:
+        return even
+    return [head_loops(part, chunk_bytes("nvls_tree", "Simple", p, st, part, heads), heads) for part in parts]
+
+
 def _nccl_part_loops(opts: AlgoOptions) -> bool:
     """Whether a chunked tree's or chain's channel parts go in NCCL's own chunks (`nccl.part_loops`: whole chunks,
     the last what is left; the NCCL model from 2.20), not near-equal ones."""
@@ -687,7 +707,9 @@ def _build(
         if algo == "nvls":
             nvls_flows(b, kind, blocks, coll.nbytes, loops=loops)
         else:
-            nvls_tree_flows(b, blocks, coll.nbytes, ch, loops, window=_steps_in_flight(opts))  # (as a tree: below)
+            tree_heads = min(T.NVLS_MAX_ARITY, min(len(block) for block in blocks))  # a head on every host
+            per = _nvls_tree_loops(coll, topo, opts, tree_heads) if chunked else None
+            nvls_tree_flows(b, blocks, coll.nbytes, ch, loops, window=_steps_in_flight(opts), head_loops=per)
     elif algo == "sym":
         sym_flows(b, kind, kernel, n, coll.nbytes, blocks)
     elif algo == "ce":
@@ -710,8 +732,8 @@ def _build(
         # A tree edge keeps NCCL_STEPS chunks in flight under every protocol: calcCollChunking (enqueue.cc) gives a
         # tree one step a chunk, runTreeUpDown / runTreeSplit and NVLS-Tree's tree run ProtoSimple<1, 1>
         # (all_reduce.h), LL / LL128 wait for a free slot once a chunk (prims_ll*.h `waitSend`), v2.18.5-1..v2.30.7-1;
-        # a one-node LL / LL128 tree's sweeps keep one
-        window = 1 if sweeps else _steps_in_flight(opts)
+        # a one-node LL / LL128 tree's sweeps go on behind their chunk's slot (`tree_flows`)
+        window = _steps_in_flight(opts)
         for c, size in enumerate(channel_shares(coll, topo, opts)):
             which, head = trees(c)
             parent = tree_parents(blocks, which, head)

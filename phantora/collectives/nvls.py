@@ -54,23 +54,44 @@ def nvls_loops(nbytes: int, channels: int, heads: int, chunk: int) -> int:
 
 
 def nvls_tree_flows(
-    b: DagBuilder, blocks: list[list[int]], nbytes: int, channels: int, loops: int = 1, window: int = 1
+    b: DagBuilder,
+    blocks: list[list[int]],
+    nbytes: int,
+    channels: int,
+    loops: int = 1,
+    window: int = 1,
+    head_loops: list[list[list[int]]] | None = None,
 ) -> None:
     """NVLS-Tree all-reduce: NVLS in every node, and per local index a double binary tree across the nodes.
-    `loops` (chunked): NCCL's nLoops; each loop a chunk on every NVLS flow and tree edge, in turn. `window`: the
-    chunks a tree edge keeps in flight (`tree_flows`; NCCL_STEPS under NCCL's model, each across hosts gated by
-    its receiver's clear-to-send)."""
+    `loops` (chunked): NCCL's nLoops, each a chunk on every NVLS flow, in turn. `head_loops` (chunked): per channel
+    c, per head GPU h, the bytes of each of its loops (`nccl.nvls_tree_loops.head_loops`): the hosts' GPU h runs
+    tree c % 2 of the double binary tree on channel c, a flow a loop on each edge up and down, its own connection's
+    `window` chunks in flight (`tree_flows`; NCCL_STEPS under NCCL's model, each across hosts gated by its
+    receiver's clear-to-send), as NCCL's kernel moves them (`nvls_tree_loops`). None (coarse): per local index and
+    tree one flow an edge and phase of half the index's slice, on channel 2i + t."""
     nvls_flows(b, "all_reduce", blocks, nbytes, name="nvls_tree/intra", loops=loops)
     m = min(len(blk) for blk in blocks)
     hosts = len(blocks)
     n = sum(len(blk) for blk in blocks)
+
+    def parent_of(i: int, t: int) -> list[int | None]:
+        """Tree t of the hosts' GPU i (the others outside it)."""
+        parent: list[int | None] = [None] * n
+        for h, pu in enumerate(dbt_parents(hosts, t)):
+            parent[blocks[h][i]] = None if pu is None else blocks[pu][i]
+        return parent
+
+    if head_loops is not None:
+        for c, heads in enumerate(head_loops):
+            for i, pieces in enumerate(heads[:m]):
+                if pieces:
+                    tree_flows(b, parent_of(i, c % 2), sum(pieces), c, up=True, down=True, chunked=True,
+                               chunk_bytes=max(1, *pieces), step_delay_ns=0, name=f"nvls_tree/inter{i}/t{c % 2}",
+                               window=window, pieces=pieces)  # fmt: skip
+        return
     for i, part in enumerate(split(nbytes, m)):
         for t, half in enumerate(split(part, 2)):
-            units = dbt_parents(hosts, t)
-            parent: list[int | None] = [None] * n
-            for h, pu in enumerate(units):
-                parent[blocks[h][i]] = None if pu is None else blocks[pu][i]
             channel = (2 * i + t) % max(1, channels)
-            tree_flows(b, parent, half, channel, up=True, down=True, chunked=loops > 1,
+            tree_flows(b, parent_of(i, t), half, channel, up=True, down=True, chunked=loops > 1,
                        chunk_bytes=max(1, -(-half // loops)), step_delay_ns=0,
                        name=f"nvls_tree/inter{i}/t{t}", window=window)  # fmt: skip

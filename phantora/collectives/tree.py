@@ -68,9 +68,12 @@ def tree_flows(
     halves forward LL lines in sweeps of their own size: each chunk of `chunk_bytes` crosses a hop sweep by sweep
     (`sweep_pieces`) in place of near-equal chunks; the root sends a broadcast piece once the reduce's pieces up to
     its last byte have arrived. `window` w > 1 (NCCL_STEPS, a connection's buffer slots; needs the builder's
-    communicator): on each edge chunk c waits for chunk c - w to arrive (its slot is free) instead of chunk c - 1,
-    and the edge's chunks go on the wire one at a time in order (`Flow.queue`), so up to w are in flight
-    (prims_simple.h `waitPeer`, NCCL v2.30.7-1). `pieces` (chunked, without `sweeps`): the chunks' bytes in place
+    communicator): on each edge chunk c waits for chunk c - w to be consumed (its slot is free, `Credits`) instead
+    of chunk c - 1 to arrive, and the edge's chunks go on the wire one at a time in order (`Flow.queue`), so up to
+    w are in flight (prims_simple.h `waitPeer`, NCCL v2.30.7-1). With `sweeps` the slot is still a chunk's: the
+    chunk's sweeps all wait for that one slot (a primitive call waits once, prims_ll.h / prims_ll128.h
+    `waitSend`) and follow each other on the wire, and the receiver frees it once its call has forwarded the
+    chunk's last sweep (`postRecv`). `pieces` (chunked, without `sweeps`): the chunks' bytes in place
     of near-equal chunks (under the NCCL model from 2.22, `nccl.part_loops.part_chunks`: whole chunks, the last
     what is left); they must sum to `size`.
     `shared_sender` (needs the builder's communicator): everything a node sends on the channel, up and down, goes
@@ -104,6 +107,11 @@ def tree_flows(
     k, kd = len(sizes), len(down_sizes)
     ends = list(itertools.accumulate(sizes))
     down_ends = list(itertools.accumulate(down_sizes))
+    # Whether each piece ends its chunk, one primitive call: NCCL's slot and its credit go a chunk at a time (a
+    # sweep's lines go on behind the chunk's first, prims_ll.h / prims_ll128.h `waitSend`, `postRecv`).
+    bounds = set(itertools.accumulate(part_chunks(size, max(1, chunk_bytes)))) if sweeps else None
+    closes = [bounds is None or e in bounds for e in ends]
+    down_closes = [bounds is None or e in bounds for e in down_ends]
     last_up = [bisect.bisect_left(ends, end) for end in down_ends]  # the up piece of each down piece's end
 
     window = window if b.comm else 1
@@ -127,18 +135,26 @@ def tree_flows(
     up_in: list[list[int]] = [[0] * k for _ in parent]  # up_in[v][c]: chunk c arriving at parent[v] from v
     down_in: list[list[int]] = [[0] * kd for _ in parent]  # down_in[w][c]: chunk c arriving at w from its parent
 
-    def send(v: int, w: int, size: int, phase: str, c: int, have: tuple[int, ...], edge: list[int]) -> tuple[int, ...]:
-        """Add chunk c of `phase` from v to w once `have` are in and its slot on the edge is free; record it in
-        `edge[c]`; return what its kernel waited for to write it (`Credits.slots`)."""
+    taken: dict[tuple[str, int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}  # a connection's chunk: its slot
+
+    def send(
+        v: int, w: int, size: int, phase: str, c: int, have: tuple[int, ...], edge: list[int], marks: list[bool]
+    ) -> tuple[int, ...]:
+        """Add piece c of `phase` from v to w once `have` are in and its slot on the edge is free; record it in
+        `edge[c]`; return what its kernel waited for to write it (`Credits.slots`). `marks`: whether each piece of
+        the phase ends its chunk; with a window the slot is a chunk's: every piece of the chunk waits for it (the
+        kernel's one wait a call), and the consumption of its last piece frees it (one credit a chunk)."""
         conn = (phase, v, w)
         kernel: tuple[int, ...] = ()
-        if window > 1:
-            own, kernel = credits.slots(conn, v, w)
-        else:
+        if window <= 1:
             own = slot(edge, c)
+        elif c == 0 or marks[c - 1]:
+            own, kernel = taken[conn] = credits.slots(conn, v, w)
+        else:
+            own, kernel = taken[conn]
         flow = b.add(v, w, size, tag(phase, c), channel, have + own, step_delay_ns, ordered=ordered, queue=queue(v))
         edge[c] = flow
-        if window > 1:
+        if window > 1 and marks[c]:
             credits.sent(conn, flow)
         return kernel
 
@@ -149,8 +165,8 @@ def tree_flows(
             if p is None:
                 continue
             have = tuple(up_in[w][c] for w in kids[v])
-            kernel = send(v, p, sizes[c], "up", c, have, up_in[v])
-            if window > 1:
+            kernel = send(v, p, sizes[c], "up", c, have, up_in[v], closes)
+            if window > 1 and closes[c]:
                 for w in kids[v]:
                     forwarded(credits, up_in[w][c], have, kernel)
 
@@ -166,16 +182,16 @@ def tree_flows(
             else:
                 have = tuple(up_in[x][last_up[c]] for x in kids[v]) if up else ()
             for w in kids[v]:
-                kernel = send(v, w, down_sizes[c], "down", c, have, down_in[w])
-                if window <= 1:
-                    continue
+                kernel = send(v, w, down_sizes[c], "down", c, have, down_in[w], down_closes)
+                if window <= 1 or not down_closes[c]:
+                    continue  # a chunk is consumed as its last piece is sent on
                 if parent[v] is not None:
                     forwarded(credits, down_in[v][c], have, kernel)
                 elif up:
                     for u in range(next_up, k):
                         if ends[u] > down_ends[c]:
                             break
-                        for x in kids[v]:
+                        for x in kids[v] if closes[u] else ():
                             forwarded(credits, up_in[x][u], have, kernel)
             if parent[v] is None and up:
                 while next_up < k and ends[next_up] <= down_ends[c]:
