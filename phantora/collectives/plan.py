@@ -7,7 +7,8 @@ the flows to submit, which flows each live rank waits for, and what was decided 
   kept lossless;
 - NCCL's algorithm, protocol and channel choice (`nccl/`), recorded for the trace and results.json.
 
-Pure apart from the flow-id counter: no clock, no I/O, no engine.
+Pure apart from the flow-id counter, the message counters and the memo of decompositions (`plan_memo.PlanMemo`:
+a repeated call's flows copied from its first, as decomposing it again gives them): no clock, no I/O, no engine.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from phantora.collectives.decompose import decompose
 from phantora.collectives.flow_tags import collective_tag, transfer_tag
 from phantora.collectives.launch_group import LaunchGroup
 from phantora.collectives.mirrors import Mirrors
+from phantora.collectives.plan_memo import PlanMemo, Posting
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.collectives.traffic import LOSSY_KINDS, Range, lossless_reason, lost_ranges
 from phantora.netsim.base import Flow
@@ -70,14 +72,18 @@ class Plan:
 
 
 class CollectivePlanner:
-    """Turns matched collectives into flows on one topology, with ids counted from `next_flow`."""
+    """Turns matched collectives into flows on one topology, with ids counted from `next_flow`. `memo`: repeated
+    calls copied from their first decomposition (`plan_memo`; False: each decomposed anew, the same flows)."""
 
-    def __init__(self, topology: Topology, algo: AlgoOptions, mirrors: Mirrors, next_flow: int = 0) -> None:
+    def __init__(
+        self, topology: Topology, algo: AlgoOptions, mirrors: Mirrors, next_flow: int = 0, memo: bool = True
+    ) -> None:
         self.topology = topology
         self.algo = algo
         self.mirrors = mirrors
         self.next_flow = next_flow
         self.sent: MessageCounters = {}  # the run's network connections' message counters (one QP in turn each)
+        self.memo = PlanMemo(topology) if memo else None
 
     def plan(self, call: CallSpec, tag: str) -> Plan:
         """The flows of `call` (all its group's shifts under deduplication), tagged `tag` (the call's name) and the
@@ -98,7 +104,10 @@ class CollectivePlanner:
         flows: list[Flow] = []
         last: dict[int, set[int]] = {}
         next_id = self.next_flow
-        sent = dict(self.sent)  # kept only on success, as the ids
+        sent = Posting(self.sent)  # kept only on success, as the ids
+        memo = self.memo
+        if memo is not None and memo.topo is not self.topology:  # another topology: other plans
+            memo = self.memo = PlanMemo(self.topology)
         choice = None
         for copy in copies:
             comm = call.comm  # a grouped send/recv's; a shifted copy's is its mirrors' communicator
@@ -118,7 +127,10 @@ class CollectivePlanner:
                     group_redops=redops, group_roots=roots,
                 )  # fmt: skip
             ctag = self._tag(call, copy, tag)
-            dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=ctag, sent=sent)
+            if memo is not None:
+                dag = memo.decompose(coll, algo, next_id, ctag, sent)
+            else:
+                dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=ctag, sent=sent)
             next_id = dag.next_id
             flows.extend(dag.flows)
             choice = choice or dag.choice

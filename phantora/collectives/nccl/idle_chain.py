@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Mapping
 
 from phantora.collectives.back_pressure import is_credit, is_cts
 from phantora.collectives.relay_steps import relay_fill
@@ -19,7 +20,13 @@ from phantora.topology.model import Topology
 
 
 def critical_chains_ns(
-    flows: list[Flow], topo: Topology, wire: list[int], caps: list[int], nic_ns: int = 0, nic_on_nvlink: bool = True
+    flows: list[Flow],
+    topo: Topology,
+    wire: list[int],
+    caps: list[int],
+    nic_ns: int = 0,
+    nic_on_nvlink: bool = True,
+    tails: Mapping[int, Flow] | None = None,
 ) -> tuple[float, float]:
     """The longest chains of dependent flows on an idle network: the longest of their propagation plus transfer
     time at their caps (a flow without one: at its path's slowest link), and the longest of their transfer time
@@ -34,14 +41,15 @@ def critical_chains_ns(
     those turns are the receiving proxy's, within NCCL's measured latency, so netted too). Queues take their flows in
     release order on the first reckoning (the second keeps that order). `nic_ns`: the engine's NIC latency, which a
     flow that pays it (`nic_charge_ns`) waits from its release before it can take its queue (a queue's earlier flow may
-    still hold it then); NCCL's latency holds the NIC's, so it counts as propagation."""
+    still hold it then); NCCL's latency holds the NIC's, so it counts as propagation. `tails`: `relay_fill(flows)`, if
+    the caller has it."""
     paths: dict[tuple[int, int, int, bool], tuple[int, int]] = {}  # (propagation ns, slowest link bps)
     hop: list[float] = []
     own: list[float] = []
     busy: list[float] = []  # how long a flow holds its queue
     nic = [nic_charge_ns(f, topo, nic_ns, nic_on_nvlink) for f in flows]
     shares = _posted_shares(flows)
-    fill = relay_fill(flows)
+    fill = dict(relay_fill(flows) if tails is None else tails)
     fill.update({t.id: t for t in fill.values()})  # and their tails
     for f, size, cap in zip(flows, wire, caps, strict=True):
         key = (f.src, f.dst, f.id if f.key is None else f.key, f.via_nic)
@@ -96,15 +104,22 @@ def critical_chains_ns(
 
 
 def relay_leads_ns(
-    flows: list[Flow], topo: Topology, wire: list[int], caps: list[int], nic_ns: int = 0, nic_on_nvlink: bool = True
+    flows: list[Flow],
+    topo: Topology,
+    wire: list[int],
+    caps: list[int],
+    nic_ns: int = 0,
+    nic_on_nvlink: bool = True,
+    tails: Mapping[int, Flow] | None = None,
 ) -> dict[int, int]:
     """The first NVLink step of each PXN-relayed part (`relay_steps.relay_fill`) -> the ns it takes on an idle
     network until the relay's proxy sees it: its NIC latency (`nic_charge_ns`), its path's propagation, its wire
     bytes at its cap (or its path's slowest link) and the tail's store. The sender's kernel writes that step into
     the relay's buffer while NCCL's measured latency runs (the proxies posting their ops, the receivers'
     clear-to-sends), so it starts that much before the call's first delay ends (`shape`) and the relay's network
-    leg starts with the call's other network steps, as NCCL's latency says."""
-    tails = relay_fill(flows)
+    leg starts with the call's other network steps, as NCCL's latency says. `tails`: `relay_fill(flows)`, if the
+    caller has it."""
+    tails = relay_fill(flows) if tails is None else tails
     out: dict[int, int] = {}
     for f, size, cap in zip(flows, wire, caps, strict=True) if tails else ():
         if f.id in tails:

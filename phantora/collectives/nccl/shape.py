@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from phantora.collectives.back_pressure import is_cts
 from phantora.collectives.nccl.idle_chain import critical_chains_ns, nic_charge_ns, relay_leads_ns
 from phantora.collectives.nccl.tuning import Choice
+from phantora.collectives.relay_steps import relay_fill
 from phantora.netsim.base import Flow, flow_of
 from phantora.topology.model import Topology
 
@@ -78,6 +79,7 @@ def _delay_ns(
     wire: list[int],
     caps: list[int],
     nic: tuple[int, bool] = (0, True),
+    tails: Mapping[int, Flow] | None = None,
 ) -> int:
     """The delay of the collective's first flows: NCCL's latency (with a ring's uncounted network hops, `chain_us`)
     and the fill, less what the network charges. The proxies' turns are no delay: they overlap the transfer and
@@ -95,7 +97,7 @@ def _delay_ns(
     if not chunked:
         prop = propagation_ns(flows, topo, *nic) * _rounds(flows, choice)
         return max(0, round((choice.lat_us + choice.chain_us + choice.fill_us) * 1000) - prop)
-    idle, xfer = critical_chains_ns(flows, topo, wire, caps, *nic)
+    idle, xfer = critical_chains_ns(flows, topo, wire, caps, *nic, tails=tails)
     t_bw_ns = nbytes / choice.algbw if choice.algbw > 0 else 0.0
     own_ns = max(0.0, xfer - max(t_bw_ns, proxy_floor_ns(choice)))
     model_ns = (choice.fit_us + choice.fill_us) * 1000
@@ -134,8 +136,9 @@ def shape(
         wire, caps = [w for w, _ in both], [cap for _, cap in both]
     else:
         wire, caps = _wire_and_caps(flows, choice, nbytes, topo, chunked, pipelined, whole, channel_queues)
-    delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps, nic)
-    lead = relay_leads_ns(flows, topo, wire, caps, *nic) if chunked else {}  # a PXN relay's fill, within the delay
+    tails = relay_fill(flows) if chunked else {}  # a PXN relay's fill (its first NVLink steps), within the delay
+    delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps, nic, tails)
+    lead = relay_leads_ns(flows, topo, wire, caps, *nic, tails=tails) if chunked else {}
     return [
         flow_of(
             f.id,
