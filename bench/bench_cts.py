@@ -15,6 +15,10 @@
                                    links of 1 and 50 µs, 1 step in flight an edge (the tree before 2026-12-05) and 8
                                    (NCCL_STEPS), alone and with 3 x 4 MiB into the leaf, flow engine and ns-3 (DCQCN):
                                    its end, its CTSs and their longest FCT
+    bench_cts.py tree-seeds N [K]  the tree's case of 1 µs links, 8 in flight, 3 x 4 MiB into the leaf on ns-3 (DCQCN)
+                                   under seeds 1..N (the switches' random ECN draw): its end, the CE marks, the
+                                   reverse flows' last end, and the ends' mean, median, stdev; K: marking as a step at
+                                   K bytes (kmin = kmax = K at 100 Gbit/s, pmax 1: no draw)
     bench_cts.py tree-calls        one Tree all-reduce on testbed16 alone, each protocol, 1-256 MiB x 4, on the flow
                                    engine: its end coarse (NCCL's time) and chunked, and the chunked call's flows,
                                    its decompose CPU s and the flow engine's (one run each, after a warm-up call)
@@ -160,6 +164,33 @@ def tree() -> None:
                     print(f"link {latency:6} ns window {window} {network:4} "
                           f"reverse={'3x4MiB' if reverse else 'none  '} end_ns {end} cts {len(cts)} "
                           f"longest_cts_fct_ns {max(cts, default=0)}")  # fmt: skip
+
+
+def tree_seeds(n: int, step_bytes: int | None) -> None:
+    from phantora.collectives.tree import tree_flows
+
+    marks = {} if step_bytes is None else {"kmin_map": {100 * G: step_bytes}, "kmax_map": {100 * G: step_bytes}}
+    ends = []
+    for seed in range(1, n + 1):
+        topo, gpus, b = _star_builder(1000, "tree")
+        tree_flows(b, [None, 0, None, None, None], 64 * 64 * KiB, 0, up=True, down=True, chunked=True,
+                   chunk_bytes=64 * KiB, step_delay_ns=0, name="tree", window=8)  # fmt: skip
+        flows = _reverse(b.finish().flows, gpus, 1)
+        config = PacketConfig(cc="dcqcn", seed=seed, pmax_map={100 * G: 1.0} if marks else None, **marks)
+        sim = make_engine(EngineSpec(network="ns3", packet=config), topo)
+        try:
+            sim.submit(flows, at=0)
+            done = {c.flow_id: c.end_ns for c in sim.drain()}
+            stats = sim.stats()
+        finally:
+            sim.close()
+        ends.append(max(done[f.id] for f in flows if not f.tag.startswith("reverse")))
+        reverse = max(done[f.id] for f in flows if f.tag.startswith("reverse"))
+        print(f"seed {seed:3} end_ns {ends[-1]} ecn_marks {stats['ecn_marks']} reverse_end_ns {reverse}", flush=True)
+    if n > 1:
+        us = [e / 1e3 for e in ends]
+        print(f"seeds 1-{n}: end mean {statistics.mean(us):.1f} us, median {statistics.median(us):.1f}, "
+              f"stdev {statistics.stdev(us):.1f}, min {min(us):.1f}, max {max(us):.1f}")  # fmt: skip
 
 
 def tree_calls() -> None:
@@ -350,6 +381,8 @@ def main(argv: list[str]) -> None:
         window()
     elif argv == ["tree"]:
         tree()
+    elif argv[:1] == ["tree-seeds"] and len(argv) in (2, 3):
+        tree_seeds(int(argv[1]), int(argv[2]) if len(argv) == 3 else None)
     elif argv == ["tree-calls"]:
         tree_calls()
     elif argv[:1] == ["relay-steps"] and len(argv) > 1:

@@ -16,7 +16,7 @@ from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.back_pressure import ACK, CREDIT, is_cts
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.base import Flow
-from phantora.topology import rail_optimized
+from phantora.topology import Topology, rail_optimized
 from tests.engine_pair import start_end_ns
 
 MiB = 1 << 20
@@ -77,3 +77,84 @@ def test_a_rings_forward_waits_for_its_staging_slots_ack() -> None:
         assert a.delay_ns == topo.path_latency_ns(topo.route(step.dst, a.src)) > 0
     used = {d for f in flows for d in f.deps}
     assert all(a.id in used for a in acks)
+
+
+def reverse_burst_tree() -> tuple[list[Flow], list[Flow], list[Flow], list[Flow], Topology]:
+    """`bench/bench_cts.py tree`'s loaded case: the 2-GPU chunked tree (GPU 1 the leaf, GPU 0 the root, 64 steps of
+    64 KiB up and down, 8 in flight) on a star of 5 GPUs, 100 Gbit/s links of 1 µs, and 3 x 4 MiB from GPUs 2-4
+    into the leaf: its flows, the leaf's steps up, the root's steps down, the root's CTSs to the leaf, and the
+    topology."""
+    from phantora.collectives.tree import tree_flows
+    from tests.test_back_pressure import G, builder, sends, star
+
+    topo, gpus = star([100 * G] * 5)
+    b = builder(topo, gpus, "tree")
+    tree_flows(b, [None, 0, None, None, None], 64 * 64 * 1024, 0, up=True, down=True, chunked=True,
+               chunk_bytes=64 * 1024, step_delay_ns=0, name="tree", window=WINDOW)  # fmt: skip
+    flows = b.finish().flows
+    first = max(f.id for f in flows) + 1
+    flows += [Flow(first + i, gpus[2 + i], gpus[1], 4 * MiB, tag=f"reverse{i}") for i in range(3)]
+    up, down = sends(flows, gpus[1]), sends(flows, gpus[0])
+    cts = [f for f in flows if is_cts(f) and (f.src, f.dst) == (gpus[0], gpus[1])]
+    return flows, up, down, cts, topo
+
+
+def ns3_run(
+    topo: Topology, flows: list[Flow], seed: int, step_bytes: int = 0
+) -> tuple[dict[int, tuple[int, int]], dict[str, object]]:
+    """Flow id -> (start, end) ns on ns-3 (DCQCN, switches' ECN draw seeded `seed`; `step_bytes`: marking as a step
+    at that queue, kmin = kmax, pmax 1, no draw), and the engine's stats."""
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+    from phantora.netsim.packet_config import PacketConfig
+
+    rate = 100 * 10**9
+    marks = {"kmin_map": {rate: step_bytes}, "kmax_map": {rate: step_bytes}, "pmax_map": {rate: 1.0}}
+    sim = make_engine(EngineSpec("ns3", PacketConfig(cc="dcqcn", seed=seed, **(marks if step_bytes else {}))), topo)
+    try:
+        sim.submit(flows, at=0)
+        done = {c.flow_id: (c.start_ns, c.end_ns) for c in sim.drain()}
+        stats = sim.stats()
+    finally:
+        sim.close()
+    assert len(done) == len(flows)
+    return done, stats
+
+
+@pytest.mark.ns3
+def test_ns3_a_trees_acks_gate_the_roots_cts_and_put_no_packet_on_the_wire(ns3_lib) -> None:
+    """The root's forward of up step c into down step c waits for its staging slot, the write of down step c - 8
+    acknowledged: the root's CTS for up step c + 8 leaves at max(up step c's end, down step c - 8's end + 2,000 ns,
+    the ACK's way back over 2 links of 1 µs), for c = 8 .. 55 (48 ACKs), to the ns in ns-3 under the reverse burst.
+    The ACKs are timers at the root, not packets: ns-3 sends exactly the data's and the CTSs' packets (1,000 B of
+    payload each): 128 x 66 + 128 x 1 + 3 x 4,195 = 21,161."""
+    flows, up, down, cts, topo = reverse_burst_tree()
+    by_id = {f.id: f for f in flows}
+    acks = [f for f in flows if is_ack(f)]
+    assert len(acks) == 48 and len(cts) == len(up) == len(down) == 64
+    done, stats = ns3_run(topo, flows, seed=1)
+    for a in acks:
+        (write,) = a.deps
+        assert by_id[write] in down[:48] and a.src == a.dst == by_id[write].src
+        assert done[a.id][0] == done[a.id][1] == done[write][1] + 2000
+    for k in range(16, 64):
+        assert done[cts[k].id][0] == max(done[up[k - 8].id][1], done[down[k - 16].id][1] + 2000)
+    assert stats["data_packets"] == 128 * 66 + 128 + 3 * 4195 == 21161
+    assert stats["payload_bytes_delivered"] == 2 * 64 * 64 * 1024 + 128 * 64 + 3 * 4 * MiB
+    assert stats["drops"] == stats["pfc_pause"] == 0
+
+
+@pytest.mark.ns3
+def test_ns3_the_trees_end_under_the_burst_is_a_sample_of_the_ecn_draw(ns3_lib) -> None:
+    """The same flows, the same packets: under RED marking (DCQCN's kmin .. kmax, a random draw a packet in between,
+    one stream a switch) the seed alone moves the tree's end by more than 1%, the CE marks with it; marked as a
+    step (kmin = kmax, no draw) the seed moves nothing. A change that shifts packets in time (the ACKs move the
+    root's CTSs 2 µs) re-deals the draw as a new seed does: bench_cts.py tree's ns-3 end at 1 µs links is one
+    sample (docs/collectives.md, "A write completes when its ACK is back")."""
+    flows, _, down, _, topo = reverse_burst_tree()
+    red = [ns3_run(topo, flows, seed) for seed in (1, 2)]
+    step = [ns3_run(topo, flows, seed, step_bytes=400_000) for seed in (1, 2)]
+    ends = [done[down[-1].id][1] for done, _ in red]
+    assert abs(ends[0] - ends[1]) > 0.01 * min(ends)
+    assert red[0][1]["data_packets"] == red[1][1]["data_packets"] and red[0][1]["ecn_marks"] != red[1][1]["ecn_marks"]
+    assert step[0][0] == step[1][0] and step[0][1]["ecn_marks"] == step[1][1]["ecn_marks"]
