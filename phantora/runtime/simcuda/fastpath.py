@@ -29,7 +29,7 @@ import torch
 
 from phantora.runtime import precision
 from phantora.runtime.compute import _sig, layout_bound, layout_part, tensors_in
-from phantora.runtime.simcuda import compiled, cuda_only, kept_values, rng
+from phantora.runtime.simcuda import compiled, composite, cuda_only, kept_values, rng
 from phantora.runtime.simcuda.tensor import HOST_OUTPUTS, RESHAPED_IN_PLACE, SimCudaTensor, wrap_output
 
 SLOW: Any = object()  # `device_op`'s answer for an op it leaves to the general route
@@ -59,13 +59,14 @@ _LAYOUT_OPS: set[int] = set()  # ids of the fast ops whose cost may depend on th
 def _plan(func: Any) -> str | None:
     """The op's name if `func` may take the fast path at all, else None (decided once per op). Not collectives,
     random ops (the device's generator, rng.py), CUDA-only ops run by a Python kernel, or the ops answered
-    specially."""
+    specially, nor a composite below autograd (composite.py)."""
     fast = (
         func.namespace == "aten"
         and func not in cuda_only.KERNELS
         and func not in cuda_only.HALF_TO_FLOAT  # an fp16 -> fp32 softmax's kernel is a Python function
         and func not in _SPECIAL
         and not rng.is_random(func)
+        and not composite.runs_as_parts(func)
     )
     if fast and layout_bound(func):
         _LAYOUT_OPS.add(id(func))

@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map
 
 from phantora.perfmodel.gemm_layout import contiguous_strides
-from phantora.runtime.simcuda import cuda_only, devices, guard, kept_values, lazy, rng
+from phantora.runtime.simcuda import composite, cuda_only, devices, guard, kept_values, lazy, rng
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
@@ -383,10 +383,15 @@ _DIRECT: dict[Any, bool] = {}
 
 def direct(func: Any) -> bool:
     """Can the rank's dispatch mode run `func` on the data itself (`run_op` with `inner`)? Not collectives, which
-    keep their wrappers, nor the CUDA-only ops whose kernels are Python functions that dispatch again."""
+    keep their wrappers, nor the CUDA-only ops whose kernels are Python functions that dispatch again, nor a
+    composite that reached the device below autograd (composite.py: `run_op` dispatches its parts)."""
     known = _DIRECT.get(func)
     if known is None:
-        known = _DIRECT[func] = func.namespace not in ("c10d", "_c10d_functional") and func not in cuda_only.KERNELS
+        known = _DIRECT[func] = (
+            func.namespace not in ("c10d", "_c10d_functional")
+            and func not in cuda_only.KERNELS
+            and not composite.runs_as_parts(func)
+        )
     return known
 
 
@@ -402,6 +407,8 @@ def run_op(
     if func.namespace == "c10d":  # collectives go to the process group's CUDA backend (phantora)
         with torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY):
             return func(*args, **kwargs)
+    if composite.runs_as_parts(func):  # below autograd (a subclass's handler): its parts, as a CUDA tensor runs it
+        return func.decompose(*args, **kwargs)
     nested = any(type(x) in _NESTED for x in args) or any(type(x) in _NESTED for x in kwargs.values())
     flat = tree_flatten((args, kwargs))[0] if nested else (*args, *kwargs.values())
     index = 0
