@@ -67,10 +67,49 @@ def _spawned_cuda(exc: BaseException) -> str | None:
     )
 
 
+_ONE_THREAD = (
+    "phantora simulates a rank's GPU on the thread that runs its program only (torch's dispatch modes are per "
+    "thread), so GPU work on another thread (an RPC's, a thread the program starts) is not simulated"
+)
+_THREAD_FILES = ("/threading.py", "/concurrent/futures/thread.py")
+_REMOTE = re.compile(r"On WorkerInfo\(id=(\d+), name=([^)]*)\):")
+_FRAME = re.compile(r'^  File "([^"]+)", line (\d+), in (\S+)\n    (.+)$', re.MULTILINE)
+
+
+def _remote_cuda(exc: BaseException) -> str | None:
+    """The line for GPU work in a function run over torch.distributed.rpc: RPC runs it on its own request thread,
+    where the rank's dispatch mode is not (torch's modes are per thread), so its CUDA ops reached torch's own CUDA
+    backend there; RPC hands the caller a RuntimeError of the remote error's text and traceback."""
+    text = str(exc) if isinstance(exc, RuntimeError) else ""
+    worker, found = _REMOTE.search(text), _DISPATCH.search(text)
+    if worker is None or found is None or found.group(2) != "CUDA":
+        return None
+    user = [f for f in _FRAME.finditer(text) if not f.group(1).startswith(_NOT_USER)]
+    where = (
+        f" (`{user[-1].group(4).strip()}`, {user[-1].group(1)}:{user[-1].group(2)} in {user[-1].group(3)})"
+        if user
+        else ""
+    )
+    call = _call(exc) or "a call"
+    return (
+        f"NotSimulatedError: {call} ran a function over torch.distributed.rpc on worker {worker.group(2)} (id "
+        f"{worker.group(1)}), whose GPU work{where} ran on RPC's request thread and reached {found.group(1)} on "
+        f"torch's own CUDA backend: {_ONE_THREAD}; do the GPU work on the rank's own thread, or keep the remote "
+        "function's tensors on the host"
+    )
+
+
+def _from_a_thread(exc: BaseException) -> bool:
+    """Was `exc` raised on a thread the program started (a `threading.Thread`'s or an executor's frames in its
+    traceback; `Future.result()` raises the worker's exception with them)?"""
+    return any(f.filename.endswith(_THREAD_FILES) for f in traceback.extract_tb(exc.__traceback__))
+
+
 def explain(exc: BaseException) -> str | None:
     """'NotSimulatedError: ...' naming the call and what to do, if `exc` is torch's missing-kernel error;
     'PhantomValueError: ...' if it is torch's refusal to read a value of a meta tensor (a phantom tensor's value
-    asked for where phantora's own check does not see it, such as DTensor's RNG tracker comparing states)."""
+    asked for where phantora's own check does not see it, such as DTensor's RNG tracker comparing states); the
+    first for GPU work a function run over RPC did on RPC's own thread, too."""
     meta_value = _META_VALUE.search(str(exc)) if isinstance(exc, RuntimeError) else None
     if meta_value is not None:
         call = _call(exc) or "a call"
@@ -82,6 +121,9 @@ def explain(exc: BaseException) -> str | None:
     spawned = _spawned_cuda(exc)
     if spawned is not None:
         return spawned
+    remote = _remote_cuda(exc)
+    if remote is not None:
+        return remote
     if not isinstance(exc, NotImplementedError):
         return None
     text = str(exc)
@@ -93,7 +135,12 @@ def explain(exc: BaseException) -> str | None:
     else:
         return None
     call = _call(exc) or "a call"
-    if backend == "CUDA":
+    if backend == "CUDA" and _from_a_thread(exc):
+        what = (
+            f"{call} ran GPU work on a thread other than the program's, where {op} reached torch's own CUDA backend: "
+            f"{_ONE_THREAD}; do the GPU work on the rank's own thread"
+        )
+    elif backend == "CUDA":
         what = (
             f"{call} reached {op} on torch's own CUDA backend, past phantora's simulated GPU (which runs an op of a "
             "cuda tensor on the tensor's data); name the device as 'cuda', 'cuda:N' or torch.device('cuda', N) in "
