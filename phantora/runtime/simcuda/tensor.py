@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map
 
 from phantora.perfmodel.gemm_layout import contiguous_strides
-from phantora.runtime.simcuda import composite, cuda_only, devices, guard, kept_values, lazy, rng
+from phantora.runtime.simcuda import composite, cuda_only, devices, guard, kept_values, lazy, list_index, rng
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
@@ -29,6 +29,9 @@ _IS_PINNED = torch.ops.aten.is_pinned.default
 _PIN = torch.ops.aten._pin_memory.default
 _STRIDED = torch.strided
 _make_wrapper = torch.Tensor._make_wrapper_subclass
+_GETITEM = torch.Tensor.__getitem__
+_SETITEM = torch.Tensor.__setitem__
+_SEQUENCES = list_index.SEQUENCES
 
 
 class _DeviceIndex:
@@ -91,6 +94,17 @@ class SimCudaTensor(torch.Tensor):
         """The data's storage: programs compare storage pointers to find shared storage (HF's tied weights
         when it saves a checkpoint); the wrapper itself has none."""
         return self.elem.untyped_storage()
+
+    def __getitem__(self, index: Any) -> Any:
+        """As torch indexes, a list or numpy array index made a tensor on this device first (list_index.py)."""
+        if type(index) in _SEQUENCES and list_index.needs_conversion(index):
+            index = list_index.on_device(index, self.device)
+        return _GETITEM(self, index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if type(index) in _SEQUENCES and list_index.needs_conversion(index):
+            index = list_index.on_device(index, self.device)
+        _SETITEM(self, index, value)
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
