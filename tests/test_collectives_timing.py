@@ -105,10 +105,11 @@ def test_ring_gather_scatter(kind: str, gran: str) -> None:
 @pytest.mark.parametrize("n", [5, 16, 1024])
 def test_barrier_costs_latency_only(n: int) -> None:
     """A one-byte all-reduce up and down a binary tree (NCCL's choice for a tiny all-reduce across hosts;
-    on a star each GPU is its own host): 2 * floor(log2 n) hops of one byte (rounded up to 1 ns) and 2L,
-    and 2(n-1) flows, so a barrier of 1024 ranks stays cheap to build."""
+    on a star each GPU is its own host): NCCL's tree 0 (trees.cc) is k = bitlen(n - 1) deep, rank 1 the deepest
+    (1, 2, 4, ..., 2^(k-1), root 0), so 2k hops of one byte (rounded up to 1 ns) and 2L, and 2(n-1) flows, so a
+    barrier of 1024 ranks stays cheap to build."""
     t, _ = run(Collective("barrier", tuple(range(n)), 0), star(n))
-    assert t == 2 * (n.bit_length() - 1) * (2 * L + 1)
+    assert t == 2 * (n - 1).bit_length() * (2 * L + 1)
     assert len(decompose(Collective("barrier", tuple(range(n)), 0), star(n)).flows) == 2 * (n - 1)
 
 

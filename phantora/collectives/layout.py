@@ -85,29 +85,28 @@ def chain_order(blocks: list[list[int]], channel: int, root: int, alternate: boo
     return rotate(ring, ring.index(root))
 
 
-def _btree_parent(q: int, n: int) -> int | None:
-    """Parent of node q (1-based) in the in-order binary tree over 1..n whose node heights are trailing zeros."""
-    low = q & -q
-    while True:
-        # In the infinite in-order tree, q's parent is q + low or q - low, whichever has lowest bit 2*low.
-        q = q - low if q & (2 * low) else q + low
-        low *= 2
-        if q <= n:
-            return q
-        if low > 2 * n:
-            return None
+def _btree_parent(rank: int, n: int) -> int | None:
+    """Parent of `rank` in NCCL's binary tree over ranks 0..n-1 (graph/trees.cc `ncclGetBtree`, v2.29.7-1).
+
+    Rank 0 is the root, with one child (the largest power of two below n). Rank r > 0 with lowest set bit b goes
+    up to r with bit b cleared and bit 2b set, or, when that is out of range, to r with bit b cleared.
+    """
+    if rank == 0:
+        return None
+    bit = rank & -rank
+    up = (rank ^ bit) | (bit << 1)
+    return up if up < n else rank ^ bit
 
 
 def dbt_parents(n: int, which: int) -> list[int | None]:
-    """Parent of each of n units in tree `which` (0 or 1) of a double binary tree; the root's parent is None.
+    """Parent of each of n units in tree `which` (0 or 1) of NCCL's double binary tree; the root's parent is None.
 
-    Tree 0 is the in-order binary tree over units 0..n-1 in which unit u has height = trailing zeros
-    of u+1, so the even units are its leaves. Tree 1 is tree 0 mirrored (u -> n-1-u) when n is even
-    and shifted (u -> u+1 mod n) when n is odd, so that almost every unit is a leaf in one tree and
-    an inner node in the other, and each unit sends and receives about the same amount in total.
+    graph/trees.cc `ncclGetDtree` (v2.29.7-1): tree 0 is `ncclGetBtree` (root unit 0, the odd units its leaves);
+    tree 1 is tree 0 mirrored (u -> n-1-u) when n is even and shifted (u -> u+1 mod n) when n is odd.
+    connect.cc `connectTrees` runs tree 0 on the search's channels and tree 1 on their copies
+    (`nccl/tree_channels.py`).
     """
-    base = [_btree_parent(u + 1, n) for u in range(n)]
-    tree0 = [None if p is None else p - 1 for p in base]
+    tree0 = [_btree_parent(u, n) for u in range(n)]
     if which == 0:
         return tree0
     if n % 2 == 0:

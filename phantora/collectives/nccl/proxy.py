@@ -56,6 +56,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from phantora.collectives.layout import dbt_parents
 from phantora.collectives.nccl import channel_split, ring_kernel, tree_channels
 from phantora.collectives.nccl.channels import plan_channels
 from phantora.collectives.nccl.chunking import chunk_bytes, step_bytes
@@ -81,32 +82,20 @@ def ring_steps(kind: str, proto: str) -> tuple[int, int]:
 
 def btree_parents(n: int) -> list[int]:
     """Each node's parent in NCCL's binary tree of `n` nodes (`ncclGetBtree`; -1 for the root, node 0)."""
-    parents = []
-    for rank in range(n):
-        if rank == 0:
-            parents.append(-1)
-            continue
-        bit = 1
-        while bit < n and not bit & rank:
-            bit <<= 1
-        up = (rank ^ bit) | (bit << 1)
-        parents.append(up if up < n else rank ^ bit)
-    return parents
+    return [-1 if p is None else p for p in dbt_parents(n, 0)]
 
 
 def dtree_edges(n: int) -> tuple[list[int], list[int]]:
-    """Network edges (parent and children) of each node in NCCL's two trees (`ncclGetDtree`)."""
-    parents = btree_parents(n)
-    edges0 = [0] * n
-    for rank, up in enumerate(parents):
-        if up >= 0:
-            edges0[rank] += 1
-            edges0[up] += 1
-    if n % 2:  # shift: node r plays node r - 1 of the first tree
-        edges1 = [edges0[(r - 1) % n] for r in range(n)]
-    else:  # mirror: node r plays node n - 1 - r
-        edges1 = [edges0[n - 1 - r] for r in range(n)]
-    return edges0, edges1
+    """Network edges (parent and children) of each node in NCCL's two trees (`ncclGetDtree`: `layout.dbt_parents`)."""
+    out = []
+    for which in (0, 1):
+        edges = [0] * n
+        for rank, up in enumerate(dbt_parents(n, which)):
+            if up is not None:
+                edges[rank] += 1
+                edges[up] += 1
+        out.append(edges)
+    return out[0], out[1]
 
 
 def connections_per_gpu(algo: str, p: Platform, st: NcclSettings, channels: int) -> float:
