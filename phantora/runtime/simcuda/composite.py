@@ -1,15 +1,18 @@
-"""Ops a CUDA tensor runs as a composite of other ops, when they reach the simulated GPU below autograd.
+"""Ops that take a device, run as a CUDA tensor runs them when they reach the simulated GPU below autograd.
 
-An aten op with a ``CompositeImplicitAutograd`` kernel (``Tensor.to``, ``linear``, ``where`` with a scalar) is
-normally split into its parts by the autograd key, so a dispatch mode or a tensor subclass never sees it. Below
-autograd (inside another subclass's handler: DTensor's ``loss_parallel`` runs ``(target != ignore_index).sum().to(x)``
-on its local tensors) the op itself reaches the Python key, with its arguments as the program gave them: a device
-may be positional (``aten.to.device``, ``aten.to.other`` through it), where the simulated GPU looks for the
-``device=`` keyword. A CUDA tensor there reaches the CUDA key, whose kernel is the composite; the simulated GPU does
-the same (`OpOverload.decompose`), so each part is dispatched, charged and moved as the GPU would run it.
+An aten op with a ``CompositeImplicitAutograd`` kernel (``Tensor.to``) is normally split into its parts by the
+autograd key, so a dispatch mode or a tensor subclass never sees it. Below autograd (inside another subclass's
+handler: DTensor's ``loss_parallel`` runs ``(target != ignore_index).sum().to(x)`` on its local tensors) the op itself
+reaches the Python key, with its arguments as the program gave them: a device may be positional (``aten.to.device``,
+which ``aten.to.other`` becomes), where the simulated GPU looks for the ``device=`` keyword, and run on the data it
+would ask this CPU build for a CUDA tensor. A CUDA tensor there reaches the CUDA key, whose kernel is the composite;
+the simulated GPU does the same (`OpOverload.decompose`), so the copy is dispatched with ``device=``, charged and
+moved as on the GPU.
 
-Not the composites phantora keeps whole: those given a CUDA kernel (``_fused_rms_norm``), the CUDA-only ops and
-``scaled_dot_product_attention`` (sdpa_op.py).
+Only such ops: a composite without a device argument (``linear``, ``where`` with a scalar) runs on the data as
+before, since its parts may make tensors on the device where no dispatch mode takes them (FlexAttention's eager
+reference runs with the mode off); nor the composites phantora keeps whole (a CUDA kernel given, ``_fused_rms_norm``;
+the CUDA-only ops; ``scaled_dot_product_attention``, sdpa_op.py).
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from phantora.runtime.simcuda import cuda_only
 _KEPT_WHOLE = frozenset({torch.ops.aten.scaled_dot_product_attention.default})
 _KNOWN: dict[int, bool] = {}  # id(op) -> answer (OpOverloads live as long as torch; hashing one runs Python)
 _has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+_DEVICE_TYPES = frozenset({"Device", "Optional[Device]"})  # a schema argument that names a device
 
 
 def runs_as_parts(func: Any) -> bool:
-    """Does a CUDA tensor run aten op `func` as its ``CompositeImplicitAutograd`` composite (decided once per op)?"""
+    """Is `func` an aten op taking a device that a CUDA tensor runs as its ``CompositeImplicitAutograd`` composite
+    (decided once per op)?"""
     known = _KNOWN.get(id(func))
     if known is None:
         name = func.name()
@@ -37,5 +42,6 @@ def runs_as_parts(func: Any) -> bool:
             and func not in cuda_only.HALF_TO_FLOAT
             and _has_kernel(name, "CompositeImplicitAutograd")
             and not _has_kernel(name, "CUDA")
+            and any(str(a.type) in _DEVICE_TYPES for a in func._schema.arguments)
         )
     return known
