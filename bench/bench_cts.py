@@ -51,6 +51,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
@@ -169,7 +170,9 @@ def tree() -> None:
 def tree_seeds(n: int, step_bytes: int | None) -> None:
     from phantora.collectives.tree import tree_flows
 
-    marks = {} if step_bytes is None else {"kmin_map": {100 * G: step_bytes}, "kmax_map": {100 * G: step_bytes}}
+    marks: dict[str, Any] = {}
+    if step_bytes is not None:
+        marks = {"kmin_map": {100 * G: step_bytes}, "kmax_map": {100 * G: step_bytes}}
     ends = []
     for seed in range(1, n + 1):
         topo, gpus, b = _star_builder(1000, "tree")
