@@ -266,5 +266,7 @@ def test_compute_bound_replay_stretches_by_k_in_packet_mode(ns3_lib, k: float) -
         slow = replay_inprocess(wl, topo, sim)
     comm = [r.duration_ns for r in clean.ops]
     assert comm == [r.duration_ns for r in slow.ops]
-    slow_steps = [b.end_ns - a.end_ns for a, b in zip(slow.ops, slow.ops[1:], strict=False)]
+    # The slow rank starts its next step's compute when its own part of the all-reduce is done, which a tree can
+    # end before the call's last rank: the next call ends k x 2 ms plus its own duration after that.
+    slow_steps = [b.end_ns - a.rank_done_ns[1] for a, b in zip(slow.ops, slow.ops[1:], strict=False)]
     assert [s - d for s, d in zip(slow_steps, comm[1:], strict=True)] == [int(k * 2_000_000)] * 5
