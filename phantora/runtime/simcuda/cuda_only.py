@@ -51,11 +51,6 @@ def use_session(current: Callable[[], Any]) -> None:
     _current = current
 
 
-def _accumulation(dtype: torch.dtype) -> torch.dtype:
-    """The dtype the kernels compute in: fp32 for half inputs, the input's own otherwise."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
 def rms_norm(
     input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None, eps: float | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,7 +58,7 @@ def rms_norm(
     fp32 for half inputs; y in the input's dtype, rstd in the accumulation dtype with the normalised dims kept as 1
     (the shapes of torch's meta kernel). eps None: the accumulation dtype's machine epsilon, as torch's."""
     dims = tuple(range(input.dim() - len(normalized_shape), input.dim()))
-    acc = _accumulation(input.dtype)
+    acc = lstm_cell.accumulation(input.dtype)
     x = input.to(acc)
     eps = torch.finfo(acc).eps if eps is None else eps
     rstd = torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)
@@ -102,7 +97,7 @@ def rms_norm_backward(
     dx = rstd * (g w - x rstd^2 mean(g w x)), dw = sum over the leading dims of g x rstd (in fp32 for half inputs)."""
     dims = tuple(range(input.dim() - len(normalized_shape), input.dim()))
     lead = input.shape[: input.dim() - len(normalized_shape)]
-    acc = _accumulation(input.dtype)
+    acc = lstm_cell.accumulation(input.dtype)
     x, g = input.to(acc), grad.to(acc)
     r = rstd.to(acc).reshape(*lead, *([1] * len(normalized_shape)))
     gw = g * weight.to(acc) if weight is not None else g

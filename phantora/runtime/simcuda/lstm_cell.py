@@ -16,6 +16,12 @@ from __future__ import annotations
 
 import torch
 
+
+def accumulation(dtype: torch.dtype) -> torch.dtype:
+    """The dtype CUDA's kernels compute in: fp32 for half inputs, the input's own otherwise."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 FORWARD = torch.ops.aten._thnn_fused_lstm_cell.default
 BACKWARD = torch.ops.aten._thnn_fused_lstm_cell_backward_impl.default
 
@@ -28,7 +34,7 @@ def forward(
     hidden_bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(hy, cy, workspace), computed in the accumulation dtype (fp32 for half inputs) and written in the input's."""
-    acc = torch.float32 if input_gates.dtype in (torch.float16, torch.bfloat16) else input_gates.dtype
+    acc = accumulation(input_gates.dtype)
     gates = input_gates.to(acc) + hidden_gates.to(acc)
     for bias in (input_bias, hidden_bias):
         if bias is not None:
@@ -51,7 +57,7 @@ def backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(grad of the gates before activation, grad of cx, grad of the bias: the gates' gradient summed over the batch,
     or None without biases). A missing gradient (an output not used) is zero."""
-    acc = torch.float32 if workspace.dtype in (torch.float16, torch.bfloat16) else workspace.dtype
+    acc = accumulation(workspace.dtype)
     i, f, g, o = workspace.to(acc).chunk(4, 1)
     tanh_cy = cy.to(acc).tanh()
     ghy = grad_hy.to(acc) if grad_hy is not None else torch.zeros_like(tanh_cy)
@@ -79,7 +85,7 @@ def gru_forward(
     """GRU's fused cell: (hy, workspace). Reset, update and new gates r, z = sigmoid, n = tanh(i_n + r * h_n); hy =
     (1 - z) n + z hx. The workspace holds r, z, n, hx and h_n (the hidden side's new-gate chunk), (batch, 5 * hidden),
     as RNN.cu's kernel keeps them for the backward."""
-    acc = torch.float32 if input_gates.dtype in (torch.float16, torch.bfloat16) else input_gates.dtype
+    acc = accumulation(input_gates.dtype)
     ig, hg = input_gates.to(acc), hidden_gates.to(acc)
     if input_bias is not None:
         ig = ig + input_bias.to(acc)
@@ -99,7 +105,7 @@ def gru_backward(
     grad_hy: torch.Tensor, workspace: torch.Tensor, has_bias: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Gradients of the input gates, the hidden gates, hx and (with biases) both biases."""
-    acc = torch.float32 if workspace.dtype in (torch.float16, torch.bfloat16) else workspace.dtype
+    acc = accumulation(workspace.dtype)
     r, z, n, h, h_n = workspace.to(acc).chunk(5, 1)
     g = grad_hy.to(acc)
     d_n = g * (1 - z) * (1 - n * n)
