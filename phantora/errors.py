@@ -37,5 +37,9 @@ class SimulationInterruptedError(PhantoraError):
     """A signal (SIGTERM, SIGINT) stopped a simulator part-way through a run call; its handler did not raise."""
 
 
+class PhantomValueError(PhantoraError):
+    """A data-dependent value was asked for in phantom mode, where tensors have no values."""
+
+
 class InputWarning(UserWarning):
     """Input that phantora accepts but partly ignores (the command line prints it as a warning line)."""

@@ -26,6 +26,7 @@ MODEL_SWITCHES = (
     "PHANTORA_NCCL_REGISTER",  # egraph/call_env.py: NCCL buffer registration
     "PHANTORA_TORCH_VERSION",  # runtime/simcuda/torch_release.py: the modelled torch release
     "PHANTORA_COMPILE_FUSION",  # torch.compile's fusion model
+    "PHANTORA_PHANTOM_SHAPES",  # runtime/data_shapes.py: phantom mode's sizes of data-dependent ops
     "PHANTORA_MEMORY",  # runtime/memory.py: device memory tracking
     "PHANTORA_MEMORY_LIMIT",
     "PHANTORA_MEMORY_RESERVE",

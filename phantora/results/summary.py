@@ -154,6 +154,12 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
             sites.setdefault(kind, set()).update(found)
     if sites:  # every top-k site of phantom scores: the routers' (balanced), the others' (phantom), grouped ones
         out["moe_routing_sites"] = {kind: sorted(found) for kind, found in sorted(sites.items())}
+    shapes = [r["phantom_shapes"] for r in ranks.values() if r.get("phantom_shapes")]
+    if shapes:  # phantom mode's sizes of data-dependent ops (runtime/data_shapes.py: PHANTORA_PHANTOM_SHAPES)
+        out["phantom_shapes"] = {
+            "assumed": ", ".join(sorted({str(a["assumed"]) for a in shapes})),
+            "sites": sorted({site for a in shapes for site in a["sites"]}),
+        }
     simulated = sorted({p for r in ranks.values() for p in r.get("simulated_packages") or []})
     if simulated:  # stand-ins a rank imported where the package was not installed (runtime/simcuda/simapex.py)
         out["simulated_packages"] = simulated
@@ -232,6 +238,13 @@ def _routing_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(
             f"phantom mode: group-limited routing ({', '.join(sites['grouped'])}) not modelled: no final top-k "
             "followed its group top-k over the same tokens, so routing is balanced over all experts"
+        )
+    shapes = summary.get("phantom_shapes")
+    if shapes:
+        more = f" and {len(shapes['sites']) - 4} more" if len(shapes["sites"]) > 4 else ""
+        lines.append(
+            f"phantom mode: data-dependent sizes assumed (PHANTORA_PHANTOM_SHAPES={shapes['assumed']}) at "
+            f"{', '.join(shapes['sites'][:4])}{more} (results.json phantom_shapes)"
         )
     if sites.get("phantom"):
         lines.append(

@@ -11,7 +11,8 @@ What cannot work without values is never answered silently wrong:
   a placeholder that cannot be mistaken for a real loss;
 - `.item()`, `bool()`, `.tolist()` of an integer or boolean tensor, which usually drives control
   flow (`if mask.any():`), raises `PhantomValueError` naming the op;
-- ops whose output shape depends on values (`nonzero`, boolean masking) raise torch's own error.
+- ops whose output shape depends on values (`nonzero`, a boolean index, `unique`) raise `PhantomValueError` naming
+  the call, or assume a size if `PHANTORA_PHANTOM_SHAPES` says so (data_shapes.py).
 
 FSDP2 refuses to train meta parameters (it expects `to_empty()` first); in phantom mode its check
 is lifted, since the parameters stand for GPU memory that the simulation never touches. DDP's two
@@ -26,13 +27,9 @@ from typing import Any
 
 import torch
 
-from phantora.errors import PhantoraError
+from phantora.errors import PhantomValueError  # defined there, raised here and in data_shapes.py
 
 _enabled = False
-
-
-class PhantomValueError(PhantoraError):
-    """A data-dependent value was asked for in phantom mode, where tensors have no values."""
 
 
 def enabled() -> bool:
@@ -75,7 +72,9 @@ def enable() -> None:
     _ddp_on_meta()
     _tolist_on_meta()
     _masked_softmax_on_meta()
-    from phantora.runtime import object_values, phantom_dcp, phantom_pipelining
+    from phantora.runtime import data_shapes, object_values, phantom_dcp, phantom_pipelining
+
+    data_shapes.enable()  # nonzero, a boolean index, unique ...: a size assumed, or one line naming the call
 
     object_values.enable()  # torch's object collectives carry real values (the value channel)
     phantom_pipelining.enable()  # and a pipeline schedule's warm-up vote

@@ -28,7 +28,7 @@ from phantora.collectives.slot_window import Slots, SlotWindow
 from phantora.errors import PhantoraError
 from phantora.procmem import proportional_set_mb
 from phantora.results.run_dir import RunDir
-from phantora.runtime import flex_chunks, nccl_launch, program_env
+from phantora.runtime import data_shapes, flex_chunks, nccl_launch, program_env
 from phantora.runtime.any_source import AnyRecvs
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
@@ -1161,6 +1161,7 @@ class RankSession:
             **({"scenario": self.scenario_results()} if self.scenario is not None else {}),
             **({"moe_routing": routing} if (routing := kept_values.routing()) is not None else {}),
             **({"moe_routing_sites": sites} if (sites := kept_values.sites()) is not None else {}),
+            **({"phantom_shapes": shapes} if (shapes := data_shapes.assumed()) is not None else {}),
             **({"simulated_packages": pk} if (pk := simapex.simulated_packages()) is not None else {}),
         }
 

@@ -19,12 +19,14 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map
 
 from phantora.perfmodel.gemm_layout import contiguous_strides
+from phantora.runtime import data_shapes
 from phantora.runtime.simcuda import composite, cuda_only, devices, guard, kept_values, lazy, list_index, rng
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
 _CUDA = tuple(torch.device("cuda", i) for i in range(64))  # made once: a new wrapper is made for every op's output
 _TO_COPY = torch.ops.aten._to_copy.default
+_INDEX = torch.ops.aten.index.Tensor
 _IS_PINNED = torch.ops.aten.is_pinned.default
 _PIN = torch.ops.aten._pin_memory.default
 _STRIDED = torch.strided
@@ -451,7 +453,11 @@ def run_op(
     # runs on meta.
     to_meta = has_meta and has_data
     if has_data and not has_meta and _inner_device.type == "meta":  # phantom mode, every tensor with values:
-        to_meta = kept_values.too_large(func, *(unwrap_to_meta((args, kwargs)) if nested else _as_meta(args, kwargs)))
+        to_meta = func not in data_shapes.OPS and kept_values.too_large(  # data_shapes: no size on meta
+            func, *(unwrap_to_meta((args, kwargs)) if nested else _as_meta(args, kwargs))
+        )
+    if to_meta and func is _INDEX:  # phantom data indexed by a boolean mask with values: its count, exactly
+        args = (args[0], data_shapes.exact_mask_indices(args[1]), *args[2:])
     if nested:
         a, k = (unwrap_to_meta if to_meta else unwrap)((args, kwargs))
     else:
