@@ -63,14 +63,14 @@ bool RunFlagged(int64_t limitNs, bool& flag, Done done, const char* caller) {
 /// (StepEndKey): a queue sample of `ns` orders after any stop the caller can queue with its own key, so a loop of
 /// such stops would run one stop each time and never the sample (issue 38: a keyed run with the default 1 us
 /// sampling that met a sampling instant spun here, queueing stops until it ran out of memory).
-void StopAtStepEnd(int64_t ns) {
+EventId StopAtStepEnd(int64_t ns) {
   PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
   if (sim == nullptr || !sim->Keyed()) {
-    Simulator::Stop(NanoSeconds(0));
-    return;
+    return Simulator::Stop(NanoSeconds(0));
   }
   const auto ts = static_cast<uint64_t>(ns);
-  sim->ScheduleKeyedAt(ts, Simulator::NO_CONTEXT, StepEndKey(ts), MakeEvent(static_cast<void (*)()>(&Simulator::Stop)));
+  return sim->ScheduleKeyedAt(ts, Simulator::NO_CONTEXT, StepEndKey(ts),
+                              MakeEvent(static_cast<void (*)()>(&Simulator::Stop)));
 }
 
 std::string SignalName(int sig) {
@@ -780,24 +780,34 @@ void PhantoraNetwork::RunUntil(int64_t ns) {
   });
 }
 
-void PhantoraNetwork::RunTo(int64_t ns) {
+void PhantoraNetwork::RunTo(int64_t ns, bool untilIdle) {
   const int64_t now = Now();
   if (ns < now) {
     throw std::invalid_argument("RunUntil(" + std::to_string(ns) + "): the network is already at " +
                                 std::to_string(now) + " ns");
   }
-  Simulator::Stop(NanoSeconds(ns - now));
+  Impl& s = Need();
+  // untilIdle: a completion that leaves no flow in flight stops the run right after its event (Complete's
+  // Simulator::Stop), where RunUntilIdle stops a drain; the stop queued for the step's end is then cancelled.
+  const bool idleStops = untilIdle && s.inFlight > 0;
+  s.stopWhenIdle = idleStops;
+  EventId stop = Simulator::Stop(NanoSeconds(ns - now));
   RunSimulator();
   // Events stamped exactly `ns` but scheduled after the stop event: run them too. Each round runs at least one
   // event besides its stop, or the loop would queue stops for ever: then it fails naming the run call.
-  while (NextEventTime() == ns) {
+  while (!(idleStops && s.inFlight == 0) && NextEventTime() == ns) {
     const uint64_t before = Simulator::GetEventCount();
-    StopAtStepEnd(ns);
+    stop = StopAtStepEnd(ns);
     RunSimulator();
     if (Simulator::GetEventCount() == before + 1 && NextEventTime() == ns) {
+      s.stopWhenIdle = false;
       throw std::logic_error("RunUntil(" + std::to_string(ns) +
                              "): an event of that ns orders after every stop, so the run call cannot finish it");
     }
+  }
+  s.stopWhenIdle = false;
+  if (idleStops && s.inFlight == 0) {
+    Simulator::Cancel(stop);
   }
 }
 
@@ -841,16 +851,22 @@ bool PhantoraNetwork::RunWatching(int64_t ns, bool all, const char* caller) {
   s.watchAll = false;
   s.stopWhenIdle = false;
   s.watched.clear();
+  // The rest of the ns it stopped in is run (below), but never past a completion that leaves no flow in flight:
+  // a drain (RunUntilIdle) ends right after that event, so a run stepped by watched calls, or in chunks of any
+  // size, ends there too; the ACKs and PFC frames of that ns still to come run in the next call, if any.
   if (bounded && !s.watchHit) {
     // Reached the limit: the events stamped `ns` but scheduled after the stop event, as RunUntil.
-    RunTo(ns);
+    RunTo(ns, true);
     return false;
   }
-  // Stopped inside an ns (a watched completion, or idle): cancel the limit and finish that ns.
+  // Stopped inside an ns (a watched completion, or idle): cancel the limit and finish that ns, unless the
+  // completion it stopped at left the fabric idle.
   if (bounded) {
     Simulator::Cancel(stop);
   }
-  RunTo(Now());
+  if (s.inFlight > 0) {
+    RunTo(Now(), true);
+  }
   NS_LOG_LOGIC("stopped at " << Now() << " ns, watched completion: " << s.watchHit);
   return s.watchHit;
 }

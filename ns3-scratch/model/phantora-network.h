@@ -247,9 +247,10 @@ class PhantoraNetwork {
   /// Process every event at or before `ns`; Now() becomes `ns`.
   void RunUntil(int64_t ns);
   /// RunUntil(ns), but return right after the first ns at which a flow in `watch` completes at its
-  /// receiver: every event of that ns is run and Now() is that ns (exact co-simulation stops there).
-  /// ns < 0: no limit; then also return at the ns at which no flow is in flight any more (or when
-  /// nothing is scheduled). True if a watched flow completed.
+  /// receiver: every event of that ns is run and Now() is that ns (exact co-simulation stops there); but
+  /// not past a completion that leaves no flow in flight: then it returns right after that event, where
+  /// RunUntilIdle stops. ns < 0: no limit; then also return at the ns at which no flow is in flight any
+  /// more (or when nothing is scheduled). True if a watched flow completed.
   bool RunUntilWatched(int64_t ns, const std::vector<uint64_t>& watch);
   /// RunUntilWatched(ns, every flow): return right after the first ns at which any flow completes at its
   /// receiver (a caller that keeps its own dependencies, e.g. beside a second engine, steps this way).
@@ -432,8 +433,9 @@ class PhantoraNetwork {
   PhantoraCutLink& Worker(const char* what) const;
   /// RunUntilWatched's loop over the watch set already in place (`all`: every flow is watched).
   bool RunWatching(int64_t ns, bool all, const char* caller);
-  /// Process every event at or before `ns` (RunUntil, inside other run calls).
-  void RunTo(int64_t ns);
+  /// Process every event at or before `ns` (RunUntil, inside other run calls); `untilIdle`: stop right after a
+  /// completion that leaves no flow in flight, if one comes first (where RunUntilIdle stops).
+  void RunTo(int64_t ns, bool untilIdle = false);
   /// A run call's body, cut short by a signal: then InterruptedBy() is set and the result is `cut`.
   template <typename R, typename F>
   R Interruptible(R cut, F&& body);

@@ -7,7 +7,8 @@ between two chunks with ns-3's clock. A chunk is sized to take about `target_s` 
 CPU per simulated ns.
 
 The model events are the same whatever the stopping points: a call stops between two event times (every event of
-the stop's ns run, `PhantoraNetwork::RunTo`), nothing is submitted between chunks, and a chunk ends early exactly
+the stop's ns run, `PhantoraNetwork::RunTo`) or right after the completion that leaves no flow in flight (where a
+whole drain stops, whatever the chunk's limit), nothing is submitted between chunks, and a chunk ends early exactly
 where the whole call would (the first completion's ns; `advance_watching` and `drain` step completion by
 completion, so they also stop where the fabric falls idle). Only ns-3's `events` counter moves: it counts the
 chunks' own stop events (as it counts every run call's), so it is not a figure of the simulation

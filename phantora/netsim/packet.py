@@ -447,9 +447,10 @@ class Ns3Simulator:
         """`advance(until)`, but return right after the first ns at which a flow in `watch` completes.
 
         Every event of that ns is run and now() is that ns (the exact co-simulation stepping of
-        `phantora.netsim.base.step_watching`, done inside ns-3: the completion stops the simulator).
-        `until` >= 2^62 means no limit: then it also returns once nothing is in flight. `earliest`
-        (no watched flow completes before it) is accepted for the stepping interface and not needed.
+        `phantora.netsim.base.step_watching`, done inside ns-3: the completion stops the simulator), but none
+        after a completion that leaves no flow in flight: `drain` stops there. `until` >= 2^62 means no limit:
+        then it also returns once nothing is in flight. `earliest` (no watched flow completes before it) is
+        accepted for the stepping interface and not needed.
         """
         unbounded = until >= _FOREVER_NS
         if not watch:
@@ -480,8 +481,9 @@ class Ns3Simulator:
 
     def advance_to_completion(self, until: int) -> list[Completion]:
         """`advance(until)`, but return right after the first ns at which any flow completes (every event of
-        that ns run, now() that ns): how a caller that keeps dependencies of its own steps this engine. With
-        no limit (`until` >= 2^62) it also returns once nothing is in flight."""
+        that ns run but those after a completion that leaves no flow in flight, as `advance_watching`; now() that
+        ns): how a caller that keeps dependencies of its own steps this engine. With no limit (`until` >= 2^62) it
+        also returns once nothing is in flight."""
         now = self.now()
         if until < now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {now} ns")
