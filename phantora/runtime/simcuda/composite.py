@@ -9,6 +9,13 @@ would ask this CPU build for a CUDA tensor. A CUDA tensor there reaches the CUDA
 the simulated GPU does the same (`OpOverload.decompose`), so the copy is dispatched with ``device=``, charged and
 moved as on the GPU.
 
+Custom ops that wrap collectives run as their Python bodies too: torch's context-parallel `cplib::flex_cp_allgather`
+(torchtitan's CP with FlexAttention) makes its key and value contiguous and all-gathers them with functional
+collectives, and its backward reduce-scatters the gradients. On a GPU the op is no kernel of its own, only its parts;
+run whole on the data, its collectives were simulated and the op was charged again as a kernel of all its bytes
+(the roofline's guess for an op it does not know). Its body now runs on the simulated GPU's tensors, so the copies
+are charged as copies and the collectives as collectives, once.
+
 Only such ops: a composite without a device argument (``linear``, ``where`` with a scalar) runs on the data as
 before, since its parts may make tensors on the device where no dispatch mode takes them (FlexAttention's eager
 reference runs with the mode off); nor the composites phantora keeps whole (a CUDA kernel given, ``_fused_rms_norm``;
@@ -29,13 +36,17 @@ _has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
 _DEVICE_TYPES = frozenset({"Device", "Optional[Device]"})  # a schema argument that names a device
 
 
+# custom ops (torch.library.custom_op) around collectives, run as their Python bodies
+BODIES = frozenset({"cplib::flex_cp_allgather", "cplib::flex_cp_allgather_backward"})
+
+
 def runs_as_parts(func: Any) -> bool:
-    """Is `func` an aten op taking a device that a CUDA tensor runs as its ``CompositeImplicitAutograd`` composite
-    (decided once per op)?"""
+    """Is `func` an aten op taking a device that a CUDA tensor runs as its ``CompositeImplicitAutograd`` composite,
+    or a custom op of `BODIES` (decided once per op)?"""
     known = _KNOWN.get(id(func))
     if known is None:
         name = func.name()
-        known = _KNOWN[id(func)] = (
+        known = _KNOWN[id(func)] = name in BODIES or (
             func.namespace == "aten"
             and func not in _KEPT_WHOLE
             and func not in cuda_only.KERNELS
@@ -45,3 +56,13 @@ def runs_as_parts(func: Any) -> bool:
             and any(str(a.type) in _DEVICE_TYPES for a in func._schema.arguments)
         )
     return known
+
+
+def run_parts(func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """Run `func` (`runs_as_parts`) through its parts: an aten composite's decomposition, a custom op's Python body
+    (each part then dispatched, charged and moved as usual)."""
+    if func.namespace == "aten":
+        return func.decompose(*args, **kwargs)
+    from torch._library.custom_ops import OPDEFS
+
+    return OPDEFS[func.name()]._init_fn(*args, **kwargs)

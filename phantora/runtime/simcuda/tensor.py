@@ -424,7 +424,7 @@ def run_op(
         with torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY):
             return func(*args, **kwargs)
     if composite.runs_as_parts(func):  # below autograd (a subclass's handler): its parts, as a CUDA tensor runs it
-        return func.decompose(*args, **kwargs)
+        return composite.run_parts(func, args, kwargs)
     nested = any(type(x) in _NESTED for x in args) or any(type(x) in _NESTED for x in kwargs.values())
     flat = tree_flatten((args, kwargs))[0] if nested else (*args, *kwargs.values())
     index = 0
