@@ -149,3 +149,53 @@ def test_torchs_varlen_attn_ops_are_the_same_kernels(charged: tuple[RankSession,
     assert [x.shape for x in grads] == [x.shape for x in host]
     if not s.phantom:
         torch.testing.assert_close(out.elem.double(), _reference(*host, True)[0], rtol=2e-2, atol=2e-2)
+
+
+def _window_pairs(n: int, w: int) -> int:
+    """Closed form: a causal window of w keys back over n queries keeps min(i, w) + 1 keys for query i."""
+    return (w + 1) * n - w * (w + 1) // 2 if n > w else n * (n + 1) // 2
+
+
+@pytest.mark.parametrize("w", [0, 3, 20])
+def test_a_sliding_window_is_charged_its_pairs(charged: tuple[RankSession, list], w: int) -> None:
+    """A causal window of w keys over a sequence of n is charged the causal kernel's FLOPs times the share of its
+    pairs the window keeps, sum_n W(n, w) / sum_n n(n+1)/2 within a group of one length; the same bytes; forward and
+    backward. A window wider than every sequence (20) costs what the causal kernel does."""
+    s, seen = charged
+    _, (q, k, v), cum = _inputs(s.phantom)
+    lengths = [12, 12, 12] if s.phantom else LENGTHS
+    with ChargeMode(s):
+        aten._flash_attention_forward(q, k, v, cum, cum, 12, 12, 0.0, True, False)
+        aten._flash_attention_forward(
+            q, k, v, cum, cum, 12, 12, 0.0, True, False, window_size_left=w, window_size_right=0
+        )
+    (_, causal), (_, window) = seen
+    per_length: dict[int, int] = {}
+    for n in lengths:
+        per_length[n] = per_length.get(n, 0) + 1
+    want = sum(
+        round(2 * HEADS * c * n * n * 2 * D * _window_pairs(n, w) / (n * (n + 1) // 2)) for n, c in per_length.items()
+    )
+    assert causal.flops == 2 * HEADS * sum(n * n for n in lengths) * 2 * D  # torch's formula: every pair
+    assert window.flops == want and window.nbytes == causal.nbytes
+    assert (window.flops < causal.flops) == (w < max(lengths) - 1)
+
+
+def test_the_calibrated_model_times_a_window_by_its_pairs() -> None:
+    """perfmodel's attention features count a window's pairs (FlashAttention's bottom-right alignment), and the
+    calibrated model's time falls with them."""
+    from phantora.perfmodel.features import window_pairs
+    from phantora.runtime.compute import Calibrated
+    from phantora.runtime.simcuda import attention
+
+    for n, w in ((4096, 128), (4096, 4095), (100, 0)):
+        assert window_pairs(n, n, True, w, 0) == _window_pairs(n, w)
+    assert window_pairs(3, 5, True, -1, -1) == 3 + 4 + 5  # bottom right: query i sees keys 0 .. i + 2
+    assert window_pairs(4, 4, False, 1, 1) == 2 + 3 + 3 + 2
+    model = Calibrated(get_gpu("h100"), DEFAULT_LAUNCH_NS)
+    q = torch.empty(1, 8, 4096, 128, dtype=torch.bfloat16, device="meta")
+    causal = model.cost(attention.FLASH, (q, q, q, 0.0, True, False), {}, None)
+    window = model.cost(
+        attention.FLASH, (q, q, q, 0.0, True, False), {"window_size_left": 128, "window_size_right": 0}, None
+    )
+    assert window.ns < causal.ns / 4  # 129 of 2,048.5 keys a query on average: the rows' fixed costs remain

@@ -231,6 +231,28 @@ def causal_pairs(q_len: int, kv_len: int) -> int:
     return kv_len * (kv_len + 1) // 2 + (q_len - kv_len) * kv_len
 
 
+def window_pairs(q_len: int, kv_len: int, causal: bool, left: int | None, right: int | None) -> int:
+    """(query, key) pairs FlashAttention's sliding window keeps: query i's diagonal key is i + kv_len - q_len (its
+    masks align to the bottom right), and it sees `left` keys before it and `right` after (None or negative:
+    unbounded; causal: none after)."""
+    left = -1 if left is None else left
+    right = -1 if right is None else right
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    total = 0
+    for i in range(q_len):
+        diag = i + kv_len - q_len
+        lo = max(0, diag - left) if left >= 0 else 0
+        hi = min(kv_len - 1, diag + right) if right >= 0 else kv_len - 1
+        total += max(0, hi - lo + 1)
+    return total
+
+
+def _windowed(call: OpCall) -> bool:
+    """Does the call carry a sliding window (FlashAttention's `window_size_left` / `_right`, one of them >= 0)?"""
+    return any((v := call.extra.get(k)) is not None and v >= 0 for k in ("window_left", "window_right"))
+
+
 def _attention(call: OpCall, cls: str) -> OpFeatures:
     base = base_name(call.op)
     first = 1 if cls == "attention_bwd" else 0  # backward: grad_out comes first
@@ -242,7 +264,11 @@ def _attention(call: OpCall, cls: str) -> OpFeatures:
             (bq, h, sq, d), (_, _, sk, _), (_, _, _, dv) = q, k, v
     except (ValueError, IndexError):
         raise _bad(call, "attention needs 4-D query, key and value") from None
-    pairs = causal_pairs(sq, sk) if call.extra.get("causal") else sq * sk
+    causal = bool(call.extra.get("causal"))
+    if _windowed(call):
+        pairs = window_pairs(sq, sk, causal, call.extra.get("window_left"), call.extra.get("window_right"))
+    else:
+        pairs = causal_pairs(sq, sk) if causal else sq * sk
     bh = bq * h
     if cls == "attention_fwd":
         flops = 2 * bh * pairs * (d + dv)

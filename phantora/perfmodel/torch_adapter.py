@@ -31,6 +31,8 @@ _SCALARS = {
     "half_to_float": "half_to_float",
     "input_dtype": "input_dtype",
     "out_dtype": "out_dtype",
+    "window_size_left": "window_left",  # FlashAttention's sliding window (simcuda/varlen.py passes it)
+    "window_size_right": "window_right",
 }
 
 
@@ -58,6 +60,9 @@ def call_of(func: Any, args: tuple, kwargs: dict, out: Any) -> OpCall:
         value = named.get(arg)
         if value is not None:
             extra[key] = _dtype_name(value) if isinstance(value, torch.dtype) else value
+    for key in ("window_left", "window_right"):  # an unbounded side (-1) is no window: the call's key stays as it was
+        if extra.get(key, 0) < 0:
+            del extra[key]
     cls = op_class(op)
     if cls == "foreach" and args and isinstance(args[0], (list, tuple)):
         extra["list_len"] = len(args[0])

@@ -12,9 +12,12 @@ take an explicit mask, aligned to the bottom right as FlashAttention's causal ma
 
 The kernel is one launch over every sequence's tiles. It is charged as the compute model's batched flash kernel
 (`_scaled_dot_product_flash_attention` on (batch, heads, seq, dim), and its backward) of each group of sequences that
-share their lengths, summed, with one launch (`cost`): causal as the model counts an SDPA's causal pairs, a window's
-fewer pairs not counted (charged as its causal or full kernel). In phantom mode the sequence lengths are values the
-data may not have: unknown lengths are taken as `max_q` each.
+share their lengths, summed, with one launch (`cost`): causal as the model counts an SDPA's causal pairs, a sliding
+window as the pairs it keeps (perfmodel/features.py `window_pairs`): the calibrated model times those pairs, and the
+FLOPs are the same kernel's without the window scaled by the pairs kept over the pairs it would keep (W / C, so a
+window wider than the sequence costs what the causal kernel does); the bytes are the kernel's (every query, key and
+value is read once, every output written). In phantom mode the sequence lengths are values the data may not have:
+unknown lengths are taken as `max_q` each.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 import torch
 
+from phantora.perfmodel.features import window_pairs
 from phantora.runtime.compute import OpCost
 from phantora.runtime.simcuda import attention
 
@@ -188,16 +192,30 @@ def cost(model: Any, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -
         return model.cost(func, args, kwargs, out)
     cum_q, cum_k, max_q, max_k = args[6:10] if func is BACKWARD else args[3:7]
     groups = Counter((q1 - q0, k1 - k0) for (q0, q1), (k0, k1) in _sequences(query, key, cum_q, cum_k, max_q, max_k))
+    causal = bool(args[11] if func is BACKWARD else args[8])
+    window = _active_window(kwargs)
     flops = nbytes = ns = 0
     dtype, tier = "", "roofline"
     for (sq, sk), n in sorted(groups.items()):
         if sq <= 0 or sk <= 0:
             continue
         op, a, kw = _batched(func, args, kwargs, n, sq, sk)
-        c = model.cost(op, a, kw, None)
-        flops, nbytes, ns = flops + c.flops, nbytes + c.nbytes, ns + c.ns - model.launch_ns
+        c = model.cost(op, a, {**kw, **window}, None)
+        f = c.flops
+        if window:  # the kernel's FLOPs without the window, times the share of its pairs the window keeps
+            kept = window_pairs(sq, sk, causal, window["window_size_left"], window["window_size_right"])
+            f = round(f * kept / window_pairs(sq, sk, causal, -1, -1))
+        flops, nbytes, ns = flops + f, nbytes + c.nbytes, ns + c.ns - model.launch_ns
         dtype, tier = c.dtype or dtype, c.tier
     return OpCost(flops, nbytes, dtype, ns + model.launch_ns if ns or flops else 0, tier)
+
+
+def _active_window(kwargs: dict[str, Any]) -> dict[str, int]:
+    """The op's sliding window as keywords for the compute model, if one side is bounded (>= 0), else {}."""
+    left, right = kwargs.get("window_size_left"), kwargs.get("window_size_right")
+    if (left is None or left < 0) and (right is None or right < 0):
+        return {}
+    return {"window_size_left": -1 if left is None else left, "window_size_right": -1 if right is None else right}
 
 
 def _batched(func: Any, args: tuple, kwargs: dict[str, Any], n: int, sq: int, sk: int) -> tuple[Any, tuple, dict]:
