@@ -46,8 +46,9 @@ counts = torch.bincount((x > 0).long(), minlength=2)
 
 
 def test_an_op_phantom_mode_cannot_run_ends_the_run_with_one_line(tmp_path: Path) -> None:
-    """bincount has no meta kernel (torch's error is a page on torch.compile): the run's last line names the
-    program's call and says to run without --phantom."""
+    """bincount has no meta kernel (torch's error is a page on torch.compile), and its length is the data's largest
+    value + 1 (runtime/data_shapes.py): the run's last line names the program's call, the fixed-length form and
+    real mode (without --phantom)."""
     script = tmp_path / "counts.py"
     script.write_text(PHANTOM_BINCOUNT)
     with pytest.raises(BridgeError) as info:
@@ -56,6 +57,6 @@ def test_an_op_phantom_mode_cannot_run_ends_the_run_with_one_line(tmp_path: Path
     log = (tmp_path / "out" / "logs" / "rank0.log").read_text()
     last = log.strip().splitlines()[-1]
     assert last.startswith("phantora: rank 0 failed (at ") and "counts.py:4" in last
-    assert "NotSimulatedError: `counts = torch.bincount((x > 0).long(), minlength=2)` needs aten::bincount" in last
-    assert "without --phantom" in last and "fake impl" not in log
-    assert "NotSimulatedError" in str(info.value)
+    assert "PhantomValueError: phantom mode: `counts = torch.bincount((x > 0).long(), minlength=2)` counts" in last
+    assert "index_add_" in last and "without --phantom" in last and "fake impl" not in log
+    assert "PhantomValueError" in str(info.value)
