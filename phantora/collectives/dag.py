@@ -404,6 +404,12 @@ class DagBuilder:
         self.helpers += 1
         return len(self.nodes) - 1
 
+    def join(self, pos: int, deps: tuple[int, ...], tag: str) -> int:
+        """A zero-byte flow at position `pos` that ends once all `deps` have: one dependency for many; return its
+        id."""
+        node = self.nodes[pos]
+        return self._append(Flow(self._next(), node, node, 0, deps, 0, self.prefix + tag))
+
     def _next(self) -> int:
         return self.first_id + len(self.flows)
 

@@ -143,7 +143,7 @@ def decompose(
         return _empty_steps(dag, choice)
     if choice is not None:
         chunked = opts.granularity == "chunked" and opts.algorithm in CHUNKED_ALGORITHMS
-        pipelined = opts.algorithm in ("tree", "chain")
+        pipelined = opts.algorithm in ("tree", "chain", "nvls_tree")  # (NVLS-Tree's NVLS: each loop waits the tree)
         whole = None if b.split_qps else b.whole  # messages on the queue pairs in turn: one connection's rate
         kernels = chunked and opts.algorithm == "tree" and _tree_halves_share_the_channel(coll, topo, opts)
         dag.flows = shape(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from collections.abc import Sequence
 
 from phantora.collectives.back_pressure import Credits, forwarded
 from phantora.collectives.dag import DagBuilder, split
@@ -54,6 +55,8 @@ def tree_flows(
     window: int = 1,
     shared_sender: bool = False,
     pieces: list[int] | None = None,
+    ready: Sequence[Sequence[tuple[int, ...]]] | None = None,
+    landed: list[list[tuple[int, ...]]] | None = None,
 ) -> None:
     """Add the flows of a reduce up the tree (`up`) and/or a broadcast down it (`down`).
 
@@ -80,6 +83,10 @@ def tree_flows(
     on the wire one message at a time in the order it is ready (`DagBuilder.sender_queue`): the two halves of one
     channel's kernel share its rate, so a half sending alone (the pipeline's fill) has all of it (the caps:
     `nccl/shape.py`).
+    `ready` (chunked, up and down, one piece a chunk): `ready[v][c]`, what node v's own input of chunk c waits for
+    besides its children (NVLS-Tree: its host's NVLS reduce of the chunk), before v sends chunk c up (the root:
+    down). `landed` (filled in, one list a node): per chunk, the flows after which the whole tree's chunk is at
+    the node (its parent's chunk down; at the root, its children's chunks up and its own `ready`).
     """
     order = topo_order(parent)
     kids = children_of(parent)
@@ -158,13 +165,17 @@ def tree_flows(
             credits.sent(conn, flow)
         return kernel
 
+    def own(v: int, c: int) -> tuple[int, ...]:
+        """What node v's own input of chunk c waits for (`ready`)."""
+        return tuple(ready[v][c]) if ready is not None else ()
+
     def up_chunk(c: int) -> None:
         """Chunk c up every edge, children first; a node consumes its children's chunk c as it sends it on."""
         for v in reversed(order):
             p = parent[v]
             if p is None:
                 continue
-            have = tuple(up_in[w][c] for w in kids[v])
+            have = tuple(up_in[w][c] for w in kids[v]) + own(v, c)
             kernel = send(v, p, sizes[c], "up", c, have, up_in[v], closes)
             if window > 1 and closes[c]:
                 for w in kids[v]:
@@ -180,7 +191,9 @@ def tree_flows(
             if parent[v] is not None:
                 have: tuple[int, ...] = (down_in[v][c],)
             else:
-                have = tuple(up_in[x][last_up[c]] for x in kids[v]) if up else ()
+                have = tuple(up_in[x][last_up[c]] for x in kids[v]) + own(v, last_up[c]) if up else ()
+            if landed is not None:
+                landed[v].append(have)
             for w in kids[v]:
                 kernel = send(v, w, down_sizes[c], "down", c, have, down_in[w], down_closes)
                 if window <= 1 or not down_closes[c]:

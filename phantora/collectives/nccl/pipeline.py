@@ -1,16 +1,22 @@
-"""The pipeline fill NCCL's cost model leaves out: a chunk must cross every stage of a pipelined algorithm before
-the last stage has data, so the collective takes (stages - 1) chunk times longer than latency plus bytes over
-bandwidth. NCCL's latency term counts the per-hop software latency once; the chunk's own transfer through the
-stages is not in it. The ring has no fill (every rank sends from its first step); NVLS has two stages (the
-switch's load-reduce, then its multicast store), NVLS-Tree three on two nodes (NVLS reduce, the tree across nodes,
-NVLS multicast) plus, on more nodes, the extra network hops of its deeper tree (each a chunk over a NIC's share per
-channel), the tree 2 x (GPUs per node - 1 + tree height) (up the chain and tree, then down) under Simple and
-LL128. Under LL a tree's GPU forwards each 16-byte line as soon as its flag arrives (prims_ll.h reads, reduces and
-stores one line at a time), so a chunk crosses the NVLink chain at wire latency, which NCCL's latency already
-counts; only a network hop stores and forwards a whole step (the proxy sends it once every line of it is written):
-2 x tree height stages, one chunk time on two nodes. (LL128 forwards its 128-byte lines the same way, but the
-tree correction, `tuning.tree_correction_us`, is fitted with the chain's fill in place: moving it there moves the
-compared >= 1 MiB rows, 33 -> 32 tables at goal; left as is.)
+"""The pipeline fill NCCL's cost model leaves out: a chunk must cross every stage of a pipelined algorithm before the
+last stage has data, so the collective takes (stages - 1) chunk times longer than latency plus bytes over bandwidth.
+NCCL's latency term counts the per-hop software latency once; the chunk's own transfer through the stages is not in
+it. The ring has no fill (every rank sends from its first step). NVLS inside one node counts the steps its kernel's
+warp groups hand on whole through their connections' slots (src/device/all_reduce.h, reduce_scatter.h, all_gather.h,
+NCCL_ALGO_NVLS, v2.17.1-1 to v2.30.7-1; `nvls_stages`): an all-reduce three (the scatter warps copy a loop's chunks
+into the NVLS buffer; each head's reduce warps load-reduce its chunk through the switch and store the sum as a
+multicast in the same primitive call, element by element, so the load-reduce and the multicast are one stage, not
+two; the gather warps copy the loop out), a reduce-scatter two (scatter, then load-reduce into the output) and an
+all-gather two (multicast store, then gather). NVLS-Tree three on two nodes (NVLS reduce, the tree across nodes,
+NVLS multicast; its kernel's scatter and gather are not counted: adding them moves the fitted two- to eight-host
+H100 tables away, 33 -> 31 tables at goal) plus, on more nodes, the extra network hops of its deeper tree (each a
+chunk over a NIC's share per channel), the tree 2 x (GPUs per node - 1 + tree height) (up the chain and tree, then
+down) under Simple and LL128. Under LL a tree's GPU forwards each 16-byte line as soon as its flag arrives
+(prims_ll.h reads, reduces and stores one line at a time), so a chunk crosses the NVLink chain at wire latency,
+which NCCL's latency already counts; only a network hop stores and forwards a whole step (the proxy sends it once
+every line of it is written): 2 x tree height stages, one chunk time on two nodes. (LL128 forwards its 128-byte
+lines the same way, but the tree correction, `tuning.tree_correction_us`, is fitted with the chain's fill in place:
+moving it there moves the compared >= 1 MiB rows, 33 -> 32 tables at goal; left as is.)
 
 Chunk sizes follow NCCL's `calcCollChunking` (`chunking.py`); a chunk's time is its bytes over one operation's
 share of the model's bandwidth. NVLS-Tree with a single chunk per operation forms no pipeline (`nvls_tree.py`).
@@ -53,10 +59,21 @@ def chunk_overhead_us(
     return max(0, extra) * heads * NVLS_HEAD_CHUNK_COST_US
 
 
-def stages(algo: str, p: Platform, proto: str = "Simple") -> int:
+# The steps a one-node NVLS kernel's warp groups store and forward, one group after another, per collective (its
+# unregistered buffers: on registered ones the data moves in one pass, register.py, and nothing fills).
+NVLS_STAGES = {"all_reduce": 3, "reduce_scatter": 2, "all_gather": 2}
+
+
+def nvls_stages(kind: str) -> int:
+    """Stages of a one-node NVLS `kind`: all-reduce scatter, reduce-and-multicast, gather; reduce-scatter scatter,
+    load-reduce; all-gather multicast store, gather."""
+    return NVLS_STAGES.get(kind, 2)
+
+
+def stages(algo: str, p: Platform, proto: str = "Simple", kind: str = "all_reduce") -> int:
     """Pipeline stages a chunk crosses one after another (the tree's LL lines: its network hops only)."""
     if algo == "nvls":
-        return 2
+        return nvls_stages(kind)
     if algo == "nvls_tree":
         return 3
     if algo == "tree":
@@ -82,7 +99,7 @@ def fill_us(
     operation; NVLS-Tree with one chunk per operation (nLoops = 1): that chunk's own crossing, never more
     (`nvls_tree.fill_us`). `chunk`: NCCL's chunk where the caller knows it (registered NVLS, register.py), else
     `chunk_bytes`'."""
-    depth = stages(algo, p, proto)
+    depth = stages(algo, p, proto, kind)
     if depth <= 1 or algbw <= 0 or nbytes <= 0:
         return 0.0
     heads = nvls_heads(p) if algo in ("nvls", "nvls_tree") else 1
