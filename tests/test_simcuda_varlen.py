@@ -181,6 +181,21 @@ def test_a_sliding_window_is_charged_its_pairs(charged: tuple[RankSession, list]
     assert (window.flops < causal.flops) == (w < max(lengths) - 1)
 
 
+def test_a_window_of_right_0_is_the_causal_kernels(charged: tuple[RankSession, list]) -> None:
+    """torch's `varlen_attn` passes `is_causal=False` with a window (w, 0) (causal is FlashAttention's window (-1, 0)):
+    charged as the causal window, and a window wider than every sequence as the causal kernel, not the full one."""
+    s, seen = charged
+    _, (q, k, v), cum = _inputs(s.phantom)
+    with ChargeMode(s):
+        for causal, left in ((True, 3), (False, 3), (True, -1), (False, 20)):
+            aten._flash_attention_forward(
+                q, k, v, cum, cum, 12, 12, 0.0, causal, False, window_size_left=left, window_size_right=0
+            )
+    window, same, causal, wide = (c for _, c in seen)
+    assert (same.flops, same.ns) == (window.flops, window.ns)
+    assert (wide.flops, wide.ns) == (causal.flops, causal.ns)
+
+
 def test_the_calibrated_model_times_a_window_by_its_pairs() -> None:
     """perfmodel's attention features count a window's pairs (FlashAttention's bottom-right alignment), and the
     calibrated model's time falls with them."""

@@ -192,8 +192,10 @@ def cost(model: Any, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -
         return model.cost(func, args, kwargs, out)
     cum_q, cum_k, max_q, max_k = args[6:10] if func is BACKWARD else args[3:7]
     groups = Counter((q1 - q0, k1 - k0) for (q0, q1), (k0, k1) in _sequences(query, key, cum_q, cum_k, max_q, max_k))
-    causal = bool(args[11] if func is BACKWARD else args[8])
     window = _active_window(kwargs)
+    # FlashAttention's causal mask is the window (-1, 0): torch's varlen_attn passes is_causal=False with a window of
+    # right 0 (torchtitan's gpt_oss: (127, 0)), a causal kernel whose window may bind
+    causal = bool(args[11] if func is BACKWARD else args[8]) or window.get("window_size_right") == 0
     flops = nbytes = ns = 0
     dtype, tier = "", "roofline"
     for (sq, sk), n in sorted(groups.items()):
