@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -241,11 +242,28 @@ def exit_with(who: str, exc: SystemExit, before_exit: Callable[[], None] = _noth
     os._exit(code)
 
 
+def _stop_on_thread_gpu_work(who: str) -> None:
+    """A thread the program starts (`threading.Thread`) whose GPU work phantora cannot run (torch's missing-kernel
+    error, `unsupported.explain`) ends the rank on `fail`'s one line. Python's own hook would print torch's error of
+    some hundred lines and let the program go on without that work, its figures silently short of it; other errors
+    in a thread keep Python's hook."""
+    previous = threading.excepthook
+
+    def hook(args: Any) -> None:
+        exc = args.exc_value
+        if isinstance(exc, NotImplementedError) and unsupported.explain(exc) is not None:
+            fail(who, exc)
+        previous(args)
+
+    threading.excepthook = hook
+
+
 def run_script(who: str, script: str, argv: list[str]) -> None:
     """Run `script` as `__main__`, with `argv` as its sys.argv and its folder first on sys.path; if it fails or exits
     non-zero, end the process with `who`'s one line (`fail`, `exit_with`)."""
     sys.argv = argv
     sys.path.insert(0, os.path.dirname(script))
+    _stop_on_thread_gpu_work(who)
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
