@@ -11,7 +11,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
-from phantora.collectives.back_pressure import Credits, forwarded
+from phantora.collectives.back_pressure import Credits, written
 from phantora.collectives.dag import DagBuilder, split
 from phantora.collectives.layout import children_of, topo_order
 from phantora.collectives.nccl.part_loops import part_chunks
@@ -73,7 +73,9 @@ def tree_flows(
     its last byte have arrived. `window` w > 1 (NCCL_STEPS, a connection's buffer slots; needs the builder's
     communicator): on each edge chunk c waits for chunk c - w to be consumed (its slot is free, `Credits`) instead
     of chunk c - 1 to arrive, and the edge's chunks go on the wire one at a time in order (`Flow.queue`), so up to
-    w are in flight (prims_simple.h `waitPeer`, NCCL v2.30.7-1). With `sweeps` the slot is still a chunk's: the
+    w are in flight (prims_simple.h `waitPeer`, NCCL v2.30.7-1); a forwarding node consumes a chunk once it has
+    written it on (`back_pressure.written`: inside a host at its forward's arrival, across hosts once its staging
+    slot is free). With `sweeps` the slot is still a chunk's: the
     chunk's sweeps all wait for that one slot (a primitive call waits once, prims_ll.h / prims_ll128.h
     `waitSend`) and follow each other on the wire, and the receiver frees it once its call has forwarded the
     chunk's last sweep (`postRecv`). `pieces` (chunked, without `sweeps`): the chunks' bytes in place
@@ -146,11 +148,12 @@ def tree_flows(
 
     def send(
         v: int, w: int, size: int, phase: str, c: int, have: tuple[int, ...], edge: list[int], marks: list[bool]
-    ) -> tuple[int, ...]:
+    ) -> tuple[tuple[int, ...], int]:
         """Add piece c of `phase` from v to w once `have` are in and its slot on the edge is free; record it in
-        `edge[c]`; return what its kernel waited for to write it (`Credits.slots`). `marks`: whether each piece of
-        the phase ends its chunk; with a window the slot is a chunk's: every piece of the chunk waits for it (the
-        kernel's one wait a call), and the consumption of its last piece frees it (one credit a chunk)."""
+        `edge[c]`; return what its kernel waited for to write it (`Credits.slots`) and the piece's flow. `marks`:
+        whether each piece of the phase ends its chunk; with a window the slot is a chunk's: every piece of the
+        chunk waits for it (the kernel's one wait a call), and the consumption of its last piece frees it (one
+        credit a chunk)."""
         conn = (phase, v, w)
         kernel: tuple[int, ...] = ()
         if window <= 1:
@@ -163,7 +166,7 @@ def tree_flows(
         edge[c] = flow
         if window > 1 and marks[c]:
             credits.sent(conn, flow)
-        return kernel
+        return kernel, flow
 
     def own(v: int, c: int) -> tuple[int, ...]:
         """What node v's own input of chunk c waits for (`ready`)."""
@@ -176,10 +179,10 @@ def tree_flows(
             if p is None:
                 continue
             have = tuple(up_in[w][c] for w in kids[v]) + own(v, c)
-            kernel = send(v, p, sizes[c], "up", c, have, up_in[v], closes)
+            kernel, flow = send(v, p, sizes[c], "up", c, have, up_in[v], closes)
             if window > 1 and closes[c]:
                 for w in kids[v]:
-                    forwarded(credits, up_in[w][c], have, kernel)
+                    written(credits, up_in[w][c], have, kernel, flow, b.network(v, p))
 
     next_up = 0  # the root's first up chunk not yet sent on down
 
@@ -195,17 +198,18 @@ def tree_flows(
             if landed is not None:
                 landed[v].append(have)
             for w in kids[v]:
-                kernel = send(v, w, down_sizes[c], "down", c, have, down_in[w], down_closes)
+                kernel, flow = send(v, w, down_sizes[c], "down", c, have, down_in[w], down_closes)
                 if window <= 1 or not down_closes[c]:
-                    continue  # a chunk is consumed as its last piece is sent on
+                    continue  # a chunk is consumed as its last piece is written on
+                net = b.network(v, w)
                 if parent[v] is not None:
-                    forwarded(credits, down_in[v][c], have, kernel)
+                    written(credits, down_in[v][c], have, kernel, flow, net)
                 elif up:
                     for u in range(next_up, k):
                         if ends[u] > down_ends[c]:
                             break
                         for x in kids[v] if closes[u] else ():
-                            forwarded(credits, up_in[x][u], have, kernel)
+                            written(credits, up_in[x][u], have, kernel, flow, net)
             if parent[v] is None and up:
                 while next_up < k and ends[next_up] <= down_ends[c]:
                     next_up += 1
