@@ -25,7 +25,15 @@ from phantora.collectives.layout import (
     rotate,
     tree_parents,
 )
-from phantora.collectives.nccl import channel_split, coll_group, nvswitch_rings, part_loops, ring_nics, tree_channels
+from phantora.collectives.nccl import (
+    channel_split,
+    coll_group,
+    nvswitch_rings,
+    part_loops,
+    ring_nics,
+    tree_chains,
+    tree_channels,
+)
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import found_channels, found_speed, plan_channels
@@ -596,23 +604,67 @@ def channel_rings(
     return [ring_order(blocks, chain(c), alternate) for c in range(count)]
 
 
-def _nvswitch_hosts(
+def _nvswitch_layout(
     coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int], blocks: list[list[int]]
-) -> tuple[list[list[int]], list[nvswitch_rings.HostRing]] | None:
+) -> tuple[list[list[int]], list[int]] | None:
     """NVSwitch hosts with P2P on and one NIC per GPU, the same GPU count on each (nccl/nvswitch_rings.py): each
-    host's positions by GPU index and each found channel's ring through a host (the first host's PCIe layout);
-    else None."""
+    host's positions by GPU index and the PCIe switch of each (the first host's layout); else None."""
     if opts.model != "nccl" or not multi_host(blocks) or any(fabric_switch(topo, v) is None for v in nodes):
         return None
-    st = nccl_settings(opts)
-    p = platform_of(topo, coll.ranks, st)
-    if not nvswitch_rings.applies(p):
+    if not nvswitch_rings.applies(platform_of(topo, coll.ranks, nccl_settings(opts))):
         return None
     ordered = ring_nics.by_index(blocks, nodes)
     host = topo.nodes[nodes[ordered[0][0]]].host
     gpus = sorted(v.id for v in topo.nodes if v.kind == "gpu" and v.host == host)
-    switch = nvswitch_rings.switch_of([gpus.index(nodes[pos]) for pos in ordered[0]])
-    return ordered, nvswitch_rings.found_rings(switch, found_channels(p), st.nccl_version)
+    return ordered, nvswitch_rings.switch_of([gpus.index(nodes[pos]) for pos in ordered[0]])
+
+
+def _nvswitch_hosts(
+    coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int], blocks: list[list[int]]
+) -> tuple[list[list[int]], list[nvswitch_rings.HostRing]] | None:
+    """`_nvswitch_layout`'s hosts by GPU index and each found channel's ring through a host; else None."""
+    layout = _nvswitch_layout(coll, topo, opts, nodes, blocks)
+    if layout is None:
+        return None
+    st = nccl_settings(opts)
+    ordered, switch = layout
+    return ordered, nvswitch_rings.found_rings(
+        switch, found_channels(platform_of(topo, coll.ranks, st)), st.nccl_version
+    )
+
+
+def _channel_trees(
+    b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int], blocks: list[list[int]]
+) -> Callable[[int], tuple[int, list[int | None]]]:
+    """Channel -> (its tree of the double binary tree, the parent of every position). On `_nvswitch_layout`'s hosts
+    NCCL's BALANCED_TREE (nccl/tree_chains.py): found channel g's chain through each host from NIC g mod m's search,
+    its child nodes of child type 0 on the chain's second GPU, and every hop between hosts by the channel's NIC
+    (`b.exits`, `b.arrivals`). Else each host's chain rotated to its head (`layout.tree_parents`), every hop between
+    hosts at the head."""
+    trees = _tree_of_channel(coll, topo, opts)
+    layout = _nvswitch_layout(coll, topo, opts, nodes, blocks)
+    if layout is None or not tree_chains.applies(layout[1]):
+
+        def rotated(c: int) -> tuple[int, list[int | None]]:
+            which, head = trees(c)
+            return which, tree_parents(blocks, which, head)
+
+        return rotated
+    ordered, switch = layout
+    version = nccl_settings(opts).nccl_version
+    host = {pos: k for k, h in enumerate(ordered) for pos in h}
+
+    def channel(c: int) -> tuple[int, list[int | None]]:
+        which, found = trees(c)
+        order, nic = tree_chains.host_chain(switch, found, version)
+        parent = tree_chains.chained_tree([[h[k] for k in order] for h in ordered], which, tree_chains.BALANCED_TREE)
+        for v, up in enumerate(parent):
+            if up is not None and host[v] != host[up]:
+                here, there = ordered[host[v]][nic], ordered[host[up]][nic]
+                _mark_hops(b, c, {(v, up): (here, there), (up, v): (there, here)})
+        return which, parent
+
+    return channel
 
 
 def _order(ring: nvswitch_rings.HostRing) -> ring_nics.Order:
@@ -728,15 +780,14 @@ def _build(
         sweeps = _tree_sweeps(coll, topo, opts) if chunked else None
         common["shared_sender"] = chunked and _tree_halves_share_the_channel(coll, topo, opts)
         nccl_parts = chunked and _nccl_part_loops(opts)
-        trees = _tree_of_channel(coll, topo, opts)
+        trees = _channel_trees(b, coll, topo, opts, nodes, blocks)
         # A tree edge keeps NCCL_STEPS chunks in flight under every protocol: calcCollChunking (enqueue.cc) gives a
         # tree one step a chunk, runTreeUpDown / runTreeSplit and NVLS-Tree's tree run ProtoSimple<1, 1>
         # (all_reduce.h), LL / LL128 wait for a free slot once a chunk (prims_ll*.h `waitSend`), v2.18.5-1..v2.30.7-1;
         # a one-node LL / LL128 tree's sweeps go on behind their chunk's slot (`tree_flows`)
         window = _steps_in_flight(opts)
         for c, size in enumerate(channel_shares(coll, topo, opts)):
-            which, head = trees(c)
-            parent = tree_parents(blocks, which, head)
+            which, parent = trees(c)
             if sweeps or nccl_parts:
                 common["chunk_bytes"] = _tree_part_chunk(coll, topo, opts, size)
             pieces = part_chunks(size, common["chunk_bytes"]) if nccl_parts else None
