@@ -142,3 +142,20 @@ def test_a_tree_all_reduce_runs_ncclss_chains_and_attaches_edge_for_edge(hosts: 
                 taker = chains[above][INDEX["balanced_tree"][links[child][1]]]
                 inside = {v for v in consumers[f.id] if host[v] == above}
                 assert inside == {taker}, (c, child, above)
+
+
+@pytest.mark.parametrize("version", [(2, 27), (2, 28), (2, 30)])
+def test_host_chain_follows_the_search_of_the_version(version: tuple[int, int]) -> None:
+    """Found channel g on a DGX-like host of 8 GPUs (switches {0, 1}, {2, 3}, ...), NIC g mod 8: from 2.28 the chain
+    starts at NIC g's GPU (`search_chain`); before, a channel first replays the channel before it from its NIC, which
+    holds on the NIC's switch, so channels 2k and 2k + 1 both run 2k, 2k + 1, ... (search.cc v2.27.3-1
+    `ncclTopoSearchRecNet`: the replay with sameChannels 0 too)."""
+    switch = [k // 2 for k in range(GPUS)]
+    for g in range(2 * GPUS):
+        order, nic = tree_chains.host_chain(switch, g, version)
+        assert nic == g % GPUS
+        if version >= (2, 28):
+            assert list(order) == search_chain(g % GPUS)
+        else:
+            start = g % GPUS - g % 2
+            assert list(order) == [(start + k) % GPUS for k in range(GPUS)]
