@@ -67,7 +67,7 @@ from phantora.netsim.standalone import Alone
 from phantora.progress import Beat
 from phantora.results import schema
 from phantora.results.run_dir import RunDir
-from phantora.results.write import write_flows_csv, write_links_csv
+from phantora.results.write import flows_csv_count, write_flows_csv, write_links_csv
 from phantora.topology.model import Topology
 
 RankCmd = Sequence[str] | Callable[[int], Sequence[str]]
@@ -807,8 +807,11 @@ class CosimRun:
         if result.jobs:
             summary["jobs"] = result.jobs
         out = RunDir(self.out_dir)
+        listed = self.job_table is None and (result.completions or not result.flows_note)  # jobs: caller knows keys
+        if listed:  # flows.csv's rows and the zero-byte flows it leaves out: with them, every planned flow
+            summary["flows_csv"] = flows_csv_count(result.completions)
         out.write_json(schema.COSIM_JSON, summary, indent=1, sort_keys=False)
-        if self.job_table is None and (result.completions or not result.flows_note):  # jobs: the caller knows keys
+        if listed:
             write_flows_csv(
                 out.file(schema.FLOWS_CSV),
                 self.spec.topology,

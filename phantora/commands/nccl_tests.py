@@ -345,6 +345,10 @@ def run(args: argparse.Namespace) -> int:
         json_path.write_text(nj.encode(doc), encoding="ascii")
     if args.out is not None:
         data = _results(args, spec, topo, ranks, cc, stepbytes, results, stats, split)
+        if traffic is not None:  # flows.csv's rows and the zero-byte flows it leaves out: with them, every flow
+            from phantora.results.write import flows_csv_count
+
+            data["flows_csv"] = flows_csv_count(traffic.completions)
         paths = _write(args.out, lines, data) + network_files
         print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     if not nt.bw_passes(avg, min_bw):  # nccl-tests' main: TESTCHECK(result) prints, then returns testNumResults

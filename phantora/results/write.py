@@ -81,6 +81,27 @@ def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) 
 # ----- flows ------------------------------------------------------------------------------------------
 
 
+def in_flows_csv(c: Completion) -> bool:
+    """Whether flows.csv lists completion `c`: a flow that carried bytes between two endpoints. The others are
+    zero-byte timing points: a credit (a flag stored across NVLink) or a join at one GPU, an empty call's steps."""
+    return c.size > 0 and c.src != c.dst
+
+
+def flows_csv_count(completions: Iterable[Completion]) -> dict[str, Any]:
+    """flows.csv's rule in numbers: `rows`, the flows it lists (`in_flows_csv`), and `not_written`, the others by
+    where they ran (`at_one_endpoint`: src == dst; `zero_bytes`: 0 bytes between two endpoints) and kind (the last
+    part of their tag, its digits dropped: `credit`, `done`, `step`), so rows + not_written = the flows planned."""
+    rows = 0
+    left: dict[str, Counter[str]] = {}
+    for c in completions:
+        if in_flows_csv(c):
+            rows += 1
+            continue
+        kind = c.tag.rsplit("/", 1)[-1].rstrip("0123456789") or "untagged"
+        left.setdefault("at_one_endpoint" if c.src == c.dst else "zero_bytes", Counter())[kind] += 1
+    return {"rows": rows, "not_written": {where: dict(sorted(k.items())) for where, k in sorted(left.items())}}
+
+
 def write_flows_csv(
     path: Path,
     topo: Topology,
@@ -107,7 +128,7 @@ def write_flows_csv(
     """
     names = node_names(topo)
     fluid = StandaloneFct(topo)  # each (src, dst, key)'s route once
-    done = [c for c in sorted(completions, key=lambda c: c.flow_id) if c.size > 0 and c.src != c.dst]
+    done = [c for c in sorted(completions, key=lambda c: c.flow_id) if in_flows_csv(c)]
 
     def row(c: Completion) -> list[object]:
         f = flows.get(c.flow_id) if flows is not None else None

@@ -1,0 +1,96 @@
+"""flows.csv lists every flow that carried bytes between two endpoints; the zero-byte timing points a collective
+plans (credits inside a host: the flag a receiver stores across NVLink, at the sender) are counted beside it, in
+results.json (nccl-tests) and cosim.json (a live run) `flows_csv`, so its rows plus those are every planned flow.
+
+Checked against a chunked LL ring all-gather's closed form on 2 hosts of 8 GPUs (n = 16 ranks, one channel, nccl-tests'
+64 KiB: 4 KiB a rank): every one of the 16 ring connections carries n - 1 = 15 steps of 2 x 4 KiB (LL: 8-byte lines of
+4 data bytes and a 4-byte flag); each of the 2 connections between hosts gets a 64 B clear-to-send a step (its
+receiver's posted receive); each of the 14 inside a host a credit for each step past NCCL_STEPS = 8 in flight (the
+first 8 find a free slot), 14 x 7 = 98, zero-byte flows at the sender, not written.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from forked_replay import replay_ranks
+
+from bridge.run import CosimRun
+from phantora.cli import main
+from phantora.collectives.spec import AlgoOptions
+from phantora.results import schema as S
+from phantora.topology.generators import rail_optimized
+
+HOSTS, PER_HOST = 2, 8
+N = HOSTS * PER_HOST
+SIZE = 64 << 10  # the gathered buffer
+STEPS = N - 1  # a ring all-gather's steps on each connection
+NCCL_STEPS = 8  # slots of a connection (NCCL's NCCL_STEPS): steps in flight before a credit is awaited
+LL_WIRE = 2
+ENV = (("NCCL_ALGO", "Ring"), ("NCCL_PROTO", "LL"))
+DATA = {str(LL_WIRE * SIZE // N): N * STEPS}  # size_bytes -> flows of data
+CTS = {"64": HOSTS * STEPS}  # a clear-to-send a step on each connection between hosts
+CREDITS = (N - HOSTS) * (STEPS - NCCL_STEPS)  # inside a host: a credit a step past the window
+
+
+def _topology(tmp_path: Path) -> Path:
+    path = tmp_path / "r2x8.toml"
+    path.write_text(
+        f'[generator]\nkind = "rail_optimized"\nhosts = {HOSTS}\ngpus_per_host = {PER_HOST}\nspines = 2\n'
+        'nic_rate = "400Gbps"\n'
+    )
+    return path
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def _by_kind(rows: list[dict[str, str]]) -> dict[str, Counter[str]]:
+    """Rows by the last part of their tag (digits dropped) and size."""
+    out: dict[str, Counter[str]] = {}
+    for r in rows:
+        out.setdefault(r["tag"].rsplit("/", 1)[-1].rstrip("0123456789"), Counter())[r["size_bytes"]] += 1
+    return out
+
+
+def _check(rows: list[dict[str, str]], count: dict[str, object]) -> None:
+    assert _by_kind(rows) == {"step": Counter(DATA), "credit": Counter(CTS)}
+    assert all(r["src"] != r["dst"] and int(r["size_bytes"]) > 0 for r in rows)
+    assert count == {"rows": len(rows), "not_written": {"at_one_endpoint": {"credit": CREDITS}}}
+
+
+def test_nccl_tests_flows_csv_is_the_planned_flows_less_the_counted_credits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for k, v in ENV:
+        monkeypatch.setenv(k, v)
+    out = tmp_path / "ag"
+    argv = ["nccl-tests", "all_gather_perf", "-b", str(SIZE), "-e", str(SIZE), "-n", "1", "-w", "0"]
+    assert main([*argv, "--granularity", "chunked", "--topology", str(_topology(tmp_path)), "--out", str(out)]) == 0
+    data = json.loads((out / S.RESULTS_JSON).read_text())
+    choice = data["sizes"][0]["choice"]
+    assert (choice["algorithm"], choice["protocol"], choice["channels"]) == ("Ring", "LL", 1)
+    _check(_rows(out / S.FLOWS_CSV), data["flows_csv"])
+
+
+def test_a_live_runs_flows_csv_with_its_counted_credits_is_every_planned_flow(tmp_path: Path) -> None:
+    wl = tmp_path / "ag.toml"
+    wl.write_text(
+        'name = "ag"\n[defaults]\nranks = "all"\ndtype = "fp32"\n'
+        f'[[op]]\nname = "ag"\nkind = "all_gather"\nbytes = {SIZE}\nat = "0us"\n'
+    )
+    topo = rail_optimized(HOSTS, PER_HOST, 2, nic_rate="400Gbps")
+    algo = AlgoOptions(granularity="chunked", nccl_env=ENV)
+    out = tmp_path / "live"
+    res = CosimRun(topo, **replay_ranks(wl), algo=algo, out_dir=out, timeout_s=120).run()
+    cosim = json.loads((out / S.COSIM_JSON).read_text())
+    ((coll),) = cosim["collectives"]
+    assert (coll["nccl"]["algorithm"], coll["nccl"]["protocol"], coll["nccl"]["channels"]) == ("Ring", "LL", 1)
+    assert coll["flows"] == N * STEPS + HOSTS * STEPS + CREDITS == len(res.completions)
+    _check(_rows(out / S.FLOWS_CSV), cosim["flows_csv"])
