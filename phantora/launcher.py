@@ -409,6 +409,8 @@ def launch(cfg: RunConfig) -> RunReport:
     if watcher is not None:
         watcher.stop()
     try:
+        from phantora.results.write import flows_csv_count
+
         summary = summarize(cosim.ranks, gpu)
         summary = {
             "run": {
@@ -442,6 +444,8 @@ def launch(cfg: RunConfig) -> RunReport:
                 "ecmp_hash": topo.ecmp_hash,
                 "engine_stats": cosim.engine_stats,
                 **({"flows_note": cosim.flows_note} if cosim.flows_note else {}),
+                # flows.csv's rows and the zero-byte flows it leaves out (docs/results.md "What flows.csv lists")
+                **({"flows_csv": flows_csv_count(cosim.completions)} if keep and cosim.completions else {}),
                 **({"traffic_bytes": cosim.traffic_bytes} if cosim.traffic_bytes else {}),
                 **_idle_fabric(cfg, topo, cosim.traffic_bytes),
                 **engine_warnings(out, cosim.warnings),

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +27,8 @@ from phantora.cli import main
 from phantora.collectives.spec import AlgoOptions
 from phantora.results import schema as S
 from phantora.topology.generators import rail_optimized
+
+ROOT = Path(__file__).resolve().parents[1]
 
 HOSTS, PER_HOST = 2, 8
 N = HOSTS * PER_HOST
@@ -94,3 +99,43 @@ def test_a_live_runs_flows_csv_with_its_counted_credits_is_every_planned_flow(tm
     assert (coll["nccl"]["algorithm"], coll["nccl"]["protocol"], coll["nccl"]["channels"]) == ("Ring", "LL", 1)
     assert coll["flows"] == N * STEPS + HOSTS * STEPS + CREDITS == len(res.completions)
     _check(_rows(out / S.FLOWS_CSV), cosim["flows_csv"])
+
+
+STEP = (4 << 20) // NCCL_STEPS  # a Simple step: NCCL_BUFFSIZE's default over NCCL_STEPS
+ALLREDUCE_CHUNKSTEPS = 4  # a ring all-reduce's Simple chunk is 4 steps, so 2 of its chunks fill the 8 slots
+
+
+def _credits(kind: str, nbytes: int, n: int) -> int:
+    """Credits inside a host of one chunked Simple ring call on one channel of n = 2 GPUs: a broadcast's chain sends
+    its S in steps of one slot, a credit each past the 8th; an all-reduce sends each rank's half in chunks of 4 slots,
+    2(n - 1) steps of each on each of its 2 connections, a credit each past the 2nd."""
+    assert n == 2
+    if kind == "broadcast":
+        return max(0, -(-nbytes // STEP) - NCCL_STEPS)
+    if kind == "all_reduce":
+        chunks = -(-(nbytes // n) // (ALLREDUCE_CHUNKSTEPS * STEP))
+        return n * max(0, 2 * (n - 1) * chunks - NCCL_STEPS // ALLREDUCE_CHUNKSTEPS)
+    assert kind == "all_gather" and nbytes <= STEP, (kind, nbytes)  # a message per rank: fits the slots
+    return 0
+
+
+def test_phantora_run_results_count_the_credits_flows_csv_leaves_out(tmp_path: Path) -> None:
+    """`phantora run` (2 GPUs of one host, chunked, Ring Simple on one channel): results.json's `network.flows_csv`
+    and cosim.json's count flows.csv's rows and, by the closed form above, the credits left out; with them they are
+    every flow the engine was given."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "dgx8", "--nproc", "2", "--phantom"]
+    cmd += ["--granularity", "chunked", "--out", str(out), "-q", str(ROOT / "examples" / "gpt_ddp.py")]
+    cmd += ["--steps", "1", "--layers", "2", "--d-model", "256"]
+    env = {**os.environ, "NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NCCL_MAX_NCHANNELS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=540, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cosim = json.loads((out / S.COSIM_JSON).read_text())
+    network = json.loads((out / S.RESULTS_JSON).read_text())["network"]
+    credits = sum(_credits(c["kind"], c["nbytes"], len(c["group"])) for c in cosim["collectives"])
+    assert credits > 0  # the premise: the big broadcast and all-reduce outrun their slots
+    rows = _rows(out / S.FLOWS_CSV)
+    count = {"rows": len(rows), "not_written": {"at_one_endpoint": {"credit": credits}}}
+    assert network["flows_csv"] == cosim["flows_csv"] == count
+    planned = sum(c["flows"] for c in cosim["collectives"])
+    assert planned == len(rows) + credits == network["engine_stats"]["flows_submitted"]
