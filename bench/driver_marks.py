@@ -10,6 +10,11 @@ workers are not traced (their silence limit is raised here: the driver runs abou
     cd CLONE && PYTHONPATH=CLONE valgrind --tool=callgrind --dump-before=getsid --callgrind-out-file=D/cg.%p \\
         .venv/bin/python bench/driver_marks.py run replay:64MiB plain D/events.json
     .venv/bin/python bench/driver_marks.py sum D D/events.json
+
+`cpu CASE DRIVER` is the same run untraced, each part's CPU seconds (`time.process_time` at each mark) given to the
+innermost method the same way and printed (indications: the load moves them)::
+
+    cd CLONE && PYTHONPATH=CLONE .venv/bin/python bench/driver_marks.py cpu moe:16MiB plain
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +49,9 @@ MARKED = [  # (module, class or None, method, label)
 ]
 
 
-def run(case: str, driver: str, log: Path) -> None:
-    """The bench's run, marked; the marks' (label, entered) in order into `log`."""
+def run(case: str, driver: str, log: Path | None) -> None:
+    """The bench's run, marked; the marks' (label, entered) in order into `log`; without `log`, each part's CPU
+    seconds given to the innermost method running then, printed."""
     import importlib
 
     import bench_whole_dag_driver as bench
@@ -53,25 +60,40 @@ def run(case: str, driver: str, log: Path) -> None:
 
     bridge.workers.WORKER_PEER_TIMEOUT_S = 3600.0  # (a driver under valgrind is slow to send its rounds)
     events: list[tuple[str, int]] = []
+    cpu: list[float] = []
     for module, cls, name, label in MARKED:
         owner: Any = importlib.import_module(module)
         if cls is not None:
             owner = getattr(owner, cls)
-        setattr(owner, name, _marked(getattr(owner, name), label, events))
+        setattr(owner, name, _marked(getattr(owner, name), label, events, None if log else cpu))
     bench.one(case, driver)
-    log.write_text(json.dumps(events))
+    if log is not None:
+        log.write_text(json.dumps(events))
+        return
+    acc: dict[str, float] = collections.defaultdict(float)
+    stack = ["(outside)"]
+    for (label, entered), t0, t1 in zip(events, cpu, cpu[1:] + [cpu[-1]], strict=True):
+        if entered:
+            stack.append(label)
+        else:
+            stack.pop()
+        acc[stack[-1]] += t1 - t0
+    parts = sorted(acc.items(), key=lambda kv: -kv[1])
+    print("CPU s by method (exclusive): " + ", ".join(f"{k} {v:.3f}" for k, v in parts))
 
 
-def _marked(f: Any, label: str, events: list[tuple[str, int]]) -> Any:
+def _marked(f: Any, label: str, events: list[tuple[str, int]], cpu: list[float] | None) -> Any:
+    mark = os.getsid if cpu is None else lambda _: cpu.append(time.process_time())
+
     @functools.wraps(f)
     def w(*a: Any, **k: Any) -> Any:
         events.append((label, 1))
-        os.getsid(0)
+        mark(0)
         try:
             return f(*a, **k)
         finally:
             events.append((label, 0))
-            os.getsid(0)
+            mark(0)
 
     return w
 
@@ -124,12 +146,17 @@ def main() -> None:
     r.add_argument("case")
     r.add_argument("driver")
     r.add_argument("log", type=Path)
+    c = sub.add_parser("cpu")
+    c.add_argument("case")
+    c.add_argument("driver")
     s = sub.add_parser("sum")
     s.add_argument("dir", type=Path)
     s.add_argument("log", type=Path)
     a = ap.parse_args()
     if a.cmd == "run":
         run(a.case, a.driver, a.log)
+    elif a.cmd == "cpu":
+        run(a.case, a.driver, None)
     else:
         summary(a.dir, a.log)
 

@@ -60,6 +60,7 @@ from phantora.netsim.packet import check_packet_batch, check_packet_fields
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.pieces import NO_PIECE, PieceRoutes, fabric_pieces
 from phantora.netsim.pulled_bounds import Wide, pull
+from phantora.netsim.reach_steps import Reach, least_reach
 from phantora.topology.model import Topology
 
 DRIVER = -1  # the owner of markers (no NIC): they complete in the driver
@@ -238,6 +239,13 @@ class DecomposedSimulator(RunsByCompletion):
         self._joins_held = 0
         self._next_join = JOIN_BASE
         self.reacts: Callable[[int], bool] | None = None  # set by the caller: does it act on this completion?
+        # set by the caller with `reacts`: a count that moves whenever the flows it reacts to may grow (it places flows,
+        # or watches some); without it no reach is kept
+        self.react_epoch: Callable[[], int] | None = None
+        # (`pulls_bounds` with blockers) R of each unfinished flow (`reach_steps`) and the caller's `react_epoch` it
+        # holds for, kept from a submit while nothing else was unfinished; None: not kept (a later submit)
+        self._reach: Reach | None = None
+        self._reach_epoch = -1
         # a subclass's placement of a flow: (its worker, or DRIVER; delay-free least time from post to end)
         self._place: Callable[[Flow], tuple[int, int]] | None = None
         # set by the caller: the earliest ns it may submit a flow other than after a completion it `reacts` to
@@ -545,19 +553,27 @@ class DecomposedSimulator(RunsByCompletion):
         if self._wtime >= INF_NS:
             self._wtime = self._now
         order = flows if self._in_order else topological_order(flows, {f.id: f for f in flows})
+        fresh = not self._lb  # (nothing else unfinished: the reach of this batch is every flow's)
+        self._reach = None
         if not self.hands_over or len(order) < HAND_OVER_MIN or self._rounding:  # (`meanwhile` may submit)
             self._book(order, at, xfer, handed=False)
+            self._reached(order, fresh)
             return
         # A large batch: hand the workers their flows first, in a round that runs none of them further than it is
         # (`_placing`), and keep the books while they place them (the driver's bounds, gates and joins).
         self._freezer.freeze()  # (the caller's DAG: `FREEZE_MIN`)
         try:
             self._hand_over(order, at)
-            if getattr(self._pool, "starting", False):  # the workers still start: the books now, beside their start
+
+            def books() -> None:
                 self._book(order, at, xfer, handed=True)
+                self._reached(order, fresh)
+
+            if getattr(self._pool, "starting", False):  # the workers still start: the books now, beside their start
+                books()
                 self._placing(lambda: None)
             else:
-                self._placing(lambda: self._book(order, at, xfer, handed=True))
+                self._placing(books)
         except BaseException:  # (a failed submit thaws what it froze, closed or not: the freeze is process-wide)
             self._thaw()
             raise
@@ -840,6 +856,16 @@ class DecomposedSimulator(RunsByCompletion):
                 self._gates_held += 1
         self._arrived(released)
 
+    def _reached(self, order: Sequence[Flow], fresh: bool) -> None:
+        """Keep R of a batch just booked (`reach_steps`) if nothing else was unfinished and the horizon reads the
+        blockers' lists with a caller that says when its reactions may grow."""
+        react, epoch = self.reacts, self.react_epoch
+        if not fresh or self._blockers is None or react is None or epoch is None:
+            return
+        ext = self._ext
+        self._reach = least_reach(order, self._up, self._step, lambda f: f in ext or react(f))
+        self._reach_epoch = epoch()
+
     def _shared_deps(self, deps: tuple[int, ...], w: int) -> _SharedDeps:
         """What `submit` reads from a deps list, read once for the flows of a batch that share it (an all-to-all's
         dependents each wait on every flow of the one before): nothing changes the ends, bounds and waiting lists
@@ -975,7 +1001,10 @@ class DecomposedSimulator(RunsByCompletion):
             m, mr, reads = least_ends(ids, floor, self.reacts, self._ext, *books)
         else:  # (its free flows, and the flows under a flow read where it cannot bound them: `blockers`)
             w = next(w for w, mine in enumerate(self._unfinished) if mine is ids)
-            m, mr, reads = least_ends(got.free[w], floor, self.reacts, self._ext, *books, got.below)
+            reach = self._reach
+            if reach is not None and (self.react_epoch is None or self.react_epoch() != self._reach_epoch):
+                reach = self._reach = None  # (the caller's reactions may have grown: R no longer bounds them)
+            m, mr, reads = least_ends(got.free[w], floor, self.reacts, self._ext, *books, got.below, reach)
         self.horizon_reads += reads
         return m, mr
 

@@ -122,6 +122,7 @@ def make_engine(
             decomposed.helper_cpu = lambda: float(shards.critical_cpu_s)
         engine.outer_gates = engine.outer_gates and OUTER_GATES  # type: ignore[attr-defined]
         decomposed.reacts = engine.reacts_to  # type: ignore[attr-defined]
+        decomposed.react_epoch = lambda: int(engine.react_epoch)  # type: ignore[attr-defined]
         decomposed.meanwhile = engine.run_ahead  # type: ignore[attr-defined]  # asynchronous rounds (issue 38)
         # (decomposed.floor = engine.submit_floor: opt-in, issue 38; unexplained slowdown on a 64 MiB run)
         decomposed.prechecked = True  # the hybrid checks each batch whole at its submit: ids, ends, deps, cycles

@@ -158,6 +158,9 @@ class FluidNvlinkSimulator:
         # `_reaction`'s values by (flow id, depth), and a fluid waiter's by (id, -1 - depth): valid while no flow is
         # placed and the watch stays (`_place` and `advance_watching` clear them)
         self._reacted: dict[tuple[int, int], int] = {}
+        # moves whenever the flows `reacts_to` names may grow (flows placed, a watch set); a decomposed packet side
+        # keeps what it derived from them while it stays (`DecomposedSimulator.react_epoch`)
+        self.react_epoch = 0
         self._routable: set[tuple[int, int]] = set()  # endpoint pairs known to have a route
         # Completion bounds of the fluid side's unfinished flows (`submit_floor`): flow id -> the earliest ns it
         # can complete; its delay + least transfer time; the fluid flows waiting on it inside the fluid engine.
@@ -211,6 +214,7 @@ class FluidNvlinkSimulator:
         """`submit`'s work: each flow eligible from `at`, or from its own ns in `at_of` (flow id -> ns); a flow in
         `gated` also waits here for its gate (a pseudo dep, `gate_key`, that a decomposition's driver opens)."""
         self._reacted.clear()  # (waiters are added below)
+        self.react_epoch += 1
         if not self.prechecked:  # (nothing placed yet, a replay's whole DAG: no id is known, none looked up)
             fresh = not (self._side or self._held or len(self._ended))
             check_flow_batch(flows, self.topology, _known_none if fresh else self._known)
@@ -558,6 +562,7 @@ class FluidNvlinkSimulator:
             return self.advance(until) if until < INF_NS else []
         self._watch = watch
         self._reacted.clear()  # (reactions count the watch: a caller may change its set between calls)
+        self.react_epoch += 1
         try:
             return self._advance_watching(until, watch)
         finally:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Collection, Mapping, MutableMapping
 
 from phantora.netsim.base import INF_NS
 from phantora.netsim.pulled_bounds import Wide, pull
+from phantora.netsim.reach_steps import Reach
 
 QUICK_DEPS = 4  # a waiting flow with at most this many deps has its C raised from them first (more: pulled)
 
@@ -49,21 +50,49 @@ def least_ends(
     memo: dict[int, int],
     wide: Wide,
     below: Mapping[int, list[int]] | None = None,
+    reach: Reach | None = None,
 ) -> tuple[int, int, int]:
     """(m, mr, reads) of one worker's unfinished flows `ids` (module docstring): the least L of those `react` says
     the caller reacts to (every flow when None) or in `ext`, the least L of those it reacts to (INF_NS: none), and
     how many flows were read past the first test. Both exact unless both are at most `floor`. The other arguments
     are `pull`'s (`lbs` holds C, raised here). With `below` (`phantora.netsim.blockers`), `ids` are the worker's
     free flows and `below` each blocker's flows under it: a list is read only under a flow read that the caller does
-    not react to (one it reacts to counts, or is passed over for a least its dependents cannot lower either)."""
+    not react to (one it reacts to counts, or is passed over for a least its dependents cannot lower either). With
+    `reach` (`phantora.netsim.reach_steps`, held since the flows counted last grew), a flow f whose C(f) + R(f)
+    reaches mr, the least so far of both sets, has no flow under it that can lower either least: not read under it;
+    and one not in `reach.counted` is counted in neither set (no `react` asked): it is passed over then."""
     m = mr = INF_NS
     reads = 0
     order = ids if below is None else list(ids)
+    rget = None if reach is None else reach.steps.get
+    counted: Collection[int] = () if reach is None else reach.counted
     for f in order:
         c = lbs[f]
         if c >= mr and (c >= m or f not in ext):
             continue
         reads += 1
+        if rget is not None and f not in counted:  # (counted in neither set: only what is under it may be)
+            x = rget(f)
+            if x is None or c + x >= mr:
+                continue
+            deps = up.get(f)
+            if deps is not None and len(deps) <= QUICK_DEPS:  # (C raised one step, as below)
+                t = -1
+                for d in deps:
+                    e = ends.get(d)
+                    if e is None:
+                        e = lbs[d]
+                    if e > t:
+                        t = e
+                q = t + step[f]
+                if q > c:
+                    lbs[f] = c = q
+                    if c + x >= mr:
+                        continue
+            kids = None if below is None else below.get(f)
+            if kids:
+                order.extend(kids)  # type: ignore[attr-defined]  # (a list when `below` is given)
+            continue
         deps = up.get(f)
         if deps is not None and len(deps) <= QUICK_DEPS:
             t = -1
@@ -81,7 +110,7 @@ def least_ends(
         r = react is None or react(f)
         if not r:  # (its dependents' least L is not bounded by a least it counts in: they are read)
             kids = None if below is None else below.get(f)
-            if kids:
+            if kids and (rget is None or c + rget(f, INF_NS) < mr):
                 order.extend(kids)  # type: ignore[attr-defined]  # (a list when `below` is given)
             if f not in ext:  # (in neither set)
                 continue

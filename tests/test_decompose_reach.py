@@ -1,0 +1,167 @@
+"""The plain decomposition driver's horizon with each flow's reach (`phantora.netsim.reach_steps`): R against its
+definition (the least step sum over every path of dependents down to the first counted flow, paths enumerated), a
+chain worked by hand, and the horizon read with R equal to the exact least bound of each set on random DAGs
+(tests/random_dags.py) booked, held back and woken, raised and ended in random order, while the flows counted only
+shrink (as a caller's reactions and the driver's waits do between placements), against every unfinished flow's bound
+by the pushed walk; and through ns-3 on two workers, every round's horizon and least reacting end, the rounds and the
+completions equal with R and without it (and one engine's completions)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from phantora.netsim import decompose
+from phantora.netsim.base import INF_NS, Flow
+from phantora.netsim.blockers import Blockers
+from phantora.netsim.least_bounds import least_ends
+from phantora.netsim.reach_steps import least_reach
+from phantora.topology.generators import rail_optimized
+from tests.random_dags import gpus_by_host, rail_batches, random_dag, tiny_rails
+from tests.test_decompose_pulled_bounds import Books, _run
+
+
+def test_a_chain_worked_by_hand() -> None:
+    # 1 -> 2 -> 3 -> 4, and 2 -> 5 (counted) -> 6 (counted); steps 10, 20, 30, 40, 7, 1000
+    flows = [Flow(1, 0, 1, 1), Flow(2, 0, 1, 1, (1,)), Flow(3, 0, 1, 1, (2,)), Flow(4, 0, 1, 1, (3,))]
+    flows += [Flow(5, 0, 1, 1, (2,)), Flow(6, 0, 1, 1, (5,))]
+    up = {f.id: f.deps for f in flows if f.deps}
+    step = {1: 10, 2: 20, 3: 30, 4: 40, 5: 7, 6: 1000}
+    got = least_reach(flows, up, step, {4, 5, 6}.__contains__)
+    # 3: its dependent 4 counted (40); 2: via 5 (7) rather than 3 (30 + 40); 1: 20 + 7; 5: 6 counted (1000)
+    assert got.steps == {3: 40, 2: 7, 1: 27, 5: 1000}
+    assert got.counted == {4, 5, 6}
+    # nothing counted: no reach at all
+    assert least_reach(flows, up, step, lambda f: False).steps == {}
+
+
+def _by_paths(fid: int, kids: dict[int, list[int]], step: dict[int, int], counted: set[int]) -> int | None:
+    """The least step sum over every path of dependents from `fid` to the first counted flow on it (enumerated)."""
+    best: int | None = None
+    todo = [(g, step[g]) for g in kids.get(fid, ())]
+    while todo:
+        g, s = todo.pop()
+        if g in counted:
+            best = s if best is None else min(best, s)
+            continue
+        todo += [(h, s + step[h]) for h in kids.get(g, ())]
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_reach_is_the_least_step_sum_down_to_a_counted_flow(seed: int) -> None:
+    rng = random.Random(seed)
+    hosts = gpus_by_host(rail_optimized(4, 4, 1))
+    flows = random_dag(rng, hosts, 0, 60, [], markers=0.1, wide=0.05)
+    up = {f.id: f.deps for f in flows if f.deps}
+    step = {f.id: rng.randint(0, 5_000) for f in flows}
+    counted = {f.id for f in flows if rng.random() < 0.2}
+    kids: dict[int, list[int]] = {}
+    for f in flows:
+        for d in dict.fromkeys(f.deps):
+            kids.setdefault(d, []).append(f.id)
+    got = least_reach(flows, up, step, counted.__contains__)
+    want = {f.id: r for f in flows if (r := _by_paths(f.id, kids, step, counted)) is not None}
+    assert got.steps == want and got.counted == counted
+    assert len(want) > 5  # (not vacuous)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_horizon_read_with_reach_gives_the_exact_least_bounds(seed: int) -> None:
+    rng = random.Random(seed)
+    hosts = gpus_by_host(rail_optimized(4, 4, 1))
+    books = Books()
+    blockers = Blockers(2)
+    owner: dict[int, int] = {}
+    unfinished: list[set[int]] = [set(), set()]
+    held: set[int] = set()  # (booked, not read by the horizon yet: behind a closed outer gate, or waiting on one)
+    now = 0
+    checked = reads_with = reads_without = 0
+    for batch in range(4):
+        new = random_dag(rng, hosts, 1000 * batch, 150, list(books.c), markers=0.0, wide=0.05)
+        for flow in new:  # (in topological order, as `_book`)
+            books.book(flow, now, rng.randint(0, 5_000))
+            w = owner[flow.id] = rng.randrange(2) if rng.random() < 0.3 else (flow.id // 7) % 2
+            if rng.random() < 0.1 or any(d in held for d in flow.deps):
+                held.add(flow.id)
+                continue
+            unfinished[w].add(flow.id)
+            blockers.add(flow.id, w, flow.deps, unfinished[w])
+        # the flows counted from now on: chosen here, then only fewer (reactions and waits drop, none is added)
+        pool = list(books.c)
+        ext = set(rng.sample(pool, len(pool) // 10))
+        reacting = set(rng.sample(pool, len(pool) // rng.choice([20, 8, 3])))
+        order = [Flow(f, 0, 0, 0, books.up.get(f, ())) for f in books.c]  # (booked in topological order)
+        reach = least_reach(order, books.up, books.step, (ext | reacting).__contains__)
+        for _ in range(300):
+            live = [f for f in books.c if f not in held]
+            kind = rng.random()
+            if held and kind < 0.1:  # (a gate opens: a held flow whose held deps woke before it)
+                f = rng.choice([g for g in held if not held.intersection(books.up.get(g, ()))])
+                held.discard(f)
+                unfinished[owner[f]].add(f)
+                blockers.add(f, owner[f], books.up.get(f, ()), unfinished[owner[f]])
+            elif live and kind < 0.6:
+                f = rng.choice(live)
+                books.bound(f, books.push._lb[f] + rng.randint(-500, 3_000))
+            elif live:  # (a flow whose deps have all ended)
+                ready = [g for g in live if all(d in books.ends for d in books.up.get(g, ()))]
+                f = rng.choice(ready)
+                books.end(f, books.push._lb[f] + rng.randint(0, 2_000))
+                now = max(now, books.ends[f])
+                unfinished[owner[f]].discard(f)
+                blockers.ended([f], owner[f], unfinished[owner[f]], books.up)
+            for s in (ext, reacting):  # (a wait or a reaction dropped now and then)
+                if s and rng.random() < 0.2:
+                    s.discard(rng.choice(sorted(s)))
+            for w in (0, 1):
+                ids = unfinished[w]
+                if not ids:
+                    continue
+                exact = books.push._lb  # (every unfinished flow's L, pushed down the DAG)
+                least_r = min((exact[f] for f in ids if f in reacting), default=INF_NS)
+                least = min(least_r, min((exact[f] for f in ids if f in ext), default=INF_NS))
+                floor = rng.choice([0, now, least - 1, least, least_r, INF_NS - 1]) if least < INF_NS else now
+                books_args = (books.c, books.ends, books.up, books.step, books.memo, books.wide)
+                m, mr, n = least_ends(
+                    blockers.free[w], floor, reacting.__contains__, ext, *books_args, blockers.below, reach
+                )  # (first: the plain read after it finds the bounds it wrote back)
+                plain = least_ends(blockers.free[w], floor, reacting.__contains__, ext, *books_args, blockers.below)
+                assert (max(m, floor), max(mr, floor)) == (max(least, floor), max(least_r, floor)), (seed, batch)
+                assert (max(plain[0], floor), max(plain[1], floor)) == (max(m, floor), max(mr, floor))
+                assert all(books.c[f] <= exact[f] for f in books.c)  # (what it wrote back is a lower bound)
+                checked += 1
+                reads_with += n
+                reads_without += plain[2]
+        for g in books.c:  # (and the bounds pulled from what it wrote back are still the walk's)
+            assert books.pulled(g) == books.push._lb[g]
+    # (not vacuous: many horizons read, and reach passed over flows the plain read went through)
+    assert checked > 1000 and reads_with < reads_without, (checked, reads_with, reads_without)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(3))
+def test_every_rounds_horizon_with_reach_equals_without_and_one_engine(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topo = tiny_rails()
+    first, second = rail_batches(random.Random(300 + seed), 80)
+    used = [0]
+
+    def counted(*args: Any) -> tuple[int, int, int]:
+        used[0] += len(args) > 11 and args[11] is not None  # (read with a reach)
+        return least_ends(*args)
+
+    monkeypatch.setattr(decompose, "least_ends", counted)
+    reached, reached_rounds = _run(topo, 2, True, first, second)
+    assert used[0] > 0  # (the first batch's rounds read with its reach: the engine's caller gives its epoch)
+    with monkeypatch.context() as patched:
+        patched.setattr(decompose.DecomposedSimulator, "_reached", lambda self, order, fresh: None)
+        plain, plain_rounds = _run(topo, 2, True, first, second)
+    one, _ = _run(tiny_rails(), 0, True, first, second)
+    assert len(reached_rounds) > 3
+    assert reached_rounds == plain_rounds
+    assert reached == plain == one
+    assert len(one) == len(first) + len(second)
