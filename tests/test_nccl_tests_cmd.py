@@ -311,7 +311,11 @@ def test_processes_threads_and_gpus_multiply_to_the_ranks(capsys: pytest.Capture
     devices = [ln for ln in lines if ln.startswith("#  Rank")]
     assert len(devices) == 8 and len({ln.split("Pid")[1].split()[0] for ln in devices}) == 2
     assert main(["nccl-tests", "sendrecv_perf", "--np", "3", "-g", "4"]) == 2
-    assert "--np 3 x -t 1 x -g 4 = 12 GPUs asked for" in capsys.readouterr().err
+    assert "field '-g': --np 3 x -t 1 x -g 4 = 12 GPUs asked for" in capsys.readouterr().err
+    assert main(["nccl-tests", "sendrecv_perf", "--np", "9"]) == 2  # -g not given: --np is the flag to fix
+    assert "field '--np': --np 9 x -t 1 x -g 1 = 9 GPUs asked for, but topology 'dgx8' has 8" in capsys.readouterr().err
+    assert main(["nccl-tests", "sendrecv_perf", "-t", "9"]) == 2  # alone: one process of 9 threads
+    assert "field '-t': --np 1 x -t 9 x -g 1 = 9 GPUs" in capsys.readouterr().err
 
 
 def test_iterations_run_back_to_back_on_one_engine(dgx4: str) -> None:

@@ -194,6 +194,8 @@ def _ranks(args: argparse.Namespace, topo: Any) -> tuple[int, ...]:
     for flag, value in (("-t", args.nthreads), ("--np", args.np), ("-g", args.ngpus)):
         if value is not None and value < 1:
             raise InputError(f"must be >= 1, got {value}", field=flag)
+    # the flag a count too large is named by: -g where given, else --np, else -t (--np's default fits any -t)
+    named = "-g" if args.ngpus is not None else "--np" if args.np is not None else "-t"
     if args.ngpus is None:
         args.ngpus = 1
         if args.np is None:
@@ -203,7 +205,7 @@ def _ranks(args: argparse.Namespace, topo: Any) -> tuple[int, ...]:
     n = args.np * args.nthreads * args.ngpus
     if n > topo.num_ranks:
         asked = f"--np {args.np} x -t {args.nthreads} x -g {args.ngpus} = {n} GPUs"
-        raise InputError(f"{asked} asked for, but topology {topo.name!r} has {topo.num_ranks}", field="-g")
+        raise InputError(f"{asked} asked for, but topology {topo.name!r} has {topo.num_ranks}", field=named)
     return tuple(range(n))
 
 
