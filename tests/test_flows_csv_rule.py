@@ -81,6 +81,7 @@ def test_nccl_tests_flows_csv_is_the_planned_flows_less_the_counted_credits(
     data = json.loads((out / S.RESULTS_JSON).read_text())
     choice = data["sizes"][0]["choice"]
     assert (choice["algorithm"], choice["protocol"], choice["channels"]) == ("Ring", "LL", 1)
+    assert data["nccl_env"] == dict(ENV)  # the variables that forced it, recorded
     _check(_rows(out / S.FLOWS_CSV), data["flows_csv"])
 
 

@@ -346,7 +346,11 @@ def run(args: argparse.Namespace) -> int:
                              started + simulated_s, avg, okay)  # fmt: skip
         json_path.write_text(nj.encode(doc), encoding="ascii")
     if args.out is not None:
+        from phantora.collectives.nccl.settings import nccl_env
+
         data = _results(args, spec, topo, ranks, cc, stepbytes, results, stats, split)
+        # the NCCL_* variables the model ran with (the environment's, and -R / -x's), as a live run's `nccl.env`
+        data["nccl_env"] = dict(opts.nccl_env if opts.nccl_env is not None else nccl_env())
         if traffic is not None:  # flows.csv's rows and the zero-byte flows it leaves out: with them, every flow
             from phantora.results.write import flows_csv_count
 
