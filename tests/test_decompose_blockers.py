@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from phantora.netsim.base import INF_NS
+from phantora.netsim.base import INF_NS, Flow
 from phantora.netsim.blockers import BLOCK_DEPS, Blockers
 from phantora.netsim.least_bounds import least_ends
 from phantora.topology.generators import rail_optimized
@@ -31,6 +31,52 @@ class Below(dict[int, list[int]]):
         return got
 
 
+class RandomBooks:
+    """Two workers' flows booked in batches, held back and woken (as outer gates defer and open them), raised and
+    ended in random order: the driver's books and blockers as its horizon reads them."""
+
+    def __init__(self, rng: random.Random, blockers: Blockers) -> None:
+        self.rng, self.blockers = rng, blockers
+        self.books = Books()
+        self.owner: dict[int, int] = {}
+        self.unfinished: list[set[int]] = [set(), set()]
+        self.held: set[int] = set()  # (booked, not read by the horizon yet: behind a closed outer gate, or waiting)
+        self.now = 0
+
+    def book(self, new: list[Flow]) -> None:
+        """Book `new` (in topological order, as `_book`), each on a worker, some held back."""
+        rng, books, held = self.rng, self.books, self.held
+        for flow in new:
+            books.book(flow, self.now, rng.randint(0, 5_000))
+            w = self.owner[flow.id] = rng.randrange(2) if rng.random() < 0.3 else (flow.id // 7) % 2
+            if rng.random() < 0.1 or any(d in held for d in flow.deps):
+                held.add(flow.id)
+                continue
+            self.unfinished[w].add(flow.id)
+            self.blockers.add(flow.id, w, flow.deps, self.unfinished[w])
+
+    def move(self) -> None:
+        """One random event: a held flow woken, a flow's bound raised, or a flow whose deps have all ended ended."""
+        rng, books, held, owner, unfinished = self.rng, self.books, self.held, self.owner, self.unfinished
+        live = [f for f in books.c if f not in held]
+        kind = rng.random()
+        if held and kind < 0.1:  # (a gate opens: a held flow whose held deps woke before it)
+            f = rng.choice([g for g in held if not held.intersection(books.up.get(g, ()))])
+            held.discard(f)
+            unfinished[owner[f]].add(f)
+            self.blockers.add(f, owner[f], books.up.get(f, ()), unfinished[owner[f]])
+        elif live and kind < 0.6:
+            f = rng.choice(live)
+            books.bound(f, books.push._lb[f] + rng.randint(-500, 3_000))
+        elif live:
+            ready = [g for g in live if all(d in books.ends for d in books.up.get(g, ()))]
+            f = rng.choice(ready)
+            books.end(f, books.push._lb[f] + rng.randint(0, 2_000))
+            self.now = max(self.now, books.ends[f])
+            unfinished[owner[f]].discard(f)
+            self.blockers.ended([f], owner[f], unfinished[owner[f]], books.up)
+
+
 def _partition(blockers: Blockers, w: int, unfinished: set[int], books: Books) -> None:
     """Every unfinished flow of `w` is free or under exactly one unfinished dep of its own on `w`."""
     under = [g for d in unfinished for g in blockers.below.get(d, ())]
@@ -46,43 +92,17 @@ def _partition(blockers: Blockers, w: int, unfinished: set[int], books: Books) -
 def test_the_free_flows_and_the_lists_read_give_the_exact_least_bounds(seed: int) -> None:
     rng = random.Random(seed)
     hosts = gpus_by_host(rail_optimized(4, 4, 1))
-    books = Books()
     blockers = Blockers(2)
     blockers.below = Below()
     Below.read = 0
-    owner: dict[int, int] = {}
-    unfinished: list[set[int]] = [set(), set()]
-    held: set[int] = set()  # (booked, not read by the horizon yet: behind a closed outer gate, or waiting on one)
-    now = 0
+    run = RandomBooks(rng, blockers)
+    books, unfinished, held = run.books, run.unfinished, run.held
     checked = skipped = 0
     for batch in range(4):
-        new = random_dag(rng, hosts, 1000 * batch, 150, list(books.c), markers=0.0, wide=0.05)
-        for flow in new:  # (in topological order, as `_book`)
-            books.book(flow, now, rng.randint(0, 5_000))
-            w = owner[flow.id] = rng.randrange(2) if rng.random() < 0.3 else (flow.id // 7) % 2
-            if rng.random() < 0.1 or any(d in held for d in flow.deps):
-                held.add(flow.id)
-                continue
-            unfinished[w].add(flow.id)
-            blockers.add(flow.id, w, flow.deps, unfinished[w])
+        run.book(random_dag(rng, hosts, 1000 * batch, 150, list(books.c), markers=0.0, wide=0.05))
         for _ in range(300):
-            live = [f for f in books.c if f not in held]
-            kind = rng.random()
-            if held and kind < 0.1:  # (a gate opens: a held flow whose held deps woke before it)
-                f = rng.choice([g for g in held if not held.intersection(books.up.get(g, ()))])
-                held.discard(f)
-                unfinished[owner[f]].add(f)
-                blockers.add(f, owner[f], books.up.get(f, ()), unfinished[owner[f]])
-            elif live and kind < 0.6:
-                f = rng.choice(live)
-                books.bound(f, books.push._lb[f] + rng.randint(-500, 3_000))
-            elif live:  # (a flow whose deps have all ended)
-                ready = [g for g in live if all(d in books.ends for d in books.up.get(g, ()))]
-                f = rng.choice(ready)
-                books.end(f, books.push._lb[f] + rng.randint(0, 2_000))
-                now = max(now, books.ends[f])
-                unfinished[owner[f]].discard(f)
-                blockers.ended([f], owner[f], unfinished[owner[f]], books.up)
+            run.move()
+            now = run.now
             for w in (0, 1):
                 ids = unfinished[w]
                 _partition(blockers, w, ids, books)

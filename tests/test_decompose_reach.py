@@ -20,7 +20,8 @@ from phantora.netsim.least_bounds import least_ends
 from phantora.netsim.reach_steps import least_reach
 from phantora.topology.generators import rail_optimized
 from tests.random_dags import gpus_by_host, rail_batches, random_dag, tiny_rails
-from tests.test_decompose_pulled_bounds import Books, _run
+from tests.test_decompose_blockers import RandomBooks
+from tests.test_decompose_pulled_bounds import _run
 
 
 def test_a_chain_worked_by_hand() -> None:
@@ -72,23 +73,11 @@ def test_reach_is_the_least_step_sum_down_to_a_counted_flow(seed: int) -> None:
 def test_the_horizon_read_with_reach_gives_the_exact_least_bounds(seed: int) -> None:
     rng = random.Random(seed)
     hosts = gpus_by_host(rail_optimized(4, 4, 1))
-    books = Books()
-    blockers = Blockers(2)
-    owner: dict[int, int] = {}
-    unfinished: list[set[int]] = [set(), set()]
-    held: set[int] = set()  # (booked, not read by the horizon yet: behind a closed outer gate, or waiting on one)
-    now = 0
+    run = RandomBooks(rng, Blockers(2))
+    books, blockers, unfinished = run.books, run.blockers, run.unfinished
     checked = reads_with = reads_without = 0
     for batch in range(4):
-        new = random_dag(rng, hosts, 1000 * batch, 150, list(books.c), markers=0.0, wide=0.05)
-        for flow in new:  # (in topological order, as `_book`)
-            books.book(flow, now, rng.randint(0, 5_000))
-            w = owner[flow.id] = rng.randrange(2) if rng.random() < 0.3 else (flow.id // 7) % 2
-            if rng.random() < 0.1 or any(d in held for d in flow.deps):
-                held.add(flow.id)
-                continue
-            unfinished[w].add(flow.id)
-            blockers.add(flow.id, w, flow.deps, unfinished[w])
+        run.book(random_dag(rng, hosts, 1000 * batch, 150, list(books.c), markers=0.0, wide=0.05))
         # the flows counted from now on: chosen here, then only fewer (reactions and waits drop, none is added)
         pool = list(books.c)
         ext = set(rng.sample(pool, len(pool) // 10))
@@ -96,23 +85,8 @@ def test_the_horizon_read_with_reach_gives_the_exact_least_bounds(seed: int) -> 
         order = [Flow(f, 0, 0, 0, books.up.get(f, ())) for f in books.c]  # (booked in topological order)
         reach = least_reach(order, books.up, books.step, (ext | reacting).__contains__)
         for _ in range(300):
-            live = [f for f in books.c if f not in held]
-            kind = rng.random()
-            if held and kind < 0.1:  # (a gate opens: a held flow whose held deps woke before it)
-                f = rng.choice([g for g in held if not held.intersection(books.up.get(g, ()))])
-                held.discard(f)
-                unfinished[owner[f]].add(f)
-                blockers.add(f, owner[f], books.up.get(f, ()), unfinished[owner[f]])
-            elif live and kind < 0.6:
-                f = rng.choice(live)
-                books.bound(f, books.push._lb[f] + rng.randint(-500, 3_000))
-            elif live:  # (a flow whose deps have all ended)
-                ready = [g for g in live if all(d in books.ends for d in books.up.get(g, ()))]
-                f = rng.choice(ready)
-                books.end(f, books.push._lb[f] + rng.randint(0, 2_000))
-                now = max(now, books.ends[f])
-                unfinished[owner[f]].discard(f)
-                blockers.ended([f], owner[f], unfinished[owner[f]], books.up)
+            run.move()
+            now = run.now
             for s in (ext, reacting):  # (a wait or a reaction dropped now and then)
                 if s and rng.random() < 0.2:
                     s.discard(rng.choice(sorted(s)))
