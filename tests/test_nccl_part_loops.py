@@ -148,25 +148,39 @@ def test_one_host_ll_tree_sweeps_nccls_chunks() -> None:
 # (BROADCAST_CHUNKSTEPS = REDUCE_CHUNKSTEPS = 1 step): 524,288 + 196,608, and 196,625.
 # LL: 8 KiB cells, 2,049; budget 67,108,932 // 24 = 2,796,205 -> 2,796,208, 86 cells; 22 mids, hi 1,963 % 86 = 71
 # cells less 8,175 B: 23 parts of 704,512 and one of 573,457; 32 KiB chunks: 21 whole + 16,384, and 17 + 16,401.
+# Inside the host an LL chunk crosses each hop in sweeps of the ring kernel's 512 threads' lines, 8 data bytes a
+# thread (4,096 B), as each warp sends its lines on once they land (prims_ll.h `GenericOp`); Simple whole steps.
 CHAINS = [
-    ("Simple", [(720_896, 524_288)] * 23 + [(196_625, 524_288)]),
-    ("LL", [(704_512, 32_768)] * 23 + [(573_457, 32_768)]),
+    ("Simple", [(720_896, 524_288)] * 23 + [(196_625, 524_288)], 0),
+    ("LL", [(704_512, 32_768)] * 23 + [(573_457, 32_768)], 512 * 8),
 ]
 
 
 @pytest.mark.parametrize("kind", ["broadcast", "reduce"])
-@pytest.mark.parametrize(("proto", "parts"), CHAINS)
-def test_chain_steps(kind: str, proto: str, parts: list[tuple[int, int]]) -> None:
+@pytest.mark.parametrize(("proto", "parts", "sweep"), CHAINS)
+def test_chain_steps(kind: str, proto: str, parts: list[tuple[int, int]], sweep: int) -> None:
     flows, choice = run(kind, HOST8, 8, 16 * MiB + 17, NCCL_ALGO="Ring", NCCL_PROTO=proto)
     assert (choice["algorithm"], choice["protocol"], choice["channels"]) == ("Ring", proto, 24)
     assert sum(part for part, _ in parts) == 16 * MiB + 17
     phase = "down" if kind == "broadcast" else "up"
     for c, (part, chunk) in enumerate(parts):
-        want = [wire(x, proto) for x in chunks(part, chunk)]
+        want = [wire(x, proto) for x in (sweeps(part, chunk, sweep) if sweep else chunks(part, chunk))]
         edges = steps(flows, c, phase)
         assert len(edges) == 7 and all(got == want for got in edges.values()), (c, kind)
-    if proto == "LL":
-        assert steps(flows, 23, phase)[next(iter(steps(flows, 23, phase)))][-1] == 32_816  # 16,401 B: 2,051 lines
+    if proto == "LL":  # the last chunk's 16,401 B: 4 sweeps and 17 B, 3 lines
+        assert steps(flows, 23, phase)[next(iter(steps(flows, 23, phase)))][-5:] == [8_192] * 4 + [48]
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "reduce"])
+def test_an_ll128_chain_forwards_its_chunks_sweep_by_sweep(kind: str) -> None:
+    """LL128 inside one host: the ring kernel's 640 threads forward 60 data bytes a lane a sweep (8 words of 15/16
+    data), so each hop takes a chunk in pieces of 38,400 B (320 lines of 128 B), not whole (prims_ll128.h)."""
+    flows, choice = run(kind, HOST8, 8, 16 * MiB, NCCL_ALGO="Ring", NCCL_PROTO="LL128")
+    assert (choice["algorithm"], choice["protocol"], choice["channels"]) == ("Ring", "LL128", 24)
+    edges = steps(flows, 0, "down" if kind == "broadcast" else "up")
+    assert len(edges) == 7
+    sizes = next(iter(edges.values()))
+    assert max(sizes) == wire(640 * 60, "LL128") == 320 * 128 and all(got == sizes for got in edges.values())
 
 
 @pytest.mark.slow

@@ -47,6 +47,7 @@ from phantora.collectives.nccl.part_loops import part_chunks
 from phantora.collectives.nccl.platform import nccl_view, platform_of
 from phantora.collectives.nccl.proxy import PROXY_STEP_US, RING_CHUNK_STEPS
 from phantora.collectives.nccl.pxn import comm_relay, pxn_relay
+from phantora.collectives.nccl.ring_round_up import DATA_WORD, LL128_GRAIN, run_threads
 from phantora.collectives.nccl.shape import shape
 from phantora.collectives.nccl.shared_steps import shared_depths
 from phantora.collectives.nccl.tuning import Choice, running_release
@@ -504,6 +505,21 @@ def _tree_sweeps(coll: Collective, topo: Topology, opts: AlgoOptions) -> tuple[i
     return tree_line_sweeps(opts.protocol) if p.nnodes == 1 and p.intra == "nvlink" else None
 
 
+def _chain_sweep(coll: Collective, topo: Topology, opts: AlgoOptions) -> int | None:
+    """A broadcast or reduce chain inside one NVLink node under NCCL's LL or LL128: the data bytes one sweep of its
+    ring kernel's threads forwards (`run_threads` x 8 B a line under LL, 60 B a lane under LL128), the pieces each
+    chunk crosses a hop in: broadcast.h / reduce.h `runRing` run prims_ll*.h `GenericOp`, whose warps send their
+    lines on as they land, each line with its flag, as a tree's do (`_tree_sweeps`). None elsewhere (Simple posts
+    whole steps; a network hop's proxy sends whole steps)."""
+    if opts.model != "nccl" or opts.protocol not in ("LL", "LL128"):
+        return None
+    p = platform_of(topo, coll.comm or coll.ranks, nccl_settings(opts))  # P2P off: NCCL's PCIe view
+    if p.nnodes != 1 or p.intra != "nvlink":
+        return None
+    threads = run_threads(coll.kind, opts.protocol, p, coll.nbytes, opts.channels)
+    return threads * (DATA_WORD if opts.protocol == "LL" else LL128_GRAIN)
+
+
 def _tree_part_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, part: int) -> int:
     """The chunk of a tree channel's `part` bytes: from NCCL 2.22 `calcCollChunking` sizes each part's chunk from
     the part alone (enqueue.cc `scheduleCollTasksToPlan`, v2.22.3-1 to v2.30.7-1); before it, the call's one chunk
@@ -810,8 +826,12 @@ def _build(
             else:
                 links = [None if v == root else root for v in range(n)]
             window = _steps_in_flight(opts)  # a chain's steps in flight on each hop (broadcast.h, reduce.h)
-            pieces = part_chunks(size, opts.chunk_bytes) if chunked and _nccl_part_loops(opts) else None
-            tree_flows(b, links, size, c, up=up, down=down, name=algo, window=window, pieces=pieces, **common)
+            sweep = _chain_sweep(coll, topo, opts) if chunked and algo == "chain" else None
+            sweeps = (sweep, sweep) if sweep else None
+            pieces = part_chunks(size, opts.chunk_bytes) if chunked and _nccl_part_loops(opts) and not sweeps else None
+            tree_flows(
+                b, links, size, c, up=up, down=down, name=algo, window=window, pieces=pieces, sweeps=sweeps, **common
+            )
     elif kind == "all_to_all":
         relay = pxn_relay(topo, nodes, blocks, opts)
         pairwise = algo == "pairwise"
