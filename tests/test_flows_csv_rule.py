@@ -140,3 +140,20 @@ def test_phantora_run_results_count_the_credits_flows_csv_leaves_out(tmp_path: P
     assert network["flows_csv"] == cosim["flows_csv"] == count
     planned = sum(c["flows"] for c in cosim["collectives"])
     assert planned == len(rows) + credits == network["engine_stats"]["flows_submitted"]
+
+
+def test_a_replays_results_count_the_credits_flows_csv_leaves_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`phantora replay` of the same all-gather: results.json `flows_csv` by the same closed form."""
+    for k, v in ENV:
+        monkeypatch.setenv(k, v)
+    wl = tmp_path / "ag.toml"
+    wl.write_text(
+        'name = "ag"\n[defaults]\nranks = "all"\ndtype = "fp32"\n'
+        f'[[op]]\nname = "ag"\nkind = "all_gather"\nbytes = {SIZE}\nat = "0us"\n'
+    )
+    out = tmp_path / "replay"
+    argv = ["replay", str(wl), "--topology", str(_topology(tmp_path)), "--granularity", "chunked", "--out", str(out)]
+    assert main(argv) == 0
+    _check(_rows(out / S.FLOWS_CSV), json.loads((out / S.RESULTS_JSON).read_text())["flows_csv"])

@@ -11,7 +11,7 @@ from phantora.netsim.engine_spec import EngineSpec
 from phantora.replay import ReplayResult
 from phantora.results import schema as S
 from phantora.results.run_dir import RunDir
-from phantora.results.write import write_network_files
+from phantora.results.write import flows_csv_count, write_network_files
 from phantora.topology.model import Topology
 
 
@@ -58,6 +58,7 @@ def write_replay_outputs(
     out.mkdir(parents=True, exist_ok=True)
     data = results_dict(res, workload=workload, topology=topology, network=network)
     data.update(extra or {})
+    data["flows_csv"] = flows_csv_count(res.completions)  # its rows and the zero-byte flows it leaves out
     paths = {"results": RunDir(out).write_json(S.RESULTS_JSON, data)}
     by_id = {f.id: f for f in res.flows}
     files = write_network_files(
