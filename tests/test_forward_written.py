@@ -19,27 +19,17 @@ from phantora.netsim.base import Flow
 from phantora.topology import Topology
 from tests.engine_pair import start_end_ns
 from tests.test_back_pressure import G, MiB, sends
+from tests.test_tree_sweep_slots import LINK_NS, one_host_star  # (a GPU's link to the switch: a path of two links)
 
 NCCL_STEPS = 8  # src/include/device.h
-LINK_NS = 1000  # a GPU's link to the switch: a path of two links, 2,000 ns
 FLAG_NS = 2 * LINK_NS  # the head's flag from the middle GPU back to the root: the path's propagation
 RATES = [100 * G, 100 * G, 25 * G]  # GPU 2's link at a quarter: the chain's last hop is the slow one
-
-
-def one_host(rates: list[int]) -> tuple[Topology, list[int]]:
-    """One host: GPU i on a link of `rates[i]` bit/s to one switch."""
-    t = Topology()
-    gpus = [t.add_node("gpu", host=0) for _ in rates]
-    sw = t.add_node("switch")
-    for g, rate in zip(gpus, rates, strict=True):
-        t.add_link(g, sw, rate, LINK_NS)
-    return t.validate(), gpus
 
 
 def chain(steps: int, step: int) -> tuple[Topology, list[Flow], list[list[Flow]]]:
     """The broadcast chain 0 -> 1 -> 2 inside one host, `steps` steps of `step` bytes, NCCL_STEPS in flight a hop:
     the topology, its flows and each GPU's sends in order."""
-    topo, gpus = one_host(RATES)
+    topo, gpus = one_host_star(RATES)
     b = DagBuilder(gpus, tuple(range(3)), 0, "", comm=communicator_id("chain", range(3)))
     b.host_of = dict.fromkeys(gpus, 0)
     b.credit_ns = credit_latency(topo, gpus)
