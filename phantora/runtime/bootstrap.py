@@ -28,6 +28,7 @@ from phantora.runtime import (
     gloo_store,
     hostmem,
     hostwork,
+    library_env,
     phantom_mode,
     program_seed,
     rank_exit,
@@ -263,6 +264,7 @@ def run_script(who: str, script: str, argv: list[str]) -> None:
     non-zero, end the process with `who`'s one line (`fail`, `exit_with`)."""
     sys.argv = argv
     sys.path.insert(0, os.path.dirname(script))
+    library_env.set_defaults()  # libraries' switches that keep their GPU work on the program's thread
     _stop_on_thread_gpu_work(who)
     try:
         runpy.run_path(script, run_name="__main__")

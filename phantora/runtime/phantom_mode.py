@@ -23,6 +23,7 @@ value-reading steps (the shape check across ranks, the bucket rebuild) do not re
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -130,6 +131,11 @@ def use_fused_attention() -> None:
                 grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
                 bias = _additive_bias(attn_mask, query.dtype)
                 return efficient(query, key, value, bias, grad, dropout_p, is_causal, scale=scale)[0]
+            groups = query.shape[-3] // key.shape[-3]
+            if dtensor and backend != sdp_choice.MATH and enable_gqa and groups > 1:
+                # DTensor's flash rule takes equal head counts: shared key/value heads copied out (a GPU's flash
+                # kernel reads them in place; CP's ring then moves the copies, `groups` times their bytes)
+                key, value = (t.repeat_interleave(groups, dim=-3) for t in (key, value))
             if backend == sdp_choice.MATH or (dtensor and query.shape[-3] != key.shape[-3]):
                 return orig(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
             if dtensor:  # DTensor's sharding rule is the GPU's flash op (simcuda/attention.py runs it on the data)
@@ -143,7 +149,22 @@ def use_fused_attention() -> None:
         return flash(query, key, value, dropout_p, is_causal, scale=scale)[0]
 
     sdpa._phantora = True  # type: ignore[attr-defined]
+    # torch's context_parallel patches the function by its __name__ (`setattr(F, fn.__name__, wrapper)`, _attention.py
+    # `_distribute_function`): under another name it patched `F.sdpa`, and CP's attention ran on each rank's shard alone
+    sdpa.__name__, sdpa.__qualname__ = orig.__name__, orig.__qualname__
     F.scaled_dot_product_attention = sdpa
+    _FUSED.append(sdpa)
+
+
+_FUSED: list[Callable[..., torch.Tensor]] = []  # the function use_fused_attention installed, whoever wraps it later
+
+
+def fused_attention() -> Callable[..., torch.Tensor]:
+    """phantora's `F.scaled_dot_product_attention` (use_fused_attention's), not a wrapper put over it later (CP's
+    `context_parallel` wraps it to take plain tensors only); torch's own before it is installed."""
+    import torch.nn.functional as F
+
+    return _FUSED[0] if _FUSED else F.scaled_dot_product_attention
 
 
 def _capability() -> tuple[int, int]:

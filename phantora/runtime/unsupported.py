@@ -99,6 +99,21 @@ def _remote_cuda(exc: BaseException) -> str | None:
     )
 
 
+_HF_LOADER = "/transformers/core_model_loading.py"
+
+
+def _hf_loader(exc: BaseException) -> str:
+    """The switch to name when the thread was transformers' weight loader's (its `from_pretrained` onto a GPU), or
+    ''; phantora sets it (library_env.py) unless the environment sets it otherwise, as this run's did."""
+    if not any(f.filename.endswith(_HF_LOADER) for f in traceback.extract_tb(exc.__traceback__)):
+        return ""
+    value = os.environ.get("HF_DEACTIVATE_ASYNC_LOAD")
+    return (
+        " (this was transformers' weight loader's thread pool, which HF_DEACTIVATE_ASYNC_LOAD=1 turns off; phantora "
+        f"sets it unless the environment sets it, and this run's set it to {value!r})"
+    )
+
+
 def _from_a_thread(exc: BaseException) -> bool:
     """Was `exc` raised on a thread the program started (a `threading.Thread`'s or an executor's frames in its
     traceback; `Future.result()` raises the worker's exception with them)?"""
@@ -138,7 +153,7 @@ def explain(exc: BaseException) -> str | None:
     if backend == "CUDA" and _from_a_thread(exc):
         what = (
             f"{call} ran GPU work on a thread other than the program's, where {op} reached torch's own CUDA backend: "
-            f"{_ONE_THREAD}; do the GPU work on the rank's own thread"
+            f"{_ONE_THREAD}; do the GPU work on the rank's own thread{_hf_loader(exc)}"
         )
     elif backend == "CUDA":
         what = (

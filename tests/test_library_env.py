@@ -1,0 +1,72 @@
+"""transformers 5 loads a checkpoint on worker threads (`core_model_loading.py`), so `from_pretrained(...,
+device_map="cuda")`, the usual way to put a Hugging Face model on a GPU, copied each weight to the GPU on a thread
+phantora does not simulate, and the rank stopped in one line. A rank now sets transformers' own switch,
+`HF_DEACTIVATE_ASYNC_LOAD=1` (runtime/library_env.py), unless the environment sets it: the weights load on the
+program's thread, each equal to the checkpoint's on the CPU. Set to 0, the rank stops on the line, naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from bridge.client import BridgeError
+from phantora.launcher import RunConfig, launch
+from phantora.runtime import library_env
+
+PROGRAM = """
+import sys, torch
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], device_map="cuda")
+assert all(p.device.type == "cuda" for p in model.parameters())
+torch.save({name: t.cpu() for name, t in model.state_dict().items()}, sys.argv[2])
+"""
+
+
+def test_a_variable_the_environment_sets_is_kept() -> None:
+    env = {"HF_DEACTIVATE_ASYNC_LOAD": "0"}
+    library_env.set_defaults(env)
+    assert env == {"HF_DEACTIVATE_ASYNC_LOAD": "0"}
+    empty: dict[str, str] = {}
+    library_env.set_defaults(empty)
+    assert empty == {"HF_DEACTIVATE_ASYNC_LOAD": "1"}
+
+
+def _checkpoint(tmp_path: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+    """A 2-layer Llama saved with save_pretrained on the CPU (plain torch, outside phantora), and its weights."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    model.save_pretrained(tmp_path / "ckpt")
+    return tmp_path / "ckpt", {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_from_pretrained_onto_the_gpu_loads_the_checkpoints_weights(tmp_path: Path) -> None:
+    ckpt, expected = _checkpoint(tmp_path)
+    script, seen = tmp_path / "load.py", tmp_path / "seen.pt"
+    script.write_text(PROGRAM)
+    launch(RunConfig(str(script), [str(ckpt), str(seen)], "testbed16", nproc=1, out_dir=tmp_path / "out"))
+    loaded = torch.load(seen)
+    assert sorted(loaded) == sorted(expected)
+    for name, weight in expected.items():
+        assert torch.equal(loaded[name], weight), name
+
+
+def test_the_loaders_threads_switched_back_on_stop_in_one_line_naming_the_switch(tmp_path: Path) -> None:
+    ckpt, _ = _checkpoint(tmp_path)
+    script = tmp_path / "load.py"
+    script.write_text(PROGRAM)
+    config = RunConfig(str(script), [str(ckpt), str(tmp_path / "seen.pt")], "testbed16", nproc=1)
+    config.out_dir, config.env = tmp_path / "out", {"HF_DEACTIVATE_ASYNC_LOAD": "0"}
+    with pytest.raises(BridgeError):
+        launch(config)
+    last = (tmp_path / "out" / "logs" / "rank0.log").read_text().strip().splitlines()[-1]
+    assert last.startswith("phantora: rank 0 failed (at ") and "load.py:4 in <module>" in last
+    assert "ran GPU work on a thread other than the program's" in last
+    assert "transformers' weight loader's thread pool, which HF_DEACTIVATE_ASYNC_LOAD=1 turns off" in last
+    assert "set it to '0'" in last
