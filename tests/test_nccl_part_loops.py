@@ -82,20 +82,35 @@ TWO_HOSTS = [
 ]
 
 
+# Under LL / LL128 the NVLink edge inside each host forwards each chunk in sweeps of lines (the tree kernel's 640
+# threads: 448 reduce, 192 broadcast; 8 B a thread under LL, 60 B under LL128), the hosts' edge whole chunks (the
+# proxy sends a step once all its lines are in, net.cc); Simple whole chunks everywhere.
+TREE_SWEEPS = {"LL": (448 * 8, 192 * 8), "LL128": (448 * 60, 192 * 60)}
+
+
 @pytest.mark.parametrize(("proto", "size", "parts"), TWO_HOSTS)
 def test_two_host_tree_steps(proto: str, size: int, parts: list[tuple[int, int]]) -> None:
-    """Every edge of channel c carries its part up and down in NCCL's chunks, the last what is left."""
+    """Every edge of channel c carries its part up and down in NCCL's chunks, the last what is left; under LL /
+    LL128 the hops inside a host cut each chunk in sweeps."""
     flows, choice = run("all_reduce", HOSTS2, 4, size, NCCL_ALGO="Tree", NCCL_PROTO=proto)
     assert (choice["algorithm"], choice["protocol"], choice["channels"]) == ("Tree", proto, 8)
     assert sum(part for part, _ in parts) == size
+    host = {HOSTS2.node_of_rank(r): r // 2 for r in range(4)}
+    made = 0
     for c, (part, chunk) in enumerate(parts):
-        want = [wire(x, proto) for x in chunks(part, chunk)]
         assert sum(chunks(part, chunk)) == part
-        for phase in ("up", "down"):
+        for phase, sweep in zip(("up", "down"), TREE_SWEEPS.get(proto, (0, 0)), strict=True):
             edges = steps(flows, c, phase)
-            assert len(edges) == 3 and all(got == want for got in edges.values()), (c, phase)
+            assert len(edges) == 3
+            for (src, dst), got in edges.items():
+                net = host[src] != host[dst]
+                cut = sweeps(part, chunk, sweep) if sweep and not net else chunks(part, chunk)
+                want = [wire(x, proto) for x in cut]
+                assert got == want, (c, phase, net)
+                made += len(got)
+            assert sum(host[s] != host[d] for s, d in edges) == 1
     data = [f for f in flows if not is_credit(f)]  # the steps; credits and clear-to-sends are no tensor bytes
-    assert len(data) == sum(2 * 3 * len(chunks(part, chunk)) for part, chunk in parts)
+    assert len(data) == made
 
 
 def test_two_host_simple_tree_last_chunks_by_hand() -> None:

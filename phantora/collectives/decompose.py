@@ -494,27 +494,28 @@ def _ring_chunk_steps(opts: AlgoOptions) -> int:
 
 
 def _tree_sweeps(coll: Collective, topo: Topology, opts: AlgoOptions) -> tuple[int, int] | None:
-    """A tree all-reduce inside one NVLink node under NCCL's LL or LL128: the bytes its reduce and broadcast halves
-    forward per sweep of lines (`chunking.tree_line_sweeps`), the pieces each chunk crosses a hop in; None
-    elsewhere (Simple posts whole steps; a network hop's proxy sends whole steps). The root receives, reduces and
-    sends with all its threads, but each of its warps forwards its own lines as they land (no barrier between the
-    sweeps of a call, prims_ll128.h `GenericOp`), so its sends are cut like the broadcast half's."""
+    """A tree all-reduce over NVLink nodes under NCCL's LL or LL128: the bytes its reduce and broadcast halves
+    forward per sweep of lines (`chunking.tree_line_sweeps`), the pieces each chunk crosses an NVLink hop in (a
+    hop across hosts keeps whole steps, its proxy sends a step once all its lines are in: `tree_flows`); None
+    elsewhere (Simple posts whole steps; PCIe nodes). The root receives, reduces and sends with all its threads,
+    but each of its warps forwards its own lines as they land (no barrier between the sweeps of a call,
+    prims_ll128.h `GenericOp`), so its sends are cut like the broadcast half's."""
     if opts.model != "nccl":
         return None
     p = platform_of(topo, coll.comm or coll.ranks, nccl_settings(opts))  # P2P off: NCCL's PCIe view
-    return tree_line_sweeps(opts.protocol) if p.nnodes == 1 and p.intra == "nvlink" else None
+    return tree_line_sweeps(opts.protocol) if p.intra == "nvlink" else None
 
 
 def _chain_sweep(coll: Collective, topo: Topology, opts: AlgoOptions) -> int | None:
-    """A broadcast or reduce chain inside one NVLink node under NCCL's LL or LL128: the data bytes one sweep of its
+    """A broadcast or reduce chain over NVLink nodes under NCCL's LL or LL128: the data bytes one sweep of its
     ring kernel's threads forwards (`run_threads` x 8 B a line under LL, 60 B a lane under LL128), the pieces each
-    chunk crosses a hop in: broadcast.h / reduce.h `runRing` run prims_ll*.h `GenericOp`, whose warps send their
-    lines on as they land, each line with its flag, as a tree's do (`_tree_sweeps`). None elsewhere (Simple posts
-    whole steps; a network hop's proxy sends whole steps)."""
+    chunk crosses an NVLink hop in: broadcast.h / reduce.h `runRing` run prims_ll*.h `GenericOp`, whose warps send
+    their lines on as they land, each line with its flag, as a tree's do (`_tree_sweeps`); a hop across hosts keeps
+    whole steps (`tree_flows`). None elsewhere (Simple posts whole steps; PCIe nodes)."""
     if opts.model != "nccl" or opts.protocol not in ("LL", "LL128"):
         return None
     p = platform_of(topo, coll.comm or coll.ranks, nccl_settings(opts))  # P2P off: NCCL's PCIe view
-    if p.nnodes != 1 or p.intra != "nvlink":
+    if p.intra != "nvlink":
         return None
     threads = run_threads(coll.kind, opts.protocol, p, coll.nbytes, opts.channels)
     return threads * (DATA_WORD if opts.protocol == "LL" else LL128_GRAIN)
@@ -800,7 +801,7 @@ def _build(
         # A tree edge keeps NCCL_STEPS chunks in flight under every protocol: calcCollChunking (enqueue.cc) gives a
         # tree one step a chunk, runTreeUpDown / runTreeSplit and NVLS-Tree's tree run ProtoSimple<1, 1>
         # (all_reduce.h), LL / LL128 wait for a free slot once a chunk (prims_ll*.h `waitSend`), v2.18.5-1..v2.30.7-1;
-        # a one-node LL / LL128 tree's sweeps go on behind their chunk's slot (`tree_flows`)
+        # an LL / LL128 tree's NVLink sweeps go on behind their chunk's slot (`tree_flows`)
         window = _steps_in_flight(opts)
         for c, size in enumerate(channel_shares(coll, topo, opts)):
             which, parent = trees(c)

@@ -115,13 +115,25 @@ def tree_flows(
         sizes = down_sizes = split(size, max(1, math.ceil(size / chunk_bytes)))
     k, kd = len(sizes), len(down_sizes)
     ends = list(itertools.accumulate(sizes))
-    down_ends = list(itertools.accumulate(down_sizes))
-    # Whether each piece ends its chunk, one primitive call: NCCL's slot and its credit go a chunk at a time (a
+    # Under `sweeps` a hop across hosts carries whole chunks: NCCL's proxy sends a step once all its lines are
+    # written (net.cc sendProxyProgress checks every LL / LL128 line's flag), and the next GPU forwards the step's
+    # lines over NVLink sweep by sweep once it has landed. Pieces per edge (up: the edge v -> parent[v]; down:
+    # parent[w] -> w).
+    whole = part_chunks(size, max(1, chunk_bytes)) if sweeps else []
+    # Whether a piece ends its chunk, one primitive call: NCCL's slot and its credit go a chunk at a time (a
     # sweep's lines go on behind the chunk's first, prims_ll.h / prims_ll128.h `waitSend`, `postRecv`).
-    bounds = set(itertools.accumulate(part_chunks(size, max(1, chunk_bytes)))) if sweeps else None
-    closes = [bounds is None or e in bounds for e in ends]
-    down_closes = [bounds is None or e in bounds for e in down_ends]
-    last_up = [bisect.bisect_left(ends, end) for end in down_ends]  # the up piece of each down piece's end
+    bounds = set(itertools.accumulate(whole)) if sweeps else None
+
+    def cut(v: int, w: int, ref: list[int]) -> list[int]:
+        """The pieces of edge v -> w: whole chunks across hosts under `sweeps`, else `ref`."""
+        return whole if sweeps and b.network(v, w) else ref
+
+    up_sizes = [cut(v, p, sizes) if p is not None else [] for v, p in enumerate(parent)]
+    dn_sizes = [cut(p, w, down_sizes) if p is not None else [] for w, p in enumerate(parent)]
+    up_ends = [list(itertools.accumulate(x)) for x in up_sizes]
+    dn_ends = [list(itertools.accumulate(x)) for x in dn_sizes]
+    up_at = [{e: i for i, e in enumerate(x)} for x in up_ends]  # an up edge's piece ending at each byte
+    dn_at = [{e: i for i, e in enumerate(x)} for x in dn_ends]
 
     window = window if b.comm else 1
     shared = shared_sender and bool(b.comm)
@@ -138,33 +150,38 @@ def tree_flows(
     def tag(phase: str, c: int) -> str:
         return f"{name}/ch{channel}/{phase}/chunk{c}" if max(k, kd) > 1 else f"{name}/ch{channel}/{phase}"
 
+    def closes(e: int) -> bool:
+        """Whether a piece ending at byte e ends its chunk."""
+        return bounds is None or e in bounds
+
     credits = Credits(
         b, window, f"{name}/ch{channel}", channel
     )  # window > 1: a slot frees as the receiver consumes its chunk (back_pressure.py)
-    up_in: list[list[int]] = [[0] * k for _ in parent]  # up_in[v][c]: chunk c arriving at parent[v] from v
-    down_in: list[list[int]] = [[0] * kd for _ in parent]  # down_in[w][c]: chunk c arriving at w from its parent
+    up_in: list[list[int]] = [[] for _ in parent]  # up_in[v][c]: piece c arriving at parent[v] from v
+    down_in: list[list[int]] = [[] for _ in parent]  # down_in[w][c]: piece c arriving at w from its parent
 
     taken: dict[tuple[str, int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}  # a connection's chunk: its slot
 
     def send(
-        v: int, w: int, size: int, phase: str, c: int, have: tuple[int, ...], edge: list[int], marks: list[bool]
+        v: int, w: int, size: int, phase: str, have: tuple[int, ...], edge: list[int], first: bool, last: bool
     ) -> tuple[tuple[int, ...], int]:
-        """Add piece c of `phase` from v to w once `have` are in and its slot on the edge is free; record it in
-        `edge[c]`; return what its kernel waited for to write it (`Credits.slots`) and the piece's flow. `marks`:
-        whether each piece of the phase ends its chunk; with a window the slot is a chunk's: every piece of the
-        chunk waits for it (the kernel's one wait a call), and the consumption of its last piece frees it (one
-        credit a chunk)."""
+        """Add the edge's next piece of `phase` from v to w once `have` are in and its slot on the edge is free;
+        append it to `edge`; return what its kernel waited for to write it (`Credits.slots`) and the piece's flow.
+        `first` / `last`: whether the piece starts / ends its chunk; with a window the slot is a chunk's: every
+        piece of the chunk waits for it (the kernel's one wait a call), and the consumption of its last piece frees
+        it (one credit a chunk)."""
+        c = len(edge)
         conn = (phase, v, w)
         kernel: tuple[int, ...] = ()
         if window <= 1:
             own = slot(edge, c)
-        elif c == 0 or marks[c - 1]:
+        elif first:
             own, kernel = taken[conn] = credits.slots(conn, v, w)
         else:
             own, kernel = taken[conn]
         flow = b.add(v, w, size, tag(phase, c), channel, have + own, step_delay_ns, ordered=ordered, queue=queue(v))
-        edge[c] = flow
-        if window > 1 and marks[c]:
+        edge.append(flow)
+        if window > 1 and last:
             credits.sent(conn, flow)
         return kernel, flow
 
@@ -172,55 +189,82 @@ def tree_flows(
         """What node v's own input of chunk c waits for (`ready`)."""
         return tuple(ready[v][c]) if ready is not None else ()
 
-    def up_chunk(c: int) -> None:
-        """Chunk c up every edge, children first; a node consumes its children's chunk c as it sends it on."""
-        for v in reversed(order):
-            p = parent[v]
-            if p is None:
-                continue
-            have = tuple(up_in[w][c] for w in kids[v]) + own(v, c)
-            kernel, flow = send(v, p, sizes[c], "up", c, have, up_in[v], closes)
-            if window > 1 and closes[c]:
-                for w in kids[v]:
-                    written(credits, up_in[w][c], have, kernel, flow, b.network(v, p))
+    def up_to(v: int, e: int) -> int:
+        """v's up piece holding byte e - 1 (added, after the edge's pieces before it, if not yet)."""
+        i = bisect.bisect_left(up_ends[v], e)
+        while len(up_in[v]) <= i:
+            send_up(v, len(up_in[v]))
+        return up_in[v][i]
 
-    next_up = 0  # the root's first up chunk not yet sent on down
+    def down_to(w: int, e: int) -> int:
+        """w's down piece holding byte e - 1 (added, after the edge's pieces before it, if not yet)."""
+        i = bisect.bisect_left(dn_ends[w], e)
+        while len(down_in[w]) <= i:
+            send_down(w, len(down_in[w]))
+        return down_in[w][i]
 
-    def down_chunk(c: int) -> None:
-        """Chunk c down every edge, parents first; a node consumes the chunk it got (at the root: the up chunks
-        the piece completes) as it sends it on to all its children."""
-        nonlocal next_up
-        for v in order:
-            if parent[v] is not None:
-                have: tuple[int, ...] = (down_in[v][c],)
-            else:
-                have = tuple(up_in[x][last_up[c]] for x in kids[v]) + own(v, last_up[c]) if up else ()
-            if landed is not None:
-                landed[v].append(have)
+    def send_up(v: int, i: int) -> None:
+        """Piece i up v's edge once its children's pieces up to its last byte are in; a node consumes its
+        children's chunk as it writes the chunk's last piece on."""
+        p = parent[v]
+        assert p is not None
+        e, piece = up_ends[v][i], up_sizes[v][i]
+        have = tuple(up_to(w, e) for w in kids[v]) + own(v, i)
+        kernel, flow = send(v, p, piece, "up", have, up_in[v], closes(e - piece) or i == 0, closes(e))
+        if window > 1 and closes(e):
             for w in kids[v]:
-                kernel, flow = send(v, w, down_sizes[c], "down", c, have, down_in[w], down_closes)
-                if window <= 1 or not down_closes[c]:
-                    continue  # a chunk is consumed as its last piece is written on
-                net = b.network(v, w)
-                if parent[v] is not None:
-                    written(credits, down_in[v][c], have, kernel, flow, net)
-                elif up:
-                    for u in range(next_up, k):
-                        if ends[u] > down_ends[c]:
-                            break
-                        for x in kids[v] if closes[u] else ():
-                            written(credits, up_in[x][u], have, kernel, flow, net)
-            if parent[v] is None and up:
-                while next_up < k and ends[next_up] <= down_ends[c]:
-                    next_up += 1
+                written(credits, up_to(w, e), have, kernel, flow, b.network(v, p))
 
-    if not up:
-        for c in range(kd):
-            down_chunk(c)
-        return
+    def landing(v: int, e: int) -> tuple[int, ...]:
+        """What node v's down pieces up to byte e wait for: its own down piece holding byte e - 1; at the root, with
+        an up phase, its children's up pieces and its own input (`ready`)."""
+        if parent[v] is not None:
+            return (down_to(v, e),)
+        if not up:
+            return ()
+        return tuple(up_to(x, e) for x in kids[v]) + own(v, bisect.bisect_left(ends, e))
+
+    def send_down(w: int, i: int) -> None:
+        """Piece i down w's edge once its parent has the piece's bytes; the parent consumes the chunk it got (at
+        the root: its children's up chunks) as it writes the chunk's last piece on."""
+        v = parent[w]
+        assert v is not None
+        e, piece = dn_ends[w][i], dn_sizes[w][i]
+        have = landing(v, e)
+        kernel, flow = send(v, w, piece, "down", have, down_in[w], closes(e - piece) or i == 0, closes(e))
+        if window <= 1 or not closes(e):
+            return  # a chunk is consumed as its last piece is written on
+        net = b.network(v, w)
+        if parent[v] is not None:
+            written(credits, down_to(v, e), have, kernel, flow, net)
+        elif up:
+            for x in kids[v]:
+                written(credits, up_to(x, e), have, kernel, flow, net)
+
+    def up_tick(e: int) -> None:
+        """Every up piece ending at byte e, children first."""
+        for v in reversed(order):
+            i = up_at[v].get(e)
+            if i is not None:
+                up_to(v, e)
+
+    def down_tick(e: int) -> None:
+        """Every down piece ending at byte e, parents first (and, `landed`, what each node then has)."""
+        for v in order:
+            if landed is not None:
+                landed[v].append(landing(v, e))
+            for w in kids[v]:
+                if e in dn_at[w]:
+                    down_to(w, e)
+
+    # Byte by byte of the pieces' ends, so a chunk's consumer is there when the chunk `window` later is sent.
+    up_ticks = sorted({e for x in up_ends for e in x} or set(ends)) if up else []
+    down_ticks = sorted({e for x in dn_ends for e in x} or set(itertools.accumulate(down_sizes))) if down else []
     d = 0
-    for c in range(k):  # chunk by chunk, so a chunk's consumer is there when the chunk `window` later is sent
-        up_chunk(c)
-        while down and d < kd and last_up[d] <= c:
-            down_chunk(d)
+    for e in up_ticks:
+        up_tick(e)
+        while d < len(down_ticks) and down_ticks[d] <= e:
+            down_tick(down_ticks[d])
             d += 1
+    for e in down_ticks[d:]:
+        down_tick(e)
