@@ -93,7 +93,7 @@ def test_an_int8_all_gather_is_checked_by_its_datatype_where_nccl_checks_it(vers
     else:
         with pytest.raises(InputError) as err:
             choice("all_gather", "int8", "sum", **env)
-        assert err.value.field == "algorithm" and "no NVLS for sum on int8" in str(err.value)
+        assert err.value.field == "NCCL_ALGO" and "no NVLS for sum on int8" in str(err.value)
 
 
 @pytest.mark.parametrize("op,dtype", [("sum", "fp32"), ("max", "fp32"), ("avg", "fp32"), ("avg", "int32"),
@@ -106,7 +106,7 @@ def test_pat_reduce_scatters_no_scaled_sum(op: str, dtype: str) -> None:
     if scaled:
         with pytest.raises(InputError) as err:
             choice("reduce_scatter", dtype, op, one, ranks, NCCL_ALGO="PAT")
-        assert err.value.field == "algorithm" and f"no PAT for {op} on {dtype}" in str(err.value)
+        assert err.value.field == "NCCL_ALGO" and f"no PAT for {op} on {dtype}" in str(err.value)
     else:
         assert choice("reduce_scatter", dtype, op, one, ranks, NCCL_ALGO="PAT")["algorithm"] == "PAT"
     for nbytes in (64 * 1024, SIZE):

@@ -146,10 +146,11 @@ def _choose(coll: Collective, topo: Topology, opts: AlgoOptions, st: NcclSetting
         asked = f"algorithm={opts.algorithm}, protocol={opts.protocol}"
         names = "/".join(T.NCCL_ALGO_NAMES[a] for a in sorted(skip))
         op = f"; NCCL runs no {names} for {coll.redop} on {coll.dtype}" if skip else ""
+        by = next((k for k in ("NCCL_ALGO", "NCCL_PROTO") if k in forced), "algorithm")  # (what forced it)
         raise InputError(
             f"no NCCL algorithm/protocol available for {coll.kind} on {p.nnodes} node(s) x {p.ppn} GPU(s) "
             f"({what or asked}{op}); NCCL fails here too",
-            field="algorithm",
+            field=by,
         )
     choice = _with_transports(choice, p, coll.kind)
     return dataclasses.replace(choice, works=calls) if calls > 1 else choice
