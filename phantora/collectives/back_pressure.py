@@ -273,12 +273,14 @@ def written(
     credits: Credits, got: int, inputs: tuple[int, ...], kernel: tuple[int, ...], flow: int, network: bool
 ) -> None:
     """Message `got` is consumed once its receiver's kernel has written it on as `flow` (a tree's or a chain's
-    forwarding GPU, ProtoSimple<1, 1>: one slice a step). prims_simple.h `genericOp` posts the receive's head
-    upstream (`postPeer<Recv, Send>`) only after its copy of the step into the send buffer, in step order. Inside a
-    host that buffer is the receiver's slot (P2P, SHM): the copy is `flow` itself, on the wire behind the earlier
-    steps of its connection (`Flow.queue`) and after the downstream's credit, so `got` is consumed at `flow`'s
-    arrival, not at its release. Across hosts it is the kernel's own staging slot, written once `inputs` are in
-    and the slot is free (`forwarded`), however many of its steps the proxy still has to send."""
+    forwarding GPU, ProtoSimple<1, 1>: one slice a step; a ring's one-slot LL / LL128 step, whose head prims_ll.h
+    / prims_ll128.h post (`postRecv`) once the step's lines are stored on). prims_simple.h `genericOp` posts the
+    receive's head upstream (`postPeer<Recv, Send>`) only after its copy of the step into the send buffer, in step
+    order. Inside a host that buffer is the receiver's slot (P2P, SHM): the copy is `flow` itself, on the wire
+    behind the earlier steps of its connection (`Flow.queue`) and after the downstream's credit, so `got` is
+    consumed at `flow`'s arrival, not at its release. Across hosts it is the kernel's own staging slot, written
+    once `inputs` are in and the slot is free (`forwarded`), however many of its steps the proxy still has to
+    send."""
     if network:
         forwarded(credits, got, inputs, kernel)
     else:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterator
 from itertools import accumulate
 
-from phantora.collectives.back_pressure import Credits, forwarded, ring_receives
+from phantora.collectives.back_pressure import Credits, forwarded, ring_receives, written
 from phantora.collectives.dag import DagBuilder, split
 
 Cut = Callable[[list[int], int], list[list[int]]]  # (a channel's slices, chunk bytes) -> chunks[slice][pass]
@@ -71,8 +71,9 @@ def ring_flows(
     its successor go on the wire one at a time in order (`Flow.queue`), each once its input has arrived and
     the successor has consumed the message `window` before it and the credit is back (its buffer slots are free:
     NCCL_STEPS slots over the CHUNKSTEPS slots a Simple chunk takes, so 2; LL / LL128 chunks take 1, so 8;
-    prims_simple.h `waitPeer`; the successor consumes a step as it sends it on, or at the last step as it arrives:
-    `back_pressure.py`; the proxy posts a network connection's steps in order, net.cc `sendProxyProgress`; NCCL
+    prims_simple.h `waitPeer`; the successor consumes a step as it sends it on, a one-slot LL / LL128 step inside a
+    host once it has written it on (`back_pressure.written`), or at the last step as it arrives: `back_pressure.py`;
+    the proxy posts a network connection's steps in order, net.cc `sendProxyProgress`; NCCL
     v2.30.7-1). So a
     connection moves its bytes at its own rate, as ns-3's NIC sends a connection's messages; without
     `in_turn` every pass runs at once, and the links alone set the pace. `cut` (chunked): how the slices are cut
@@ -96,7 +97,8 @@ def ring_flows(
     recv: list[list[int]] = [[0] * k for _ in range(n)]
     sent: list[list[int]] = [[] for _ in range(n)]
     # each position's connection to its successor (back_pressure.py)
-    credits = Credits(b, window, tag, channel, ring_receives(window))
+    per_message = ring_receives(window)  # a message's slices: 2 for a Simple chunk, 1 for an LL / LL128 step
+    credits = Credits(b, window, tag, channel, per_message)
     prev = [0] * n  # the flow bringing the pass's chunk to each position at the previous step
     for c, s, sends in ring_passes(kind, chunks):
         ctag = f"{tag}/step{s}/chunk{c}" if k > 1 else f"{tag}/step{s}"
@@ -129,8 +131,10 @@ def ring_flows(
             mine.append(now[j])
             if ordered:
                 credits.sent(i, now[j])
-                if s:  # position i consumes the step it got as it sends it on
+                if s and per_message > 1:  # a Simple chunk as it is sent on (its slices freed one by one: not modelled)
                     forwarded(credits, prev[i], inputs, kernel)
+                elif s:  # a one-slot step (LL, LL128) once it has written it on
+                    written(credits, prev[i], inputs, kernel, now[j], b.network(order[i], order[j]))
         prev = now
         if s == last_step:
             for i in range(n):
