@@ -71,30 +71,14 @@ def least_ends(
         if c >= mr and (c >= m or f not in ext):
             continue
         reads += 1
-        if rget is not None and f not in counted:  # (counted in neither set: only what is under it may be)
-            x = rget(f)
-            if x is None or c + x >= mr:
+        passed, x = False, 0  # passed: counted in neither set (only what is under it may be), x its reach
+        if rget is not None and f not in counted:
+            got = rget(f)
+            if got is None or c + got >= mr:
                 continue
-            deps = up.get(f)
-            if deps is not None and len(deps) <= QUICK_DEPS:  # (C raised one step, as below)
-                t = -1
-                for d in deps:
-                    e = ends.get(d)
-                    if e is None:
-                        e = lbs[d]
-                    if e > t:
-                        t = e
-                q = t + step[f]
-                if q > c:
-                    lbs[f] = c = q
-                    if c + x >= mr:
-                        continue
-            kids = None if below is None else below.get(f)
-            if kids:
-                order.extend(kids)  # type: ignore[attr-defined]  # (a list when `below` is given)
-            continue
+            passed, x = True, got
         deps = up.get(f)
-        if deps is not None and len(deps) <= QUICK_DEPS:
+        if deps is not None and len(deps) <= QUICK_DEPS:  # (C raised one step)
             t = -1
             for d in deps:
                 e = ends.get(d)
@@ -105,8 +89,13 @@ def least_ends(
             q = t + step[f]
             if q > c:
                 lbs[f] = c = q
-                if c >= mr and (c >= m or f not in ext):
+                if c + x >= mr if passed else c >= mr and (c >= m or f not in ext):
                     continue
+        if passed:
+            kids = None if below is None else below.get(f)
+            if kids:
+                order.extend(kids)  # type: ignore[attr-defined]  # (a list when `below` is given)
+            continue
         r = react is None or react(f)
         if not r:  # (its dependents' least L is not bounded by a least it counts in: they are read)
             kids = None if below is None else below.get(f)
