@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_p2p_proxy_whatif.py --flow-only   # closed forms and the H100 ring only
     .venv/bin/python bench/bench_p2p_proxy_whatif.py --channels    # the B200 cluster's NICs by connections
     .venv/bin/python bench/bench_p2p_proxy_whatif.py --turns       # (d) below, the summary lines it moves
+    .venv/bin/python bench/bench_p2p_proxy_whatif.py --depth       # the slot loop a depth bound would need
 
 A GPU whose proxy relays one send (PXN) and serves one receive per p2p chunk (sendrecv_perf's ring across hosts)
 spends 2 c per chunk of NCCL_P2P_NET_CHUNKSIZE, so c caps it at chunk / (2 c) each way. The script prints that cap
@@ -19,6 +20,11 @@ and the closed form of (d): NCCL's 14 GB/s figure holds one channel's own proxy 
 adds its relayed send's and its receive's turns to every 128 KiB step (`turns_rate`). `--turns` prints the summary
 lines that (d), applied to every cross-host p2p flow into a GPU, moves. docs/validation.md ("Held-out tables",
 2026-12-04, the second block on the relay's turns).
+
+`--depth` prints, for the same runs, the bytes a NIC's connections hold in flight each way (NCCL_STEPS steps a
+connection) and the slot loop (a step's fill, send, drain and credit back) at which those bytes would move the
+published rate, were the depth what binds; then the NIC's share in the two-host all-to-all tables, published and
+simulated (flow). docs/validation.md ("Held-out tables", 2026-12-05).
 """
 
 from __future__ import annotations
@@ -41,12 +47,19 @@ from bench_nccl_tests import compare, overall, split, test_calls, verdict
 from phantora.collectives import AlgoOptions
 from phantora.collectives.nccl import p2p, proxy, shape
 from phantora.collectives.nccl.platform import platform_of
-from phantora.collectives.nccl.published import tables
+from phantora.collectives.nccl.published import Table, data_dir, read_table, tables
 from phantora.collectives.nccl.settings import NcclSettings
 from phantora.topology import rail_optimized
 
 H100_SENDRECV = 45.87  # GB/s, example-cluster01's 2-host sendrecv_perf (SOURCES.md, the alltoall row's log)
 CHUNK = 128 << 10  # NCCL_P2P_NET_CHUNKSIZE's default (init.cc, v2.29.7-1)
+NCCL_STEPS = 8  # steps a connection keeps in flight (net.cc: min(NCCL_STEPS, NCCL_SHARED_STEPS / nsubs), one sub)
+RING_STEP = (4 << 20) // NCCL_STEPS  # a ring's Simple step: the 4 MiB default buffer over NCCL_STEPS (init.cc)
+ALLTOALL_2HOSTS = (  # two hosts of 8 GPUs (SOURCES.md); the last one's 400G NIC is inferred, so it is not compared
+    "a100_16gpu_2node_hdr200assumed_alltoall_alcfsophia",
+    "a100_16gpu_2node_hdr200_alltoall_mscclppndmv4",
+    "h100_16gpu_2node_nic400assumed_alltoall_xxrjuncluster01",
+)
 
 
 def cap_gbs(chunk: int, step_us: float) -> float:
@@ -166,6 +179,45 @@ def channels_report() -> None:
         )
 
 
+def in_flight(channels: int, step: int = CHUNK) -> int:
+    """Bytes a NIC's `channels` connections hold in flight each way: NCCL_STEPS steps of `step` bytes each."""
+    return channels * NCCL_STEPS * step
+
+
+def loop_us(nbytes: int, gbs: float) -> float:
+    """The slot loop (µs) at which `nbytes` in flight move `gbs` GB/s: a depth bound moves them once a loop."""
+    return nbytes / (gbs * 1000.0)
+
+
+def nic_rate(table: Table, busbw: float) -> float:
+    """GB/s each GPU of an all-to-all `table` sends through its NIC at `busbw`: the algbw (busbw x n / (n - 1))
+    times the share of its peers on other hosts."""
+    n, ppn = table.gpus, table.gpus // table.nodes
+    return busbw * n / (n - 1) * (n - ppn) / n
+
+
+def depth_report() -> None:
+    """The use3a-ss runs' bytes in flight a NIC and the loop a depth bound would need; the all-to-alls' NIC shares."""
+    print("use3a-ss, one queue pair a connection: MiB in flight a NIC each way, GB/s a NIC, slot loop for that rate")
+    for gpus, hosts in P2P_RUNS:
+        n, _ = net_peer_channels(gpus, hosts)
+        pub = last_busbw(USE3A.format(g=gpus, n=hosts, kind="sendrecv", src="p2p"))
+        w = in_flight(n)
+        head = f"  sendrecv, {hosts:2d} hosts, {n} channel(s) of 128 KiB steps:"
+        print(f"{head} {w >> 20}  {pub:.2f}  {loop_us(w, pub):.1f} us")
+    ring = last_busbw(USE3A.format(g=16, n=2, kind="ringalgo_all_reduce", src="use3a")) / 8
+    w = in_flight(2, RING_STEP)
+    print(f"  ring all-reduce, 2 hosts, 2 channels of 512 KiB steps: {w >> 20}  {ring:.2f}  {loop_us(w, ring):.1f} us")
+    print(f"4 channels of 128 KiB steps fill a 50 GB/s NIC at any loop under {loop_us(in_flight(4), 50.0):.1f} us")
+    print("two-host all-to-all, largest size: GB/s each GPU sends through its NIC, published and simulated (flow)")
+    for name in ALLTOALL_2HOSTS:
+        t = read_table(data_dir() / f"{name}.csv")
+        row = compare(t, "flow", t.rows[-1][0])[-1]
+        nic = t.nic_gbps / 8
+        pub, sim = nic_rate(t, row.published), nic_rate(t, row.simulated)
+        print(f"  {name}: {pub:.2f} ({pub / nic:.1%} of {nic:g}), model {sim:.2f} ({row.choice})")
+
+
 def summary() -> list[str]:
     """Each compared and held-out table's verdict, then the overall lines (bench_nccl_tests --summary's)."""
     everything = {t.name: (t, compare(t, "flow", 1 << 20)) for t in tables(include_held_out=True)}
@@ -186,10 +238,14 @@ def main() -> None:
     ap.add_argument("--flow-only", action="store_true", help="closed forms and the H100 ring only, no summaries")
     ap.add_argument("--channels", action="store_true", help="the B200 NICs by connections and the p2p what-if")
     ap.add_argument("--turns", action="store_true", help="summary lines the (n - 1) turns what-if moves")
+    ap.add_argument("--depth", action="store_true", help="the slot loop a depth bound would need; NIC shares")
     ap.add_argument("--variant", choices=("model", "steps", "p2p", "turns"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.channels:
         channels_report()
+        return
+    if args.depth:
+        depth_report()
         return
     if args.turns:
         print(f"(d) {proxy.PROXY_STEP_US} us turns of every other connection on each p2p step: lines that differ")

@@ -57,3 +57,19 @@ def test_net_peer_channels_halve_with_the_ranks() -> None:
     # p2p channels of an 8-GPU B200 host: 4 up to 32 ranks, 2 at 64, 1 at 128
     assert [W.net_peer_channels(g, h)[0] for g, h in ((16, 2), (32, 4), (64, 8), (128, 16))] == [4, 4, 2, 1]
     assert W.net_peer_channels(16, 2)[1] == pytest.approx(14.0)  # B200's SM clock is the reference's
+
+
+def test_depth_closed_forms() -> None:
+    # 4 channels x 8 steps x 128 KiB = 4 MiB a NIC; at 50 GB/s: 4,194,304 B / 50,000 B/us = 83.886 us
+    assert W.in_flight(4) == 4 << 20
+    assert W.loop_us(W.in_flight(4), 50.0) == pytest.approx(83.886, abs=5e-4)
+    # a ring's step is the 4 MiB Simple buffer over NCCL_STEPS: 2 channels hold 2 x 8 x 512 KiB = 8 MiB
+    assert W.RING_STEP == 512 << 10
+    assert W.in_flight(2, W.RING_STEP) == 8 << 20
+
+
+def test_nic_rate_of_a_two_host_alltoall() -> None:
+    # 16 GPUs on 2 hosts: algbw = busbw x 16 / 15, and 8 of each GPU's 16 blocks go to the other host
+    t = W.read_table(W.data_dir() / "a100_16gpu_2node_hdr200assumed_alltoall_alcfsophia.csv")
+    assert (t.gpus, t.nodes) == (16, 2)
+    assert W.nic_rate(t, 39.93) == pytest.approx(39.93 * 16 / 15 * 8 / 16, rel=1e-12)
