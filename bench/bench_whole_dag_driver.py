@@ -2,7 +2,9 @@
 `DecomposedSimulator` or route (a)'s `HybridDecomposedSimulator`, side by side, and one engine (``one``: workers=0)
 as the base of the 1.7x goal; ``shards``: the plain driver with its fluid NVLink side in shard processes, one a worker
 (`factory.WHOLE_DAG_FLUID = "procs"`); ``held``: the plain driver without outer gates (`factory.OUTER_GATES = False`:
-the hybrid holds a packet flow behind the fluid side until it is released). Prints figures only.
+the hybrid holds a packet flow behind the fluid side until it is released); ``local``: the plain driver planning the
+whole workload itself (`replay.PLAN_ON_WORKERS = False`; otherwise its workers plan the workload's independent groups
+of ops, `phantora.plan_split`). Prints figures only.
 
 Cases (each run is a fresh process, nvlink=fluid, wire=roce4k, nic_latency=1us, DCQCN, rail128, workers=2):
 
@@ -62,6 +64,11 @@ def force_driver(driver: str, everywhere: bool) -> None:
     if driver == "held":  # plain, the packet flows behind the fluid side held by the hybrid (no outer gates)
         factory.OUTER_GATES = False
         driver = "plain"
+    if driver == "local":  # plain, the workload planned in the driver alone
+        from phantora import replay
+
+        replay.PLAN_ON_WORKERS = False
+        driver = "plain"
     factory.WHOLE_DAG_DRIVER = driver
     if everywhere:
         made = factory.make_engine
@@ -85,20 +92,21 @@ def rounds_of(stats: Any) -> int | None:
     return None
 
 
+DRIVERS = ("plain", "hybrid", "shards", "held", "local")
 WORKLOADS = {"replay": ("rail_allreduce.toml", 'bytes = "8MiB"'), "moe": ("moe_rail_alltoall.toml", 'bytes = "16MiB"')}
 
 
 def critical_of(stats: Any, driver_cpu: float) -> float | None:
     """The critical path on free cores, CPU s: the driver's CPU less what it did while its workers ran, plus per round
     max(busiest worker, the driver meanwhile) (the decomposition's stats), plus the fluid shard processes' critical
-    CPU outside the rounds (``shards``: inside them it is in the driver's meanwhile); None without decomposition
-    stats."""
+    CPU outside the rounds (``shards``: inside them it is in the driver's meanwhile), plus the busiest worker's CPU
+    planning groups of ops (`plan_cpu_s`: the driver waits for it); None without decomposition stats."""
     d = stats.get("decompose") if isinstance(stats, dict) else None
     if not isinstance(d, dict) or "overlap_cpu_s" not in d:
         return None
     meanwhile = float(d.get("meanwhile_cpu_s", 0.0)) + float(d.get("built_cpu_s", 0.0))
     helpers = float(d.get("helper_cpu_s", 0.0)) - float(d.get("helper_meanwhile_cpu_s", 0.0))
-    return driver_cpu - meanwhile + float(d["overlap_cpu_s"]) + helpers
+    return driver_cpu - meanwhile + float(d["overlap_cpu_s"]) + helpers + float(d.get("plan_cpu_s", 0.0))
 
 
 def run_replay(case: str, size: str, workers: int) -> dict[str, Any]:
@@ -144,6 +152,8 @@ def run_replay(case: str, size: str, workers: int) -> dict[str, Any]:
         # the critical path's parts: the driver between rounds, the rounds, of them the busiest workers alone
         alone = cpu - float(d["meanwhile_cpu_s"]) - float(d.get("built_cpu_s", 0.0))
         out["split"] = [round(alone, 3), round(float(d["overlap_cpu_s"]), 3), round(float(d["critical_cpu_s"]), 3)]
+    if isinstance(d, dict) and d.get("plan_wall_s"):  # the workers planned: the busiest one's CPU, the driver's wait
+        out["plan"] = [round(float(d["plan_cpu_s"]), 3), round(float(d["plan_wall_s"]), 3)]
     return {**out, "crit": crit, "flows": len(comps)}
 
 
@@ -166,7 +176,7 @@ def run_nccl() -> dict[str, Any]:
 
 def one(case: str, driver: str) -> None:
     """Run `case` on `driver` in this process and print one JSON line (after the command's own output)."""
-    force_driver("plain" if driver == "one" else driver, everywhere=case == "nccl")
+    force_driver("local" if driver == "one" else driver, everywhere=case == "nccl")
     if case == "nccl":
         out = run_nccl()
     else:
@@ -203,6 +213,7 @@ def show(case: str, driver: str, r: dict[str, Any] | None, timeout: float) -> No
         f"{case:14} {driver:6}  wall {r['wall']:7.2f} s  driver CPU {r['driver_cpu']:7.2f} s  "
         f"workers CPU {r['workers_cpu']:7.2f} s  critical {crit}  rounds {r['rounds']}  key {r['key']}  "
         + (f"shards critical {r['shards_cpu']:.2f} s  " if r.get("shards_cpu") else "")
+        + (f"planned by workers {r['plan'][0]:.2f} s CPU, waited {r['plan'][1]:.2f} s  " if r.get("plan") else "")
         + f"({r['cls']}, {r.get('flows', '-')} flows)",
         flush=True,
     )
@@ -215,7 +226,7 @@ def main() -> None:
         "--order",
         nargs="+",
         default=["plain", "hybrid", "hybrid", "plain"],
-        choices=["one", "plain", "hybrid", "shards", "held"],
+        choices=["one", "plain", "hybrid", "shards", "held", "local"],
     )
     ap.add_argument("--timeout", type=float, default=600.0, help="wall seconds a run may take (default 600)")
     ap.add_argument("--one", nargs=2, metavar=("CASE", "DRIVER"), help=argparse.SUPPRESS)
@@ -231,7 +242,7 @@ def main() -> None:
     print(f"load {os.getloadavg()[0]:.1f} at {time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
     summary = []
     for case in a.cases:
-        runs: dict[str, list[dict[str, Any] | None]] = {d: [] for d in ("one", "plain", "hybrid", "shards", "held")}
+        runs: dict[str, list[dict[str, Any] | None]] = {d: [] for d in ("one", *DRIVERS)}
         for driver in a.order:
             r = spawn(case, driver, a.timeout)
             show(case, driver, r, a.timeout)
@@ -255,7 +266,7 @@ def main() -> None:
             print(f"{case:14} no finished run of {' or '.join(unrun)}; keys equal {same}")
         if done["one"]:
             one_cpu = min(r["driver_cpu"] for r in done["one"])
-            for d in ("plain", "hybrid", "shards", "held"):
+            for d in DRIVERS:
                 crits = [r["crit"] for r in done[d] if r.get("crit")]
                 if crits:
                     print(

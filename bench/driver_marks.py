@@ -38,6 +38,7 @@ from callgrind_out import instructions  # (this directory's, after the path abov
 MARKED = [  # (module, class or None, method, label)
     ("phantora.replay", None, "replay_inprocess", "replay"),
     ("phantora.replay", None, "plan_workload", "planning"),
+    ("phantora.replay", None, "plan_split_by", "planning: the groups sent to the workers and their replies taken"),
     ("phantora.netsim.hybrid", "FluidNvlinkSimulator", "run_ahead", "meanwhile"),
     ("phantora.netsim.hybrid", "FluidNvlinkSimulator", "submit", "first submit (hybrid)"),
     ("phantora.netsim.decompose", "DecomposedSimulator", "_book", "books"),

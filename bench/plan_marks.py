@@ -11,6 +11,13 @@ plans are parts 2, 4, ...)::
     cd CLONE && PYTHONPATH=CLONE valgrind --tool=callgrind --dump-before=getsid --callgrind-out-file=D/cg.%p \\
         .venv/bin/python bench/plan_marks.py run replay:64MiB --reps 2
     .venv/bin/python bench/plan_marks.py sum D
+
+`split CASE [--reps N] [--workers 1 2 8]` plans a workload case (``replay:SIZE``, ``moe:SIZE``) both ways in this
+process, side by side (docs/packet-model.md "What moves where" (a)): in one process, then by its independent groups
+of ops (`phantora.plan_split`): each group's job through msgpack and `plan_group` as a worker would run it (its CPU:
+the job decoded, planned, its reply packed), then the driver's part (the replies decoded, moved to the plan's ids,
+the markers: `replay.plan_split_by`). It prints each part's best CPU, both keys (equal, or it fails), and on paper
+for W workers (the groups dealt round-robin): the busiest worker's CPU plus the driver's, against one process's.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ def planner(case: str) -> tuple[Callable[[], Any], Callable[[Any], tuple[Any, ..
         path.write_text(src.replace(line, f'bytes = "{size}"'))
         wl = load_workload(path, world=topo.num_ranks)
     opts = AlgoOptions(granularity="chunked")
+    SPLIT_INPUTS[case] = (wl, topo, opts)
     return lambda: plan_workload(wl, topo, opts), lambda p: (p.op_flows, p.op_start_marker, p.op_rank_last, p.op_choice)
 
 
@@ -93,6 +101,64 @@ def run(case: str, reps: int) -> None:
     print(f"{case}: {len(got.flows):,} flows, planning CPU best of {reps} {best:.3f} s, key {key(got, rest)}")
 
 
+def split(case: str, reps: int, workers: list[int]) -> None:
+    """Plan CASE in one process and split by independent op groups, side by side (`reps` rounds, best CPU of each
+    part), and print the parts, the keys and the on-paper planning path for each W of `workers`."""
+    import msgpack
+
+    from phantora.plan_split import plan_group
+    from phantora.replay import plan_split_by
+
+    plan, rest = planner(case)
+    wl, topo, opts = SPLIT_INPUTS[case]
+    best_one, best_driver = float("inf"), float("inf")
+    best_groups: list[float] = []
+    one_key = split_key = ""
+    for _ in range(max(reps, 1)):
+        c0 = time.process_time()
+        one = plan()
+        best_one = min(best_one, time.process_time() - c0)
+        one_key = key(one, rest)
+        packed: list[bytes] = []
+        cpus: list[float] = []
+
+        def run(jobs: list[dict[str, object]], packed: list[bytes] = packed, cpus: list[float] = cpus) -> Any:
+            for job in jobs:
+                raw = msgpack.packb(job)  # (the driver's send: counted in its part)
+                c1 = time.process_time()
+                reply = plan_group(topo, msgpack.unpackb(raw))
+                packed.append(msgpack.packb(reply))
+                cpus.append(time.process_time() - c1)
+            return [msgpack.unpackb(b, strict_map_key=False) for b in packed]
+
+        c0 = time.process_time()
+        got = plan_split_by(wl, topo, opts, run)
+        total = time.process_time() - c0
+        if got is None:
+            print(f"{case}: {len(wl.ops)} ops in one group of shared ranks (or not sent): not split")
+            return
+        split_key = key(got, rest)
+        best_driver = min(best_driver, total - sum(cpus))
+        best_groups = cpus if not best_groups else [min(a, b) for a, b in zip(best_groups, cpus, strict=True)]
+    print(f"{case}: {len(one.flows):,} flows; one process {best_one:.3f} s CPU, key {one_key}")
+    print(
+        f"  split: {len(best_groups)} groups, each {min(best_groups):.3f}-{max(best_groups):.3f} s (sum "
+        f"{sum(best_groups):.3f}), the driver's part {best_driver:.3f} s, key {split_key}"
+    )
+    if split_key != one_key:
+        raise SystemExit("the split plan's key differs from one process's")
+    for w in workers:
+        busiest = max(sum(best_groups[i::w]) for i in range(w))
+        path = busiest + best_driver
+        print(
+            f"  workers={w}: busiest {busiest:.3f} + driver {best_driver:.3f} = {path:.3f} s: "
+            f"{best_one / path:.2f}x one process"
+        )
+
+
+SPLIT_INPUTS: dict[str, tuple[Any, Any, Any]] = {}  # case -> (workload, topology, options), kept by `planner`
+
+
 def parts(d: Path) -> None:
     """The instructions of each dump part of the callgrind files in `d`, in order."""
     for f in sorted(d.glob("cg.*"), key=lambda p: [int(x) for x in re.findall(r"\d+", p.name)]):
@@ -106,11 +172,17 @@ def main() -> None:
     r = sub.add_parser("run")
     r.add_argument("case")
     r.add_argument("--reps", type=int, default=3)
+    sp = sub.add_parser("split")
+    sp.add_argument("case")
+    sp.add_argument("--reps", type=int, default=3)
+    sp.add_argument("--workers", type=int, nargs="+", default=[1, 2, 8])
     s = sub.add_parser("sum")
     s.add_argument("dir", type=Path)
     a = ap.parse_args()
     if a.cmd == "run":
         run(a.case, a.reps)
+    elif a.cmd == "split":
+        split(a.case, a.reps, a.workers)
     else:
         parts(a.dir)
 

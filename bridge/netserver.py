@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import zmq
 
 from bridge.columns import completions_to_columns, flows_from_columns
@@ -35,6 +36,7 @@ from bridge.protocol import (
     E_AUTH,
     E_ENGINE,
     E_PROTOCOL,
+    MAX_MESSAGE_BYTES,
     Message,
     completion_to_wire,
     decode,
@@ -65,6 +67,7 @@ from phantora.netsim.heartbeat import attach_beats, beat_now, detach_beats
 from phantora.netsim.hybrid_worker import HybridWorker
 from phantora.netsim.nic_latency import NicLatencySimulator
 from phantora.netsim.packet import keep_fct_records
+from phantora.plan_split import plan_group
 from phantora.progress import Beat
 from phantora.results.scenario import engine_outcome
 from phantora.results.write import write_fabric_traces
@@ -97,9 +100,12 @@ class NetServer:
         info: dict[str, Any],
         max_bytes: int,
         local: bool = True,
+        topology: Topology | None = None,
     ) -> None:
-        """`local`: the coordinator runs on this machine (ipc or loopback), so its progress can be seen."""
+        """`local`: the coordinator runs on this machine (ipc or loopback), so its progress can be seen; `topology`:
+        the run's, which `plan_groups` plans on (a decomposition worker's)."""
         self.sock = sock
+        self.topology = topology
         self.max_bytes = max_bytes
         self.engine = engine
         self.token = token
@@ -233,6 +239,8 @@ class NetServer:
             state = self._state_fields()
             cols = completions_to_columns(ran, nested=True)  # (what the driver books apart: `rest` read later)
             return encode("posted", eng.now(), **state, done=cols, bounds=bounds, cpu=cpu, wall=wall)
+        if msg.type == "plan_groups":
+            return self._plan_groups(msg["jobs"])
         if msg.type == "get_records":
             fabric = eng.fabric()
             if fabric is None:
@@ -249,6 +257,19 @@ class NetServer:
             self.running = False
             return None
         return encode("error", eng.now(), code=E_PROTOCOL, text=f"the network server does not take {msg.type!r}")
+
+    def _plan_groups(self, jobs: list[Any]) -> bytes:
+        """Each job's groups of ops planned here (`plan_split.plan_group`), packed; a reply over the message limit
+        refuses every job (the driver then plans in its own process)."""
+        if self.topology is None:
+            raise PhantoraError("this server was started with no topology to plan on")
+        cpu0 = time.process_time()
+        with gc_paused():  # (the flows made are dropped once packed: no cycles to collect)
+            packed = msgpack.packb([plan_group(self.topology, job) for job in jobs], use_bin_type=True)
+        if len(packed) > MAX_MESSAGE_BYTES - 1024:
+            refused = {"refused": f"the planned groups take {len(packed):,} bytes, over the message limit"}
+            packed = msgpack.packb([refused] * len(jobs), use_bin_type=True)
+        return encode("groups_planned", self.engine.now(), replies=packed, cpu=time.process_time() - cpu0)
 
     def serve(self, peer_timeout_s: float) -> int:
         """Answer requests until shutdown (0), or until the coordinator is silent too long (4).
@@ -332,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         use_run_policy()  # (set-up done: what it made lives for the run)
         log(policy_line())
         try:
-            server = NetServer(sock, engine, token, info, spec.max_message_bytes, not beyond_loopback(endpoint))
+            local = not beyond_loopback(endpoint)
+            server = NetServer(sock, engine, token, info, spec.max_message_bytes, local, spec.topology)
             rc = server.serve(spec.peer_timeout_s)
             if rc == 0 and spec.trace_dir:
                 write_engine_traces(Path(spec.trace_dir), engine, spec.topology, spec.engine)

@@ -212,6 +212,10 @@ SCHEMA: dict[str, dict[str, Check]] = {
         "cpu": _num,
         "wall": _num,
     },
+    # a decomposition worker asked to plan groups of a workload's ops (`phantora.plan_split.group_job` maps), and its
+    # reply: `plan_group`'s maps in order, packed as one msgpack bin, and the CPU seconds the planning and packing took
+    "plan_groups": {"jobs": _list},
+    "groups_planned": {"replies": _bin, "cpu": _num},
     "get_records": {"elapsed": _int},
     "records": {"records": _map},
     "stats": {"stats": _map},

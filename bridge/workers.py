@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import zmq
 
 from bridge.columns import completion_columns, flows_to_columns
@@ -315,6 +316,42 @@ class ServerPool:
                 f"decomposition worker {w.index} (pid {w.pid}, pieces {w.pieces}) has been silent for "
                 f"{WORKER_SILENCE_S:.0f} s mid-round without working (no message, no CPU time): stopped or blocked"
             )
+
+    def plan(self, jobs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+        """Each job (`phantora.plan_split.group_job`) planned by a worker, dealt round-robin, all at once: the replies
+        in job order, and the CPU seconds of the busiest worker's planning. Waits for the workers' start."""
+        self._ready()
+        n = len(self.workers)
+        dealt = {i: list(range(i, len(jobs), n)) for i in range(min(n, len(jobs)))}
+        for i, mine in dealt.items():
+            remote = self.workers[i].link()
+            remote.send(encode("plan_groups", remote.now(), jobs=[jobs[j] for j in mine]))
+        out: list[dict[str, Any]] = [{} for _ in jobs]
+        busiest = 0.0
+        pending = set(dealt)
+        while pending:
+            ready = dict(self._poller.poll(int(HEARTBEAT_S * 1000)))
+            for i in sorted(pending):
+                w = self.workers[i]
+                if w.link().sock not in ready:
+                    continue
+                try:
+                    msg = w.link().take("groups_planned")
+                except BridgeError as exc:
+                    raise WorkerDiedError(f"decomposition worker {w.index} (pid {w.pid}): {exc}") from None
+                if msg is None:
+                    continue
+                pending.discard(i)
+                replies = msgpack.unpackb(msg["replies"], raw=False, strict_map_key=True)
+                for j, reply in zip(dealt[i], replies, strict=True):
+                    out[j] = reply
+                busiest = max(busiest, float(msg["cpu"]))
+            for w in self.workers if pending else ():
+                if w.index in pending:
+                    w.check()
+                else:
+                    w.link().keepalive()
+        return out, busiest
 
     def stats(self, index: int) -> dict[str, object]:
         self._ready()

@@ -20,11 +20,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from phantora.collectives import FlowDag, collective_metrics
 from phantora.collectives.back_pressure import is_credit
 from phantora.collectives.dag_memo import DagMemo
-from phantora.collectives.spec import AlgoOptions
+from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator, RunsWholeDag, drain_observed
 from phantora.netsim.decompose import FREEZE_MIN
@@ -84,10 +85,21 @@ class ReplayResult:
 MAX_FLOWS = 5_000_000
 
 
+class DagSource(Protocol):
+    """Where `plan_workload` takes each op's DAG from: a `DagMemo`, or a `plan_split.Relocated` planned elsewhere."""
+
+    def gated(self, coll: Collective, opts: AlgoOptions, first: int, tag: str, gate: tuple[int, ...]) -> FlowDag: ...
+
+
 def plan_workload(
-    wl: Workload, topo: Topology, base: AlgoOptions | None = None, max_flows: int = MAX_FLOWS
+    wl: Workload,
+    topo: Topology,
+    base: AlgoOptions | None = None,
+    max_flows: int = MAX_FLOWS,
+    dags: DagSource | None = None,
 ) -> ReplayPlan:
-    """Decompose every op and wire the ops together with marker flows (at most `max_flows` flows)."""
+    """Decompose every op and wire the ops together with marker flows (at most `max_flows` flows); `dags`: each op's
+    DAG from there (`plan_split.Relocated`: planned elsewhere), not decomposed here."""
     base = base or AlgoOptions()
     flows: list[Flow] = []
     op_flows: dict[str, range] = {}
@@ -96,7 +108,8 @@ def plan_workload(
     choices: dict[str, dict[str, object]] = {}
     ops_by_name: dict[str, WorkloadOp] = {}
     next_id = 0
-    dags = DagMemo(topo)  # each op's flows (a repeat's copied), the message counters over the whole workload
+    if dags is None:
+        dags = DagMemo(topo)  # each op's flows (a repeat's copied), the message counters over the whole workload
 
     def marker(node: int, deps: tuple[int, ...], delay: int, tag: str) -> int:
         nonlocal next_id
@@ -135,6 +148,46 @@ def plan_workload(
         # A rank with nothing to wait on is done when the op starts.
         rank_last[op.name] = {r: (dag.rank_last.get(r) or [start]) for r in op.coll.ranks}
     return ReplayPlan(flows, op_flows, start_marker, rank_last, choices)
+
+
+def plan_split_by(
+    wl: Workload,
+    topo: Topology,
+    base: AlgoOptions | None,
+    run: Callable[[list[dict[str, object]]], list[dict[str, object]]],
+) -> ReplayPlan | None:
+    """`plan_workload`'s plan, each group of ops that shares no rank with the others planned by `run` (group jobs ->
+    replies in order: `plan_split.plan_group` of each, on the decomposition's workers) and moved to the plan's ids
+    here. None when the workload is one group, a collective cannot be sent, a group was refused or two groups
+    touched one connection's counter (`plan_split`): the caller plans in one process."""
+    from phantora.plan_split import Relocated, split_jobs, touched_apart
+
+    split = split_jobs(wl, base or AlgoOptions())
+    if split is None:
+        return None
+    replies = run(split[1])  # type: ignore[arg-type]
+    if any("refused" in r for r in replies) or not touched_apart(replies):  # type: ignore[arg-type]
+        return None
+    return plan_workload(wl, topo, base, dags=Relocated(replies))  # type: ignore[arg-type]
+
+
+PLAN_ON_WORKERS = True  # a decomposition's workers plan the workload's independent groups of ops (`plan_for`)
+
+
+def plan_for(wl: Workload, topo: Topology, base: AlgoOptions | None, sim: NetworkSimulator) -> ReplayPlan:
+    """`plan_workload`'s plan for a run on `sim`: with `PLAN_ON_WORKERS`, on a decomposition's workers where the
+    workload splits into groups of ops that share no rank (`plan_split_by`; `sim` or its packet side plans them:
+    `plan_groups`, on its own topology, which must be `topo`), else in this process. The same plan either way."""
+    planner = None
+    for s in (sim, getattr(sim, "packet", None)) if PLAN_ON_WORKERS else ():
+        theirs = getattr(s, "topology", None)
+        if planner is None and (theirs is topo or (theirs is not None and theirs == topo)):
+            planner = getattr(s, "plan_groups", None)
+    if planner is not None:
+        got = plan_split_by(wl, topo, base, lambda jobs: planner(jobs) or [{"refused": "no planner"}])
+        if got is not None:
+            return got
+    return plan_workload(wl, topo, base)
 
 
 def run_engine(
@@ -271,9 +324,9 @@ def settle_groups(
     elsewhere: `phantora netsim --flows`)."""
     t0 = time.perf_counter()
     for _ in range(len({op.group for op in wl.ops if op.group}) + 1):
-        plan = plan_workload(wl, topo, base)
         sim = make()
         try:
+            plan = plan_for(wl, topo, base, sim)
             completions = run_engine(sim, plan.flows, progress=progress)
             res = evaluate_workload(wl, plan, completions, dict(sim.stats()), time.perf_counter() - t0)
         except BaseException:

@@ -275,6 +275,8 @@ class DecomposedSimulator(RunsByCompletion):
         self.overlap_cpu_s = 0.0  # per round, max(its busiest worker's CPU, the caller's meanwhile CPU + built), summed
         self.helper_meanwhile_cpu_s = 0.0  # (`helper_cpu`) its helpers' critical CPU while the workers ran, summed
         self.between_wall_s = 0.0  # between rounds: the caller (fluid NVLink side, submits) and the bound
+        self.plan_cpu_s = 0.0  # (`plan_groups`) the busiest worker's CPU planning the caller's groups of ops, summed
+        self.plan_wall_s = 0.0  # ... and the wall the caller waited for them (their start included)
         self._round_end: float | None = None
         self._rounding = False  # a round's replies are awaited (its `meanwhile` runs)
         self._beat = time.monotonic()  # when the workers last heard from us (`keepalive`)
@@ -286,6 +288,18 @@ class DecomposedSimulator(RunsByCompletion):
         assignment = [[p for p, w in enumerate(self._piece_worker) if w == i] for i in range(n)]
         sides = () if self.worker_side == "packet" else (self.worker_side,)
         self._pool = spawn(self.topology, self.config, assignment, *sides)  # it cleans up after itself if it fails
+
+    def plan_groups(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """Groups of a workload's ops planned on the workers (`phantora.plan_split`: `replay.plan_split_by`'s `run`),
+        the busiest one's CPU kept (`plan_cpu_s`, on the critical path); None when the pool cannot plan."""
+        plan = getattr(self._pool, "plan", None)
+        if plan is None:
+            return None
+        t0 = time.perf_counter()
+        replies, cpu = plan(jobs)
+        self.plan_cpu_s += cpu
+        self.plan_wall_s += time.perf_counter() - t0
+        return replies  # type: ignore[no-any-return]
 
     def _check_config(self, config: PacketConfig) -> None:
         if config.workers < 1 or config.nic_latency < 1:
@@ -1066,6 +1080,8 @@ class DecomposedSimulator(RunsByCompletion):
             "helper_meanwhile_cpu_s": round(self.helper_meanwhile_cpu_s, 6),
             "between_wall_s": round(self.between_wall_s, 6),  # between rounds: the caller and the bound
             "round_cpu_s": [round(c, 6) for c in self._round_cpu],
+            "plan_cpu_s": round(self.plan_cpu_s, 6),  # groups of ops planned on the workers: the busiest one's CPU
+            "plan_wall_s": round(self.plan_wall_s, 6),
         }
         out["approximations"] = self.config.approximations()  # decomposition is exact: not listed
         return out

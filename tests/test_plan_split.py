@@ -1,0 +1,176 @@
+"""A workload planned by independent groups of ops (`phantora.plan_split`, issue 38 item 2, docs/packet-model.md
+"What moves where" (a)) is the one-process plan, flow for flow: in this process through msgpack as a worker gets it,
+and on a decomposition's two workers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from bridge.workers import spawn_workers
+from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.netsim.packet_config import PacketConfig
+from phantora.plan_split import coll_from_wire, coll_to_wire, op_groups, plan_group, touched_apart
+from phantora.replay import ReplayPlan, plan_for, plan_split_by, plan_workload
+from phantora.topology.loader import load_topology
+from phantora.topology.model import Topology
+from phantora.workload import Workload, WorkloadOp, load_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# four groups of ops sharing no rank, of several kinds, with `after` and gaps inside a group (rail128: 8 GPUs a host)
+MIXED = """
+name = "mixed-groups"
+[defaults]
+dtype = "bf16"
+[[op]]
+name = "ar"
+kind = "all_reduce"
+bytes = "4MiB"
+ranks = [0, 1, 2, 3, 4, 5, 6, 7]
+[[op]]
+name = "ag"
+kind = "all_gather"
+bytes = "2MiB"
+ranks = [8, 16, 24, 32]
+[[op]]
+name = "a2a"
+kind = "all_to_all"
+bytes = "1MiB"
+ranks = [9, 17, 25, 33]
+[[op]]
+name = "rs"
+kind = "reduce_scatter"
+bytes = "4MiB"
+ranks = [0, 1, 2, 3, 4, 5, 6, 7]
+after = ["ar"]
+gap = "5us"
+[[op]]
+name = "sr"
+kind = "send_recv"
+bytes = "1MiB"
+src = 40
+dst = 48
+[[op]]
+name = "ag2"
+kind = "all_gather"
+bytes = "2MiB"
+ranks = [8, 16, 24, 32]
+after = ["ag"]
+"""
+
+
+def op(name: str, ranks: tuple[int, ...], after: tuple[str, ...] = ()) -> WorkloadOp:
+    return WorkloadOp(name, Collective("all_reduce", ranks, 1 << 20), after=after)
+
+
+def test_op_groups_join_ops_through_shared_ranks() -> None:
+    wl = Workload("w", [op("a", (0, 1)), op("b", (2, 3)), op("c", (1, 4), ("a",)), op("d", (5,)), op("e", (4, 3))])
+    assert op_groups(wl) == [[0, 1, 2, 4], [3]]  # e joins c's (and so a's) group to b's
+    assert op_groups(Workload("w", [op("a", (0,)), op("b", (1,))])) == [[0], [1]]
+
+
+def test_groups_that_touched_one_connection_are_refused() -> None:
+    one, other = {"touched": [[7, 0, 8, 1]]}, {"touched": [[7, 8, 0, 1], [9, 1, 2, 0]]}
+    assert touched_apart([one, other])
+    assert not touched_apart([one, other, {"touched": [[9, 1, 2, 0]]}])
+
+
+def test_a_collective_crosses_as_a_map_unchanged() -> None:
+    coll = Collective("send_recv", (3, 5), 4096, comm=(3, 5, 7), inflight=((3, 5), (5, 7)),
+                      inflight_at=((5, 7, 100, 2048),))  # fmt: skip
+    sent = coll_to_wire(coll)
+    assert sent is not None
+    assert coll_from_wire(msgpack.unpackb(msgpack.packb(sent))) == coll
+
+
+def in_process(topo: Topology) -> Any:
+    """`plan_split_by`'s `run`: each job through msgpack to `plan_group` here, as a worker gets and answers it."""
+
+    def run(jobs: list[dict[str, object]]) -> list[dict[str, object]]:
+        sent = [msgpack.unpackb(msgpack.packb(j)) for j in jobs]
+        return [msgpack.unpackb(msgpack.packb(plan_group(topo, j)), strict_map_key=True) for j in sent]
+
+    return run
+
+
+def same_plan(a: ReplayPlan, b: ReplayPlan) -> None:
+    assert a.flows == b.flows  # every field of every flow, in order
+    assert (a.op_flows, a.op_start_marker, a.op_rank_last, a.op_choice) == (
+        b.op_flows, b.op_start_marker, b.op_rank_last, b.op_choice)  # fmt: skip
+
+
+@pytest.mark.parametrize("granularity", ["coarse", "chunked"])
+def test_mixed_groups_split_equal_one_process(tmp_path: Path, granularity: str) -> None:
+    topo = load_topology("rail128")
+    (tmp_path / "w.toml").write_text(MIXED)
+    wl = load_workload(tmp_path / "w.toml", world=topo.num_ranks)
+    assert [len(g) for g in op_groups(wl)] == [2, 2, 1, 1]
+    opts = AlgoOptions(granularity=granularity)
+    split = plan_split_by(wl, topo, opts, in_process(topo))
+    assert split is not None
+    one = plan_workload(wl, topo, opts)
+    assert len(one.flows) > 100 and any(f.deps and min(f.deps) > 0 for f in one.flows[len(one.flows) // 2 :])
+    same_plan(split, one)
+
+
+def test_moe_on_rails_split_equals_one_process() -> None:
+    topo = load_topology("rail128")
+    wl = load_workload(ROOT / "workloads" / "moe_rail_alltoall.toml", world=topo.num_ranks)
+    opts = AlgoOptions(granularity="chunked")
+    split = plan_split_by(wl, topo, opts, in_process(topo))
+    assert split is not None
+    same_plan(split, plan_workload(wl, topo, opts))
+
+
+def test_one_group_is_planned_in_one_process() -> None:
+    topo = load_topology("rail128")
+    wl = load_workload(ROOT / "workloads" / "rail_allreduce.toml", world=topo.num_ranks)
+
+    def run(jobs: list[dict[str, object]]) -> list[dict[str, object]]:
+        raise AssertionError("a workload of one group was sent to be planned")
+
+    assert plan_split_by(wl, topo, None, run) is None
+
+
+def test_decomposition_workers_plan_the_groups(tmp_path: Path) -> None:
+    """`plan_for` on two workers (`--set workers=2`, nvlink=fluid): their plan is the one-process plan, and the
+    busiest worker's planning CPU is in the decomposition's stats."""
+    topo = load_topology("rail128")
+    text = (ROOT / "workloads" / "moe_rail_alltoall.toml").read_text().replace('bytes = "16MiB"', 'bytes = "1MiB"')
+    (tmp_path / "moe.toml").write_text(text)
+    wl = load_workload(tmp_path / "moe.toml", world=topo.num_ranks)
+    opts = AlgoOptions(granularity="chunked")
+    config = PacketConfig(cc="dcqcn", nvlink="fluid", payload_bytes=4096, header_bytes=62, nic_latency=1000)
+    sim = make_engine(EngineSpec("ns3", replace(config, workers=2)), topo, spawner=spawn_workers, whole_dag=True)
+    try:
+        split = plan_for(wl, topo, opts, sim)
+        stats = sim.packet.stats()["decompose"]  # type: ignore[attr-defined]
+    finally:
+        sim.close()
+    assert stats["plan_cpu_s"] > 0 and stats["plan_wall_s"] >= stats["plan_cpu_s"] / 4
+    same_plan(split, plan_workload(wl, topo, opts))
+
+
+class _Elsewhere:
+    """An engine whose workers would plan on another topology: `plan_for` must not send them the groups."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+
+    def plan_groups(self, jobs: list[dict[str, object]]) -> list[dict[str, object]]:
+        raise AssertionError("the groups were sent to workers of another topology")
+
+
+def test_workers_of_another_topology_do_not_plan() -> None:
+    topo = load_topology("rail128")
+    wl = load_workload(ROOT / "workloads" / "moe_rail_alltoall.toml", world=topo.num_ranks)
+    opts = AlgoOptions(granularity="coarse")
+    got = plan_for(wl, topo, opts, _Elsewhere(load_topology("rail256")))  # type: ignore[arg-type]
+    same_plan(got, plan_workload(wl, topo, opts))
