@@ -26,6 +26,7 @@ from phantora.rank_options import Options
 from phantora.runtime import (
     backend,
     gloo_store,
+    gpu_threads,
     hostmem,
     hostwork,
     library_env,
@@ -119,6 +120,8 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
         gloo_store.keep_default_store()
     mode = ChargeMode(s)
     mode.__enter__()
+    if opts.sim_cuda:  # a thread the program starts runs GPU work on its own current stream
+        gpu_threads.install(mode, s.now)
     if opts.time_patch:
         timepatch.install(s.now)
     global _active_mode, _fork_hook
@@ -245,14 +248,16 @@ def exit_with(who: str, exc: SystemExit, before_exit: Callable[[], None] = _noth
 
 def _stop_on_thread_gpu_work(who: str) -> None:
     """A thread the program starts (`threading.Thread`) whose GPU work phantora cannot run (torch's missing-kernel
-    error, `unsupported.explain`) ends the rank on `fail`'s one line. Python's own hook would print torch's error of
-    some hundred lines and let the program go on without that work, its figures silently short of it; other errors
-    in a thread keep Python's hook."""
+    error, `unsupported.explain`, or phantora's own error: a phantom value asked for) ends the rank on `fail`'s one
+    line. Python's own hook would print the error and let the program go on without that work, its figures silently
+    short of it; other errors in a thread keep Python's hook."""
     previous = threading.excepthook
 
     def hook(args: Any) -> None:
         exc = args.exc_value
-        if isinstance(exc, NotImplementedError) and unsupported.explain(exc) is not None:
+        if isinstance(exc, PhantoraError) or (
+            isinstance(exc, NotImplementedError) and unsupported.explain(exc) is not None
+        ):
             fail(who, exc)
         previous(args)
 

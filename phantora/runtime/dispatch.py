@@ -6,6 +6,11 @@ collectives go to `functional.run`. Ops on fake tensors (sharding propagation) a
 not GPU kernels: they run uncharged; so do ops on meta tensors (meta init) in real mode, while in
 phantom mode meta tensors are the rank's tensors and are charged like any other. Other tensor subclasses (DTensor,
 AsyncCollectiveTensor) are left to their own dispatch, whose plain-tensor ops come back here.
+
+A thread the program starts gets the mode too (`adopt`, from bootstrap.py's `threading.Thread.start`): its ops are
+the simulated GPU's, charged on the lane of that thread's current stream (`RankSession.charge_on`); its host ops
+run as plain torch. From such a thread's first GPU op until it ends, every op of the rank, the program's too, takes
+the Python route under one lock, one op at a time.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from phantora.runtime.compute import tensors_in
 from phantora.runtime.session import RankSession
 from phantora.runtime.simcuda import compiled, fastpath, kept_values, pinned, routes
 from phantora.runtime.simcuda import device as simcuda
+from phantora.runtime.simcuda import streams as simstreams
 from phantora.runtime.simcuda.tensor import SimCudaTensor, run_op
 
 _PLAIN = (
@@ -126,6 +132,13 @@ class ChargeMode(TorchDispatchMode):
         self.session = session
         _without_dynamo_guard()
         self.thread: int | None = threading.get_ident()  # None: detached, every op runs as plain torch
+        # (0 while threads of the program do GPU work: the compiled entry, which charges on this thread only,
+        # then hands every op to the Python route, `_off_thread`)
+        self.program: int | None = self.thread  # the program's thread
+        self._threads: dict[int, int] = {}  # a thread the program started -> the compute lane's time at its start
+        self._lock = threading.Lock()  # one op at a time while such threads live
+        self._holder: int | None = None  # the thread whose op holds the lock
+        self._gpu: set[int] = set()  # the adopted threads that ran GPU work (the rank's ops in turn until they end)
         self._link: hostwork.HostCopy | None = None  # the host<->GPU copy being dispatched (charged over PCIe)
         if type(self) is ChargeMode:  # the same checks and fast path, compiled (torch finds the instance's first)
             fast = compiled.mode_dispatch(self, ChargeMode.__dict__["__torch_dispatch__"])
@@ -134,7 +147,65 @@ class ChargeMode(TorchDispatchMode):
 
     def detach(self) -> None:
         """Stop charging: in a process the rank forked (a DataLoader worker), ops are host work."""
-        self.thread = None
+        self.thread = self.program = None
+        self._threads.clear()
+
+    def charges(self, ident: int) -> bool:
+        """Are the ops of thread `ident` charged (the program's, or one it started: `adopt`)?"""
+        return self.thread is not None and (ident == self.program or ident in self._threads)
+
+    def adopt(self, floor_ns: int) -> None:
+        """The calling thread, one the program started, runs its GPU work on the simulated GPU from now on, not before
+        `floor_ns`; its host ops stay plain torch, as on a thread of a GPU host."""
+        with self._lock:
+            if self.thread is not None:
+                self._threads[threading.get_ident()] = floor_ns
+
+    def release(self) -> None:
+        """The calling thread, adopted, ends; with the last that ran GPU work, the compiled entry takes the
+        program's ops again."""
+        with self._lock:
+            me = threading.get_ident()
+            self._threads.pop(me, None)
+            self._gpu.discard(me)
+            if not self._gpu and self.thread is not None:
+                self.thread = self.program
+
+    def _off_thread(self, func: Any, types: tuple[type, ...], args: tuple, kwargs: dict) -> Any:
+        """An op on a thread that is not the compiled entry's: gloo's workers (which inherit the mode: their copies
+        are not GPU work) and a detached mode's run it as plain torch; the program's and its adopted threads' run
+        under the lock, an adopted thread's charged on its current stream's lane."""
+        me = _get_ident()
+        floor = self._threads.get(me)
+        if self.thread is None or (floor is None and me != self.program):
+            return func(*args, **kwargs)
+        if floor is not None:
+            if not _gpu_work(types, kwargs):
+                return func(*args, **kwargs)  # host work of a thread: plain torch, uncharged
+            if me not in self._gpu:
+                with self._lock:  # its first GPU op: the rank's ops run one at a time until it ends
+                    self._gpu.add(me)
+                    self.thread = 0
+        with self._lock:
+            s = self.session
+            self._holder = me  # its ops within this one (the op's own dispatch) go straight on
+            if floor is None:
+                try:
+                    return type(self).__torch_dispatch__(self, func, types, args, kwargs)
+                finally:
+                    self._holder = None
+            prev = s.__dict__.get("charge")  # a compiled region's (fusion.py), if one is open
+            charge = _thread_charge(s, me, simstreams.current_stream().stream_id, floor, prev)
+            s.charge = charge  # type: ignore[method-assign]
+            try:
+                return type(self).__torch_dispatch__(self, func, types, args, kwargs)
+            finally:
+                self._holder = None
+                if s.__dict__.get("charge") is charge:  # (else a region hooked it meanwhile and restores it)
+                    if prev is None:
+                        del s.charge
+                    else:
+                        s.charge = prev  # type: ignore[method-assign]
 
     def __enter__(self) -> ChargeMode:
         self.session.memory.activate()  # parameter, gradient, optimizer and saved-tensor hooks
@@ -151,8 +222,9 @@ class ChargeMode(TorchDispatchMode):
     ) -> Any:
         kwargs = kwargs or {}
         s = self.session
-        if _get_ident() != self.thread:
-            return func(*args, **kwargs)  # gloo worker threads inherit the mode; their copies are not GPU work
+        me = _get_ident()
+        if me != self.thread and me != self._holder:
+            return self._off_thread(func, types, args, kwargs)
         if _get_mode(_FAKE) is not None:  # shape propagation (DTensor's, the compiler's): no kernel, no memory
             return func(*args, **kwargs)  # FakeTensorMode, an infra mode, runs after this one and makes it fake
         if types == _SIMCUDA_ONLY and "device" not in kwargs and simcuda.active():  # in one pass (fastpath.py)
@@ -281,6 +353,29 @@ class ChargeMode(TorchDispatchMode):
             return out
         s.charge(_name(func), s.model.cost(func, args, kwargs, out))
         return out
+
+
+def _gpu_work(types: tuple[type, ...], kwargs: dict) -> bool:
+    """Does an op touch the simulated GPU: a tensor other than a plain one, or a device other than the host's?"""
+    if any(t not in _PLAIN for t in types):
+        return True
+    dev = kwargs.get("device")
+    return dev is not None and simcuda.is_cuda_device(dev)
+
+
+def _thread_charge(s: RankSession, me: int, stream: int, floor_ns: int, prev: Any) -> Any:
+    """The session's `charge` while thread `me`'s op runs: its charges on its stream's lane (`charge_on`); another
+    thread's (the program's, which does not wait for the lock to charge a Triton kernel) as before."""
+
+    def charge(name: str, cost: Any) -> None:
+        if _get_ident() == me:
+            s.charge_on(stream, floor_ns, name, cost)
+        elif prev is not None:
+            prev(name, cost)
+        else:
+            type(s).charge(s, name, cost)
+
+    return charge
 
 
 flex_attention.register(ChargeMode)  # FlexAttention's operators, whole (flex_attention.py)

@@ -394,6 +394,27 @@ class RankSession:
             self._last_report = wall
             self.client.advance_clock(end)
 
+    def charge_on(self, stream: int, floor_ns: int, name: str, cost: OpCost) -> None:
+        """Run one compute op of a thread other than the program's (dispatch.py) on the lane of its current
+        `stream`: the compute lane for the default stream (0), in turn with the program's ops, else that stream's
+        side lane (clock.py), not before `floor_ns` (the compute lane's time when the thread started). It reports
+        no clock to the bridge: only the program's thread talks to the coordinator."""
+        self.ops += 1
+        if cost.flops:
+            self.flops_by_dtype[cost.dtype] = self.flops_by_dtype.get(cost.dtype, 0) + cost.flops
+        ns = int(cost.ns)
+        if ns <= 0:
+            return
+        if ns > self._launch_ns:
+            self.tier_ns[cost.tier] = self.tier_ns.get(cost.tier, 0) + ns - self._launch_ns
+        clock = self.clock
+        start = max(clock.lanes.get(stream, 0), floor_ns) if stream else clock.compute_ns
+        if self.scenario is not None:
+            ns = int(self.scenario.stretch(start, ns))
+        end = clock.occupy(stream, start, ns)
+        if not stream and self._trace_ops is not None:  # the trace has one track, the compute lane's
+            self._trace_ops(name, start, end)
+
     def charge_untimed(self, name: str, cost: OpCost, how: str) -> None:
         """Run a kernel the compute model cannot time, charged `cost` as `how` says; it is listed in results."""
         entry = self.untimed.setdefault(name, {"count": 0, "charged": how})
@@ -750,8 +771,9 @@ class RankSession:
     def host_work(self, name: str, ns: int) -> None:
         """The host ran an op of `ns` (a CPU tensor op, DeepSpeed's CPU Adam: runtime/hostwork.py). The host's clock
         runs on by it (from its last launch, op or wait, as `_host_launches`); the GPU runs no later work before its
-        end: the compute lane moves up to it if behind (an idle gap, traced as `host:NAME`)."""
-        if ns <= 0:
+        end: the compute lane moves up to it if behind (an idle gap, traced as `host:NAME`). Another thread's host
+        ops run on another CPU thread: not on the program's host clock."""
+        if ns <= 0 or threading.get_ident() != self.thread:
             return
         self.host_ops += 1
         self.host_work_ns += ns
@@ -1010,7 +1032,10 @@ class RankSession:
 
     def stream_wait(self, stream: int, pending: Iterable[Pending]) -> None:
         """CUDA stream `stream` waits for `pending` (Work.wait, wait_stream, wait_event): the compute stream joins
-        them; another stream's later collectives, sends and receives follow them."""
+        them; another stream's later collectives, sends and receives follow them. Not from a thread other than the
+        program's (as `join_tensors`)."""
+        if threading.get_ident() != self.thread:
+            return
         for p in list(pending):
             if stream == COMPUTE_STREAM:
                 self.join(p)
@@ -1025,7 +1050,10 @@ class RankSession:
         return all(self.client.test(h, now) is not None for h in p.handles)
 
     def join_tensors(self, tensors: Iterable[Any]) -> None:
-        """Join every collective in flight that reads or writes the memory of one of `tensors`."""
+        """Join every collective in flight that reads or writes the memory of one of `tensors`. Not from a thread
+        other than the program's (its ops do not wait for collectives: only the program's thread joins them)."""
+        if threading.get_ident() != self.thread:
+            return
         ids: set[int] = set()
         for t in tensors:
             if isinstance(t, torch.Tensor):

@@ -1,7 +1,13 @@
 """CUDA streams and events of the simulated GPU, on the rank's virtual clock.
 
-Every kernel of a rank runs on its one compute lane, whatever stream it was issued on, and
-collectives on the communication lanes (clock.py): so `Stream` objects order no kernels. They order
+The current stream is per host thread, as CUDA's: a thread starts on the default stream, and
+`set_stream` / ``with torch.cuda.stream(s)`` change its own only. Every kernel of the program's thread
+runs on the rank's one compute lane, whatever stream it was issued on, and collectives on the
+communication lanes (clock.py): so that thread's `Stream` objects order no kernels. A thread the program
+starts (dispatch.py) runs its kernels on its current stream's lane: the compute lane for the default
+stream, in turn with the program's, and a side lane of its own for any other stream, beside the compute
+lane; `wait_stream`, `wait_event` and `synchronize` join those lanes, and an `Event` records its stream's
+lane. Streams order
 collectives (stream_deps.py): a sync collective launched on a side stream is followed by that stream's
 later collectives, and `wait_stream`/`wait_event` pass that on: to another side stream's collectives,
 or, on the default stream, as a join of the compute lane. An `Event` records the compute lane's
@@ -64,6 +70,7 @@ class Stream:
         s = _session()
         if s is not None:
             s.stream_wait(self.stream_id, s.streams.tail(stream.stream_id))
+            _lane_wait(s, self.stream_id, stream.stream_id, None)
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event or Event()
@@ -108,8 +115,16 @@ class ExternalStream(Stream):
         raise PhantoraError("torch.cuda.ExternalStream wraps a real CUDA stream, which the simulated GPU does not have")
 
 
+def _lane_wait(s: Any, waiter: int, source: int, t_ns: int | None) -> None:
+    """`waiter`'s next work follows `source`'s work so far (or its event at `t_ns`), where either runs on a side
+    lane of a thread's stream (clock.py); streams on the compute lane alone are in order already."""
+    lanes = s.clock.lanes
+    if lanes and (waiter in lanes or source in lanes):
+        s.clock.lane_wait(waiter, s.clock.lane_now(source) if t_ns is None else t_ns)
+
+
 _default: dict[int, Stream] = {}
-_current: dict[int, Stream] = {}
+_current = threading.local()  # `streams`: this thread's current stream by device index (none: the default)
 
 
 def default_stream(device: Any = None) -> Stream:
@@ -120,13 +135,19 @@ def default_stream(device: Any = None) -> Stream:
 
 
 def current_stream(device: Any = None) -> Stream:
+    """The calling thread's current stream on `device` (its default stream until the thread sets one)."""
     i = devices.index_of(device)
-    return _current.get(i) or default_stream(i)
+    mine = getattr(_current, "streams", None)
+    return (mine and mine.get(i)) or default_stream(i)
 
 
 def set_stream(stream: Stream | None) -> None:
+    """Make `stream` the calling thread's current stream on its device (other threads' stay as they are)."""
     if stream is not None:
-        _current[stream.device.index or 0] = stream
+        mine = getattr(_current, "streams", None)
+        if mine is None:
+            mine = _current.streams = {}
+        mine[stream.device.index or 0] = stream
 
 
 class StreamContext:
@@ -161,17 +182,24 @@ class Event:
             raise PhantoraError("interprocess CUDA events are not simulated (torch.cuda.Event(interprocess=True))")
         self.enable_timing = enable_timing
         self.t_ns: int | None = None
+        self._stream = 0  # the stream it was recorded on
         self._after: list[Any] = []  # the collectives in flight that the recording stream's next work followed
 
     def record(self, stream: Stream | None = None) -> None:
         s = _session()
-        self.t_ns = s.now() if s is not None else 0
-        self._after = s.streams.tail((stream or current_stream()).stream_id) if s is not None else []
+        self._stream = (stream or current_stream()).stream_id
+        self.t_ns = s.clock.lane_now(self._stream) if s is not None else 0
+        self._after = s.streams.tail(self._stream) if s is not None else []
 
     def wait(self, stream: Stream | None = None) -> None:
         s = _session()
-        if s is not None and self._after:
-            s.stream_wait((stream or current_stream()).stream_id, self._after)
+        if s is None:
+            return
+        waiter = (stream or current_stream()).stream_id
+        if self._after:
+            s.stream_wait(waiter, self._after)
+        if self.t_ns is not None:
+            _lane_wait(s, waiter, self._stream, self.t_ns)
 
     def query(self) -> bool:
         return True
