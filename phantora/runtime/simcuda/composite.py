@@ -16,7 +16,12 @@ run whole on the data, its collectives were simulated and the op was charged aga
 (the roofline's guess for an op it does not know). Its body now runs on the simulated GPU's tensors, so the copies
 are charged as copies and the collectives as collectives, once.
 
-Only such ops: a composite without a device argument (``linear``, ``where`` with a scalar) runs on the data as
+So does ``aten.contiguous`` (`COPIES`): its schema marks its output as an alias of its input, which the compute
+model takes for a view that launches nothing, yet of a non-contiguous tensor it is a copy (the body of
+`flex_cp_allgather` makes its key contiguous so). Its part is that copy (``clone``), charged as any copy; of a
+contiguous tensor it has no part, and returns its input, as on a GPU.
+
+Only such ops: any other composite without a device argument (``linear``, ``where`` with a scalar) runs on the data as
 before, since its parts may make tensors on the device where no dispatch mode takes them (FlexAttention's eager
 reference runs with the mode off); nor the composites phantora keeps whole (a CUDA kernel given, ``_fused_rms_norm``;
 the CUDA-only ops; ``scaled_dot_product_attention``, sdpa_op.py).
@@ -38,22 +43,27 @@ _DEVICE_TYPES = frozenset({"Device", "Optional[Device]"})  # a schema argument t
 
 # custom ops (torch.library.custom_op) around collectives, run as their Python bodies
 BODIES = frozenset({"cplib::flex_cp_allgather", "cplib::flex_cp_allgather_backward"})
+COPIES = frozenset({"aten::contiguous"})  # composites whose one part is a copy (its alias schema says a view)
 
 
 def runs_as_parts(func: Any) -> bool:
     """Is `func` an aten op taking a device that a CUDA tensor runs as its ``CompositeImplicitAutograd`` composite,
-    or a custom op of `BODIES` (decided once per op)?"""
+    one of `COPIES`, or a custom op of `BODIES` (decided once per op)?"""
     known = _KNOWN.get(id(func))
     if known is None:
         name = func.name()
-        known = _KNOWN[id(func)] = name in BODIES or (
-            func.namespace == "aten"
-            and func not in _KEPT_WHOLE
-            and func not in cuda_only.KERNELS
-            and func not in cuda_only.HALF_TO_FLOAT
-            and _has_kernel(name, "CompositeImplicitAutograd")
-            and not _has_kernel(name, "CUDA")
-            and any(str(a.type) in _DEVICE_TYPES for a in func._schema.arguments)
+        known = _KNOWN[id(func)] = (
+            name in BODIES
+            or name in COPIES
+            or (
+                func.namespace == "aten"
+                and func not in _KEPT_WHOLE
+                and func not in cuda_only.KERNELS
+                and func not in cuda_only.HALF_TO_FLOAT
+                and _has_kernel(name, "CompositeImplicitAutograd")
+                and not _has_kernel(name, "CUDA")
+                and any(str(a.type) in _DEVICE_TYPES for a in func._schema.arguments)
+            )
         )
     return known
 
