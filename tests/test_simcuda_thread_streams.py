@@ -7,7 +7,8 @@ torch.cuda.stream(s)`, and the program times the threads from their start to a d
 events: two threads on two streams overlap (K A), two on one stream or both on the default stream run in turn
 (2 K A); a thread on a side stream runs beside the program's K adds on the default stream (K A), one on the
 default stream in turn with them (2 K A). A thread's event on its side stream records that stream's time, and the
-program's `wait_stream` of it holds the default stream's next add until then. A fresh thread's current stream is
+program's `wait_stream` of it holds the default stream's next add until then. The trace shows each side stream's
+lane as a track of its own. A fresh thread's current stream is
 the default stream after the program set its own, and a thread that sets one leaves the program's as it was.
 """
 
@@ -23,6 +24,7 @@ import pytest
 from phantora.launcher import RunConfig, launch
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import DEFAULT_LAUNCH_NS
+from phantora.runtime.trace import TID_STREAMS
 
 K = 3
 PROGRAM = """
@@ -91,7 +93,7 @@ def test_threads_kernels_run_on_their_own_current_streams(tmp_path: Path, tensor
     script, out = tmp_path / "threads.py", tmp_path / "seen.json"
     script.write_text(textwrap.dedent(PROGRAM))
     launch(RunConfig(str(script), [str(out)], "testbed16", nproc=1, gpu="h100", tensors=tensors,
-                     compute_model="roofline", trace="none", timeout_s=300))  # fmt: skip
+                     compute_model="roofline", out_dir=tmp_path / "run", timeout_s=300))  # fmt: skip
     seen = json.loads(out.read_text())
     add = math.ceil(3 * 4 * (1 << 20) / get_gpu("h100").mem_bw * 1e9) + DEFAULT_LAUNCH_NS
     assert seen["devices"] == ["cuda:0"]  # a thread's ops are the simulated GPU's
@@ -104,3 +106,16 @@ def test_threads_kernels_run_on_their_own_current_streams(tmp_path: Path, tensor
     assert seen["event"] == K * add  # recorded on the thread's stream after its K adds
     assert seen["waited"] == (K + 2) * add  # the default stream's add after the side stream's K + 1
     assert seen["stream"] is True and seen["own"] is True and seen["kept"] is True
+    # the trace: a track per side stream; the first phase's two threads side by side, each K + 1 adds back to back
+    trace = json.loads((tmp_path / "run" / "trace.json").read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    tracks: dict[int, list[tuple[float, float]]] = {}
+    for e in events:
+        if e.get("ph") == "X" and e["tid"] >= TID_STREAMS:
+            tracks.setdefault(e["tid"], []).append((e["ts"], e["dur"]))
+    assert len(tracks) == 2
+    one, two = (sorted(spans) for _, spans in sorted(tracks.items()))
+    assert len(two) == K + 1 and one[: K + 1] == two  # two streams: the same spans, at once
+    turn = one[K + 1 : 3 * (K + 1)]  # then two threads on stream one: in turn, 2 (K + 1) adds back to back
+    assert [dur for _, dur in turn] == [add / 1e3] * 2 * (K + 1)
+    assert [ts for ts, _ in turn] == pytest.approx([turn[0][0] + i * add / 1e3 for i in range(2 * (K + 1))])

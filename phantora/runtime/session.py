@@ -412,8 +412,11 @@ class RankSession:
         if self.scenario is not None:
             ns = int(self.scenario.stretch(start, ns))
         end = clock.occupy(stream, start, ns)
-        if not stream and self._trace_ops is not None:  # the trace has one track, the compute lane's
-            self._trace_ops(name, start, end)
+        if self._trace_ops is not None:  # the compute lane's track, or the side stream's own
+            if stream:
+                self.trace.lane_op(stream, name, start, end)
+            else:
+                self._trace_ops(name, start, end)
 
     def charge_untimed(self, name: str, cost: OpCost, how: str) -> None:
         """Run a kernel the compute model cannot time, charged `cost` as `how` says; it is listed in results."""

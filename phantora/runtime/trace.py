@@ -1,4 +1,5 @@
-"""Chrome / Perfetto trace of a live run: one process per rank, lanes for steps, compute and comm.
+"""Chrome / Perfetto trace of a live run: one process per rank, lanes for steps, compute and comm (and a lane per side
+stream a thread of the program ran kernels on).
 
 Each rank records its events in integer ns and appends those of each finished step to
 `trace/rank<R>.jsonl` (one line per step), so a run killed at step 90 keeps the trace of steps 0-89;
@@ -19,6 +20,7 @@ from phantora.runtime.trace_json import compute_spans_json
 
 TID_STEPS, TID_COMPUTE, TID_COMM = 0, 1, 2
 TID_STORAGE = 999  # checkpoint reads and writes (runtime/storage.py), below the comm lanes
+TID_STREAMS = 1000  # + a side stream's id: the lane of a thread's side stream (clock.py `lanes`), below storage
 
 
 def _us(ns: int) -> float:
@@ -38,6 +40,8 @@ class TraceRecorder:
         self._steps: list[tuple[int, int, int]] = []
         self._io: list[tuple[str, int, int, dict[str, Any]]] = []  # checkpoint reads and writes
         self._io_named = False
+        self._lane_ops: list[tuple[int, str, int, int]] = []  # ops on side streams' lanes: (stream, name, start, end)
+        self._lanes_named: set[int] = set()
         self._lanes_end: list[int] = []  # comm lanes: when each one's last collective ends
         self._named = False  # the process and thread names went out with the first events
 
@@ -52,6 +56,11 @@ class TraceRecorder:
             else:
                 self._close_block()
                 self._block = [start, end, 1]
+
+    def lane_op(self, stream: int, name: str, start: int, end: int) -> None:
+        """A compute op ran on side stream `stream`'s own lane from start to end (ns): a span on that stream's track."""
+        if self.level != "none":
+            self._lane_ops.append((stream, name, start, end))
 
     def stop_ops(self) -> None:
         """Record no more compute ops (steps, collectives and checkpoint I/O still): `--trace-steps` reached."""
@@ -120,7 +129,13 @@ class TraceRecorder:
             )
         for name, start, end, args in self._io:
             after.append(_span(name, "storage", pid, TID_STORAGE, start, end, args))
-        self._steps, self._ops, self._comms, self._io = [], [], [], []
+        for stream, name, start, end in self._lane_ops:
+            if stream not in self._lanes_named:
+                self._lanes_named.add(stream)
+                names = {"name": f"compute (stream {stream})"}
+                after.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": TID_STREAMS + stream, "args": names})
+            after.append(_span(name, "compute", pid, TID_STREAMS + stream, start, end, None))
+        self._steps, self._ops, self._comms, self._io, self._lane_ops = [], [], [], [], []
         return ev, ops, after
 
     def append_to(self, path: str | Path, step: int | None) -> None:
