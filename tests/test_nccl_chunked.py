@@ -91,11 +91,12 @@ def test_chunked_tree_charges_its_fill_once(proto: str, size: int) -> None:
     chunk = ll128_tree_chunk(size, nccl.channels) if proto == "LL128" else 4 * MiB // 8
     part = size // nccl.channels
     chunks = math.ceil(part / chunk)
-    # each edge up and down, a flow a chunk; under LL128 the two NVLink edges' down half in sweeps of 192 threads x
-    # 60 B (11,520 B: two a whole 18,000 B chunk, one the last chunk's 5,072 B; the up half's 26,880 B holds a chunk)
+    # each edge up and down, a flow a chunk; under LL128 the three edges' down half in sweeps of 192 threads x 60 B
+    # (11,520 B: two a whole 18,000 B chunk, one the last chunk's 5,072 B; the up half's 26,880 B holds a chunk), the
+    # hosts' edge too (its step lands in the receiver's sweeps)
     sizes = [chunk] * (part // chunk) + ([part % chunk] if part % chunk else [])
     down = sum(math.ceil(x / (192 * 60)) for x in sizes) if proto == "LL128" else chunks
-    assert flows == nccl.channels * (3 * chunks + chunks + 2 * down)
+    assert flows == nccl.channels * (3 * chunks + 3 * down)
     fill = (2 * 2 - 1) * t_bw / chunks
     model_fill = nccl.fit_us + nccl.fill_us  # what coarse adds to NCCL's latency without its correction
     assert model_fill == pytest.approx(max(nccl.fit_us, fill / 2), rel=1e-6)  # pipeline.py: the channel's rate

@@ -83,15 +83,16 @@ TWO_HOSTS = [
 
 
 # Under LL / LL128 the NVLink edge inside each host forwards each chunk in sweeps of lines (the tree kernel's 640
-# threads: 448 reduce, 192 broadcast; 8 B a thread under LL, 60 B under LL128), the hosts' edge whole chunks (the
-# proxy sends a step once all its lines are in, net.cc); Simple whole chunks everywhere.
+# threads: 448 reduce, 192 broadcast; 8 B a thread under LL, 60 B under LL128), and the hosts' edge lands each step
+# in the receiver's sweeps (the proxy sends a whole step, whose lines the next GPU reads as they land, net.cc); Simple
+# whole chunks everywhere.
 TREE_SWEEPS = {"LL": (448 * 8, 192 * 8), "LL128": (448 * 60, 192 * 60)}
 
 
 @pytest.mark.parametrize(("proto", "size", "parts"), TWO_HOSTS)
 def test_two_host_tree_steps(proto: str, size: int, parts: list[tuple[int, int]]) -> None:
     """Every edge of channel c carries its part up and down in NCCL's chunks, the last what is left; under LL /
-    LL128 the hops inside a host cut each chunk in sweeps."""
+    LL128 each hop, inside a host or between the hosts, cuts each chunk in sweeps."""
     flows, choice = run("all_reduce", HOSTS2, 4, size, NCCL_ALGO="Tree", NCCL_PROTO=proto)
     assert (choice["algorithm"], choice["protocol"], choice["channels"]) == ("Tree", proto, 8)
     assert sum(part for part, _ in parts) == size
@@ -103,10 +104,9 @@ def test_two_host_tree_steps(proto: str, size: int, parts: list[tuple[int, int]]
             edges = steps(flows, c, phase)
             assert len(edges) == 3
             for (src, dst), got in edges.items():
-                net = host[src] != host[dst]
-                cut = sweeps(part, chunk, sweep) if sweep and not net else chunks(part, chunk)
+                cut = sweeps(part, chunk, sweep) if sweep else chunks(part, chunk)
                 want = [wire(x, proto) for x in cut]
-                assert got == want, (c, phase, net)
+                assert got == want, (c, phase, src, dst)
                 made += len(got)
             assert sum(host[s] != host[d] for s, d in edges) == 1
     data = [f for f in flows if not is_credit(f)]  # the steps; credits and clear-to-sends are no tensor bytes

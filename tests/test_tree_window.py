@@ -95,6 +95,21 @@ def crossing_connections(flows: list[Flow], host: dict[int, int]) -> dict[tuple[
     return edges
 
 
+def steps_of(pieces: list[Flow], by_id: dict[int, Flow]) -> list[tuple[Flow, list[Flow]]]:
+    """A connection's flows between hosts as its steps: each step's clear-to-send and its flows, one a step under
+    Simple, an LL / LL128 step's sweeps (the receiver's, as its lines land: collectives.md, Chains) behind the one
+    clear-to-send they all wait for. Asserts that each flow waits for exactly one."""
+    steps: list[tuple[Flow, list[Flow]]] = []
+    for f in pieces:
+        gates = [by_id[d] for d in f.deps if is_cts(by_id[d])]
+        assert len(gates) == 1, f
+        if steps and steps[-1][0].id == gates[0].id:
+            steps[-1][1].append(f)
+        else:
+            steps.append((gates[0], [f]))
+    return steps
+
+
 CASES = [
     ("Tree", "Simple", 2, 2, 64 * MiB),
     ("Tree", "LL", 2, 2, 8 * MiB),
@@ -119,19 +134,17 @@ def test_a_tree_edge_across_hosts_waits_for_clear_to_sends(
     assert dag.choice is not None and (dag.choice["algorithm"], dag.choice["protocol"]) == (algo, proto)
     host = {n: topo.nodes[n].host for n in topo.endpoints}
     by_id = {f.id: f for f in dag.flows}
-    edges = crossing_connections(dag.flows, host)
+    edges = {edge: steps_of(pieces, by_id) for edge, pieces in crossing_connections(dag.flows, host).items()}
     assert edges and max(len(steps) for steps in edges.values()) > NCCL_STEPS
     for (_, src, dst), steps in edges.items():
-        for s, f in enumerate(steps):
-            gates = [by_id[d] for d in f.deps if is_cts(by_id[d])]
-            assert len(gates) == 1, (src, dst, s)
-            (g,) = gates
+        for s, (g, step) in enumerate(steps):
             assert (g.src, g.dst, g.size) == (dst, src, CTS)
-            assert not any(d == steps[s - 1].id for d in f.deps) if s else True  # not the step before's arrival
+            for f in step:  # not the step before's arrival
+                assert not any(d == steps[s - 1][1][-1].id for d in f.deps) if s else True
             if s < NCCL_STEPS:
                 assert not g.deps  # posted at the start
             else:  # once the receiver has consumed step s - 8: it has it, or has written it on inside its host
-                back = steps[s - NCCL_STEPS].id
+                back = steps[s - NCCL_STEPS][1][-1].id
                 assert back in g.deps or any(
                     back in by_id[d].deps and by_id[d].src == dst and host[by_id[d].dst] == host[dst] for d in g.deps
                 ), (src, dst, s)

@@ -138,16 +138,18 @@ class DagBuilder:
         origin: int | None = None,
         ordered: bool = False,
         queue: int = 0,
+        part: bool = False,
     ) -> int:
         """Add a flow from group position `src` to position `dst`; return its id. `origin`: the position whose part
         `src` relays (NCCL's PXN): the relay holds a connection of its own per sender, as NCCL's proxy does, so
         relayed parts of different senders are not messages of one queue pair. `ordered`: on the wire after the
         connection's ordered messages released before it (`Flow.queue`: `queue`, else the connection's; needs
-        `comm`)."""
+        `comm`). `part`: a further part of the connection's message before it (the lines of one step as they land),
+        on that message's queue pair and not counted as a message of its own."""
         if not self.exits and not self.arrivals:  # (every hop by its own NICs)
-            return self._add(src, dst, size, tag, channel, deps, delay_ns, origin, ordered, queue)
+            return self._add(src, dst, size, tag, channel, deps, delay_ns, origin, ordered, queue, part)
         start = len(self.flows)
-        fid = self._add(src, dst, size, tag, channel, deps, delay_ns, origin, ordered, queue)
+        fid = self._add(src, dst, size, tag, channel, deps, delay_ns, origin, ordered, queue, part)
         via = self.exits.get((channel, src, dst)) if self.exits else None
         if via is not None:
             s = self.nodes[src]
@@ -205,6 +207,7 @@ class DagBuilder:
         origin: int | None,
         ordered: bool,
         queue: int,
+        part: bool = False,
     ) -> int:
         """`add`, its NIC as src's own."""
         flows = self.flows
@@ -227,6 +230,8 @@ class DagBuilder:
             return msg.id
         if not self.split_qps:  # net_ib: message k of a connection goes on its queue pair k mod qps
             n = self.sent.get((self.comm, s, d, conn), 0)
+            if part and n:  # the message before it, still on its queue pair
+                n -= 1
             self.sent[self.comm, s, d, conn] = n + 1
             msg = self._message(s, d, size, deps, delay_ns, tag, channel, n % qps, conn, ordered, queue)
             return self._append(msg)

@@ -495,8 +495,8 @@ def _ring_chunk_steps(opts: AlgoOptions) -> int:
 
 def _tree_sweeps(coll: Collective, topo: Topology, opts: AlgoOptions) -> tuple[int, int] | None:
     """A tree all-reduce over NVLink nodes under NCCL's LL or LL128: the bytes its reduce and broadcast halves
-    forward per sweep of lines (`chunking.tree_line_sweeps`), the pieces each chunk crosses an NVLink hop in (a
-    hop across hosts keeps whole steps, its proxy sends a step once all its lines are in: `tree_flows`); None
+    forward per sweep of lines (`chunking.tree_line_sweeps`), the pieces each chunk crosses a hop in (a hop across
+    hosts in the receiver's sweeps, as its lines land, each once the sender has the whole step: `tree_flows`); None
     elsewhere (Simple posts whole steps; PCIe nodes). The root receives, reduces and sends with all its threads,
     but each of its warps forwards its own lines as they land (no barrier between the sweeps of a call,
     prims_ll128.h `GenericOp`), so its sends are cut like the broadcast half's."""
@@ -510,8 +510,9 @@ def _chain_sweep(coll: Collective, topo: Topology, opts: AlgoOptions) -> int | N
     """A broadcast or reduce chain over NVLink nodes under NCCL's LL or LL128: the data bytes one sweep of its
     ring kernel's threads forwards (`run_threads` x 8 B a line under LL, 60 B a lane under LL128), the pieces each
     chunk crosses an NVLink hop in: broadcast.h / reduce.h `runRing` run prims_ll*.h `GenericOp`, whose warps send
-    their lines on as they land, each line with its flag, as a tree's do (`_tree_sweeps`); a hop across hosts keeps
-    whole steps (`tree_flows`). None elsewhere (Simple posts whole steps; PCIe nodes)."""
+    their lines on as they land, each line with its flag, as a tree's do (`_tree_sweeps`); a hop across hosts sends
+    whole steps, which land in the receiver's sweeps (`tree_flows`). None elsewhere (Simple posts whole steps; PCIe
+    nodes)."""
     if opts.model != "nccl" or opts.protocol not in ("LL", "LL128"):
         return None
     p = platform_of(topo, coll.comm or coll.ranks, nccl_settings(opts))  # P2P off: NCCL's PCIe view

@@ -39,6 +39,13 @@ def sweep_pieces(size: int, chunk: int, sweep: int) -> list[int]:
     return pieces or [0]
 
 
+def net_lines(b: DagBuilder) -> bool:
+    """Whether a step that crosses hosts lands line by line, in order, as one queue pair writes it: always but where
+    NCCL_IB_SPLIT_DATA_ON_QPS spreads every message over several queue pairs side by side (`DagBuilder.split_qps`),
+    whose lines then land in as many places at once (not modelled: such a step crosses whole)."""
+    return b.qps == 1 or not b.split_qps
+
+
 def tree_flows(
     b: DagBuilder,
     parent: list[int | None],
@@ -70,8 +77,9 @@ def tree_flows(
     pipeline would become store-and-forward. `sweeps`: (reduce, broadcast) bytes per sweep of a tree whose two
     halves forward LL lines in sweeps of their own size: each chunk of `chunk_bytes` crosses a hop sweep by sweep
     (`sweep_pieces`) in place of near-equal chunks; the root sends a broadcast piece once the reduce's pieces up to
-    its last byte have arrived. `window` w > 1 (NCCL_STEPS, a connection's buffer slots; needs the builder's
-    communicator): on each edge chunk c waits for chunk c - w to be consumed (its slot is free, `Credits`) instead
+    its last byte have arrived; across hosts the receiver's sweeps each wait for the sender's whole chunk
+    (`need`). `window` w > 1 (NCCL_STEPS, a connection's buffer slots; needs the builder's communicator): on each
+    edge chunk c waits for chunk c - w to be consumed (its slot is free, `Credits`) instead
     of chunk c - 1 to arrive, and the edge's chunks go on the wire one at a time in order (`Flow.queue`), so up to
     w are in flight (prims_simple.h `waitPeer`, NCCL v2.30.7-1); a forwarding node consumes a chunk once it has
     written it on (`back_pressure.written`: inside a host at its forward's arrival, across hosts once its staging
@@ -115,18 +123,29 @@ def tree_flows(
         sizes = down_sizes = split(size, max(1, math.ceil(size / chunk_bytes)))
     k, kd = len(sizes), len(down_sizes)
     ends = list(itertools.accumulate(sizes))
-    # Under `sweeps` a hop across hosts carries whole chunks: NCCL's proxy sends a step once all its lines are
-    # written (net.cc sendProxyProgress checks every LL / LL128 line's flag), and the next GPU forwards the step's
-    # lines over NVLink sweep by sweep once it has landed. Pieces per edge (up: the edge v -> parent[v]; down:
-    # parent[w] -> w).
+    # Under `sweeps` a hop across hosts sends whole steps: NCCL's proxy posts a step once all its lines are written
+    # (net.cc sendProxyProgress checks every LL / LL128 line's flag), one RDMA write, but the GPU behind it reads
+    # the step's lines as the NIC lands them (its kernel polls each line's flag), so the step crosses as the
+    # receiver's sweeps, one after another on the connection, each of them waiting for the sender's whole step
+    # (`need`). Pieces per edge (up: the edge v -> parent[v]; down: parent[w] -> w).
     whole = part_chunks(size, max(1, chunk_bytes)) if sweeps else []
     # Whether a piece ends its chunk, one primitive call: NCCL's slot and its credit go a chunk at a time (a
     # sweep's lines go on behind the chunk's first, prims_ll.h / prims_ll128.h `waitSend`, `postRecv`).
-    bounds = set(itertools.accumulate(whole)) if sweeps else None
+    chunk_ends = list(itertools.accumulate(whole))
+    bounds = set(chunk_ends) if sweeps else None
+    lines = bool(sweeps) and net_lines(b)
 
     def cut(v: int, w: int, ref: list[int]) -> list[int]:
-        """The pieces of edge v -> w: whole chunks across hosts under `sweeps`, else `ref`."""
-        return whole if sweeps and b.network(v, w) else ref
+        """The pieces of edge v -> w: `ref`, or whole chunks across hosts where the step cannot land line by line
+        (`net_lines`)."""
+        return whole if sweeps and not lines and b.network(v, w) else ref
+
+    def need(v: int, w: int, e: int) -> int:
+        """The input byte a piece of edge v -> w ending at byte e waits for: across hosts under `sweeps` the end of
+        its chunk (the proxy sends a whole step), else e."""
+        if not sweeps or not b.network(v, w):
+            return e
+        return chunk_ends[bisect.bisect_left(chunk_ends, e)]
 
     up_sizes = [cut(v, p, sizes) if p is not None else [] for v, p in enumerate(parent)]
     dn_sizes = [cut(p, w, down_sizes) if p is not None else [] for w, p in enumerate(parent)]
@@ -179,7 +198,10 @@ def tree_flows(
             own, kernel = taken[conn] = credits.slots(conn, v, w)
         else:
             own, kernel = taken[conn]
-        flow = b.add(v, w, size, tag(phase, c), channel, have + own, step_delay_ns, ordered=ordered, queue=queue(v))
+        part = not first and lines and b.network(v, w)  # a further sweep of the step's one write
+        flow = b.add(
+            v, w, size, tag(phase, c), channel, have + own, step_delay_ns, ordered=ordered, queue=queue(v), part=part
+        )
         edge.append(flow)
         if window > 1 and last:
             credits.sent(conn, flow)
@@ -209,7 +231,7 @@ def tree_flows(
         p = parent[v]
         assert p is not None
         e, piece = up_ends[v][i], up_sizes[v][i]
-        have = tuple(up_to(w, e) for w in kids[v]) + own(v, i)
+        have = tuple(up_to(w, need(v, p, e)) for w in kids[v]) + own(v, i)
         kernel, flow = send(v, p, piece, "up", have, up_in[v], closes(e - piece) or i == 0, closes(e))
         if window > 1 and closes(e):
             for w in kids[v]:
@@ -230,7 +252,7 @@ def tree_flows(
         v = parent[w]
         assert v is not None
         e, piece = dn_ends[w][i], dn_sizes[w][i]
-        have = landing(v, e)
+        have = landing(v, need(v, w, e))
         kernel, flow = send(v, w, piece, "down", have, down_in[w], closes(e - piece) or i == 0, closes(e))
         if window <= 1 or not closes(e):
             return  # a chunk is consumed as its last piece is written on
