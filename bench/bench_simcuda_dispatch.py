@@ -14,7 +14,8 @@ time (`time.process_time`: less disturbed by other jobs on a shared machine than
   unwraps the op and sends it through the dispatcher and the mode again). For scale: an op on host
   tensors (the mode's host-work answer), torch.add with no mode at all, and the floor of this design: a bare
   dispatch mode over a bare wrapper subclass that only unwraps the arguments, runs the op and wraps its output
-  (no memory, no charge, no checks).
+  (no memory, no charge, no checks). Last, the op as shipped while a thread of the program that ran GPU work is
+  alive: the rank's ops then take the Python route under one lock (runtime/dispatch.py).
 """
 
 from __future__ import annotations
@@ -67,6 +68,21 @@ def bare():
     Unwrap.__torch_dispatch__ = getattr(method, "__wrapped__", method)  # as dispatch.py: no dynamo guard
     with _pop_mode_temporarily(), Unwrap():
         return per_op(wrap(ha), wrap(hb))
+def beside_a_gpu_thread():
+    import threading
+    go, done = threading.Event(), threading.Event()
+    def run():
+        torch.add(a, b)  # its first GPU op: the rank's ops run in turn until it ends (dispatch.py)
+        go.set()
+        done.wait()
+    t = threading.Thread(target=run)
+    t.start()
+    go.wait()
+    try:
+        return per_op(a, b)
+    finally:
+        done.set()
+        t.join()
 variants = {"as shipped": lambda: None}
 if PARTS:
     from phantora.runtime.simcuda import device as simcuda, fastpath
@@ -86,6 +102,7 @@ if PARTS:
     times["host tensors (the mode's host work)"] = []
     times["plain torch, no mode"] = []
     times["floor: a bare mode unwraps, runs, wraps"] = []
+    times["beside a thread's GPU work (ops in turn)"] = []
 for _ in range(REPS):
     for name, switch in variants.items():
         switch()
@@ -94,6 +111,8 @@ for _ in range(REPS):
         times["host tensors (the mode's host work)"].append(per_op(ha, hb))
         times["plain torch, no mode"].append(no_mode())
         times["floor: a bare mode unwraps, runs, wraps"].append(bare())
+        use(True, True)  # as shipped
+        times["beside a thread's GPU work (ops in turn)"].append(beside_a_gpu_thread())
 if PARTS:
     use(True, True)
 json.dump(times, open(OUT, "w"))
