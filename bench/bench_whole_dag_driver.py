@@ -2,9 +2,9 @@
 `DecomposedSimulator` or route (a)'s `HybridDecomposedSimulator`, side by side, and one engine (``one``: workers=0)
 as the base of the 1.7x goal; ``shards``: the plain driver with its fluid NVLink side in shard processes, one a worker
 (`factory.WHOLE_DAG_FLUID = "procs"`); ``held``: the plain driver without outer gates (`factory.OUTER_GATES = False`:
-the hybrid holds a packet flow behind the fluid side until it is released); ``local``: the plain driver planning the
-whole workload itself (`replay.PLAN_ON_WORKERS = False`; otherwise its workers plan the workload's independent groups
-of ops, `phantora.plan_split`). Prints figures only.
+the hybrid holds a packet flow behind the fluid side until it is released); ``planned``: the plain driver whose
+workers plan the workload's independent groups of ops (`replay.PLAN_ON_WORKERS = True`, `phantora.plan_split`; the
+others plan in the driver). Prints figures only.
 
 Cases (each run is a fresh process, nvlink=fluid, wire=roce4k, nic_latency=1us, DCQCN, rail128, workers=2):
 
@@ -64,10 +64,10 @@ def force_driver(driver: str, everywhere: bool) -> None:
     if driver == "held":  # plain, the packet flows behind the fluid side held by the hybrid (no outer gates)
         factory.OUTER_GATES = False
         driver = "plain"
-    if driver == "local":  # plain, the workload planned in the driver alone
+    if driver == "planned":  # plain, the workload's groups of ops planned on its workers
         from phantora import replay
 
-        replay.PLAN_ON_WORKERS = False
+        replay.PLAN_ON_WORKERS = True
         driver = "plain"
     factory.WHOLE_DAG_DRIVER = driver
     if everywhere:
@@ -92,7 +92,7 @@ def rounds_of(stats: Any) -> int | None:
     return None
 
 
-DRIVERS = ("plain", "hybrid", "shards", "held", "local")
+DRIVERS = ("plain", "hybrid", "shards", "held", "planned")
 WORKLOADS = {"replay": ("rail_allreduce.toml", 'bytes = "8MiB"'), "moe": ("moe_rail_alltoall.toml", 'bytes = "16MiB"')}
 
 
@@ -176,7 +176,7 @@ def run_nccl() -> dict[str, Any]:
 
 def one(case: str, driver: str) -> None:
     """Run `case` on `driver` in this process and print one JSON line (after the command's own output)."""
-    force_driver("local" if driver == "one" else driver, everywhere=case == "nccl")
+    force_driver("plain" if driver == "one" else driver, everywhere=case == "nccl")
     if case == "nccl":
         out = run_nccl()
     else:
@@ -226,7 +226,7 @@ def main() -> None:
         "--order",
         nargs="+",
         default=["plain", "hybrid", "hybrid", "plain"],
-        choices=["one", "plain", "hybrid", "shards", "held", "local"],
+        choices=["one", "plain", "hybrid", "shards", "held", "planned"],
     )
     ap.add_argument("--timeout", type=float, default=600.0, help="wall seconds a run may take (default 600)")
     ap.add_argument("--one", nargs=2, metavar=("CASE", "DRIVER"), help=argparse.SUPPRESS)

@@ -16,8 +16,9 @@ plans are parts 2, 4, ...)::
 process, side by side (docs/packet-model.md "What moves where" (a)): in one process, then by its independent groups
 of ops (`phantora.plan_split`): each group's job through msgpack and `plan_group` as a worker would run it (its CPU:
 the job decoded, planned, its reply packed), then the driver's part (the replies decoded, moved to the plan's ids,
-the markers: `replay.plan_split_by`). It prints each part's best CPU, both keys (equal, or it fails), and on paper
-for W workers (the groups dealt round-robin): the busiest worker's CPU plus the driver's, against one process's.
+the markers: `replay.plan_split_by`); all three with the cyclic GC paused, as the replay plans (`gc_paused`). It
+prints each part's best CPU, both keys (equal, or it fails), and on paper for W workers (the groups dealt
+round-robin): the busiest worker's CPU plus the driver's, against one process's.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def split(case: str, reps: int, workers: list[int]) -> None:
     part), and print the parts, the keys and the on-paper planning path for each W of `workers`."""
     import msgpack
 
+    from phantora.netsim.gc_pause import gc_paused
     from phantora.plan_split import plan_group
     from phantora.replay import plan_split_by
 
@@ -116,7 +118,8 @@ def split(case: str, reps: int, workers: list[int]) -> None:
     one_key = split_key = ""
     for _ in range(max(reps, 1)):
         c0 = time.process_time()
-        one = plan()
+        with gc_paused():  # (as `replay.plan_for` plans in one process)
+            one = plan()
         best_one = min(best_one, time.process_time() - c0)
         one_key = key(one, rest)
         packed: list[bytes] = []
@@ -126,8 +129,8 @@ def split(case: str, reps: int, workers: list[int]) -> None:
             for job in jobs:
                 raw = msgpack.packb(job)  # (the driver's send: counted in its part)
                 c1 = time.process_time()
-                reply = plan_group(topo, msgpack.unpackb(raw))
-                packed.append(msgpack.packb(reply))
+                with gc_paused():  # (as the worker's server plans: `bridge.netserver`)
+                    packed.append(msgpack.packb(plan_group(topo, msgpack.unpackb(raw)), use_bin_type=True))
                 cpus.append(time.process_time() - c1)
             return [msgpack.unpackb(b, strict_map_key=False) for b in packed]
 

@@ -215,16 +215,18 @@ def moved_columns(cols: dict[str, Any], first: int, shift: int, gate: tuple[int,
         raise ValueError(f"a planned group's op from id {first - shift}: its flows' ids are not consecutive")
     ndeps = cols["ndeps"]
     flat = [d + shift for d in cols["deps"]]
-    ends = list(accumulate(max(k, 0) for k in ndeps))
+    gated = GATE + shift
     lists: list[tuple[int, ...]] = []
     put_list = lists.append
+    ends = accumulate(ndeps if min(ndeps, default=0) >= 0 else [k if k > 0 else 0 for k in ndeps])
     for e, k in zip(ends, ndeps, strict=True):
-        if k < 0:  # (a wide list an earlier row sent)
-            put_list(lists[-1 - k])
-        elif k == 1 and flat[e - 1] == GATE + shift:
-            put_list(gate)
-        else:
+        if k == 1:  # (most flows: a step after the one before)
+            d = flat[e - 1]
+            put_list(gate if d == gated else (d,))
+        elif k > 1:
             put_list(tuple(flat[e - k : e]))
+        else:  # (none, or a wide list an earlier row sent)
+            put_list(lists[-1 - k] if k < 0 else ())
     nics = cols.get("nic") or [False] * n
     queues = cols.get("queue") or [0] * n
     out: list[Flow] = []

@@ -29,7 +29,7 @@ from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator, RunsWholeDag, drain_observed
 from phantora.netsim.decompose import FREEZE_MIN
-from phantora.netsim.gc_pause import Freezer
+from phantora.netsim.gc_pause import Freezer, gc_paused
 from phantora.perfmodel.throttle import Throttles
 from phantora.progress import Progress
 from phantora.replay_groups import grouped_ops, planned, rated, ratings_of
@@ -168,10 +168,14 @@ def plan_split_by(
     replies = run(split[1])  # type: ignore[arg-type]
     if any("refused" in r for r in replies) or not touched_apart(replies):  # type: ignore[arg-type]
         return None
-    return plan_workload(wl, topo, base, dags=Relocated(replies))  # type: ignore[arg-type]
+    with gc_paused():  # (the flows made are the plan's, kept: no cycles to collect)
+        return plan_workload(wl, topo, base, dags=Relocated(replies))  # type: ignore[arg-type]
 
 
-PLAN_ON_WORKERS = True  # a decomposition's workers plan the workload's independent groups of ops (`plan_for`)
+# A decomposition's workers plan the workload's independent groups of ops (`plan_for`). Off: on 2 workers it saved
+# about 0.04-0.08 CPU s of the MoE replay's 2.7 s critical path and added about 1 s of wall, the driver waiting for
+# the workers' start before the plan (docs/packet-model.md, "Planning per rail on the workers")
+PLAN_ON_WORKERS = False
 
 
 def plan_for(wl: Workload, topo: Topology, base: AlgoOptions | None, sim: NetworkSimulator) -> ReplayPlan:
@@ -187,7 +191,8 @@ def plan_for(wl: Workload, topo: Topology, base: AlgoOptions | None, sim: Networ
         got = plan_split_by(wl, topo, base, lambda jobs: planner(jobs) or [{"refused": "no planner"}])
         if got is not None:
             return got
-    return plan_workload(wl, topo, base)
+    with gc_paused():  # (the plan's flows, kept: no cycles to collect)
+        return plan_workload(wl, topo, base)
 
 
 def run_engine(

@@ -4,6 +4,7 @@ and on a decomposition's two workers."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ import msgpack
 import pytest
 
 from bridge.workers import spawn_workers
+from phantora import replay
+from phantora.cli import main
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
@@ -139,9 +142,10 @@ def test_one_group_is_planned_in_one_process() -> None:
     assert plan_split_by(wl, topo, None, run) is None
 
 
-def test_decomposition_workers_plan_the_groups(tmp_path: Path) -> None:
-    """`plan_for` on two workers (`--set workers=2`, nvlink=fluid): their plan is the one-process plan, and the
-    busiest worker's planning CPU is in the decomposition's stats."""
+def test_decomposition_workers_plan_the_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`plan_for` on two workers (`--set workers=2`, nvlink=fluid; `PLAN_ON_WORKERS`, opt-in): their plan is the
+    one-process plan, and the busiest worker's planning CPU is in the decomposition's stats."""
+    monkeypatch.setattr(replay, "PLAN_ON_WORKERS", True)
     topo = load_topology("rail128")
     text = (ROOT / "workloads" / "moe_rail_alltoall.toml").read_text().replace('bytes = "16MiB"', 'bytes = "1MiB"')
     (tmp_path / "moe.toml").write_text(text)
@@ -168,9 +172,28 @@ class _Elsewhere:
         raise AssertionError("the groups were sent to workers of another topology")
 
 
-def test_workers_of_another_topology_do_not_plan() -> None:
+def test_workers_of_another_topology_do_not_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replay, "PLAN_ON_WORKERS", True)
     topo = load_topology("rail128")
     wl = load_workload(ROOT / "workloads" / "moe_rail_alltoall.toml", world=topo.num_ranks)
     opts = AlgoOptions(granularity="coarse")
     got = plan_for(wl, topo, opts, _Elsewhere(load_topology("rail256")))  # type: ignore[arg-type]
     same_plan(got, plan_workload(wl, topo, opts))
+
+
+@pytest.mark.slow  # two CLI replays, one of them starting 2 workers that load ns-3 (about 15 CPU s)
+def test_a_replay_planned_on_workers_writes_one_engines_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`phantora replay` of the MoE workload with `--set workers=2`, its groups planned on the workers
+    (`PLAN_ON_WORKERS`), writes one engine's files byte for byte."""
+    monkeypatch.setattr(replay, "PLAN_ON_WORKERS", True)
+    text = (ROOT / "workloads" / "moe_rail_alltoall.toml").read_text().replace('bytes = "16MiB"', 'bytes = "1MiB"')
+    (tmp_path / "moe.toml").write_text(text)
+    args = ["replay", str(tmp_path / "moe.toml"), "--topology", "rail128", "--network", "ns3", "--cc", "dcqcn"]
+    args += ["--set", "nvlink=fluid", "--set", "wire=roce4k", "--set", "nic_latency=1us"]
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    assert main([*args, "--set", "workers=2", "--out", str(tmp_path / "two")]) == 0
+    planned = json.loads((tmp_path / "two" / "results.json").read_text())["engine"]["decompose"]
+    assert planned["plan_cpu_s"] > 0 and planned["plan_wall_s"] > 0  # (the groups went to the workers)
+    for name in ("flows.csv", "pfc.csv", "drops.csv", "cnps.csv", "ecn_marks.csv", "links.csv"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+    assert (tmp_path / "one" / "flows.csv").read_text().count("\n") > 1000
