@@ -4,8 +4,9 @@ DCP's `async_save` (torchtitan's `--checkpoint.async_mode async`) writes the che
 its file writer synchronises its CUDA stream there (`filesystem.py`, `_OverlappingCpuLoader._finish`). That
 synchronise joined the rank's collectives in flight from the background thread, so while the program's thread
 waited on a collective too, the rank sent the coordinator a second wait and the run stopped ("rank 0 sent 'wait'
-while blocked in wait"; docs/runtime.md, user trials). A background thread's ops are host work, not charged
-(dispatch.py); its synchronise now waits for nothing, and only the program's thread joins the collectives.
+while blocked in wait"; docs/runtime.md, user trials). A background thread's host time is not simulated (its GPU
+ops run on its stream's lane, dispatch.py); its synchronise now waits for nothing, and only the program's thread
+joins the collectives.
 """
 
 from __future__ import annotations

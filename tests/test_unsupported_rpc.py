@@ -1,8 +1,10 @@
 """GPU work in a function run over torch.distributed.rpc (pytorch/examples' distributed/rpc/ddp_rpc: the trainers'
 model is built on the GPU inside `_run_trainer`, an RPC) runs on RPC's request thread, where no rank's dispatch mode
 is: the run ends on phantora's one line naming that limitation and the remote line, not on torch's wrapped error of
-some hundred lines; so does GPU work on a thread the program starts. Here a real RPC to this process's own worker
-makes that error (this CPU build's dispatcher has no CUDA kernel, as past phantora's simulated GPU)."""
+some hundred lines; so does GPU work on a thread outside the rank (one the program starts with `threading` runs
+on the simulated GPU: test_simcuda_thread_streams.py; this test's pool runs outside any rank). Here a real RPC to
+this process's own worker makes that error (this CPU build's dispatcher has no CUDA kernel, as past phantora's
+simulated GPU)."""
 
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ def test_gpu_work_on_rpcs_thread_is_named_in_one_line(worker: str) -> None:
     assert "torch.distributed.rpc on worker trainer0 (id 0)" in line
     assert '(`return torch.ops.aten.empty.memory_format([4], device="cuda")`, ' in line and "in _gpu_work)" in line
     assert "RPC's request thread and reached aten::empty.memory_format on torch's own CUDA backend" in line
-    assert "GPU work on another thread (an RPC's, a thread the program starts) is not simulated" in line
+    assert "GPU work on another thread (an RPC's request thread, one started elsewhere) is not simulated" in line
 
 
 def test_other_remote_failures_are_left_as_they_are(worker: str) -> None:
@@ -61,7 +63,7 @@ def test_other_remote_failures_are_left_as_they_are(worker: str) -> None:
     assert explain(info.value) is None
 
 
-def test_gpu_work_on_a_thread_the_program_started_is_named_in_one_line() -> None:
+def test_gpu_work_on_a_thread_outside_the_rank_is_named_in_one_line() -> None:
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(_gpu_work)
         with pytest.raises(NotImplementedError) as info:
@@ -71,7 +73,7 @@ def test_gpu_work_on_a_thread_the_program_started_is_named_in_one_line() -> None
     call = '`return torch.ops.aten.empty.memory_format([4], device="cuda")`'  # the thread's line
     assert line.startswith(f"NotSimulatedError: {call} ran GPU work on a thread other than the program's,")
     assert "aten::empty.memory_format reached torch's own CUDA backend" in line
-    assert "GPU work on another thread (an RPC's, a thread the program starts) is not simulated" in line
+    assert "GPU work on another thread (an RPC's request thread, one started elsewhere) is not simulated" in line
 
 
 def test_the_programs_own_thread_keeps_its_line() -> None:

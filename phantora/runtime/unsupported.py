@@ -68,8 +68,9 @@ def _spawned_cuda(exc: BaseException) -> str | None:
 
 
 _ONE_THREAD = (
-    "phantora simulates a rank's GPU on the thread that runs its program only (torch's dispatch modes are per "
-    "thread), so GPU work on another thread (an RPC's, a thread the program starts) is not simulated"
+    "phantora simulates a rank's GPU on the thread that runs its program and on the threads it starts with "
+    "`threading` (torch's dispatch modes are per thread), so GPU work on another thread (an RPC's request thread, "
+    "one started elsewhere) is not simulated"
 )
 _THREAD_FILES = ("/threading.py", "/concurrent/futures/thread.py")
 _REMOTE = re.compile(r"On WorkerInfo\(id=(\d+), name=([^)]*)\):")

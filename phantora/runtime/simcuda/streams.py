@@ -38,8 +38,9 @@ def _session() -> Any:
 
 def synchronize(device: Any = None) -> None:
     """Wait for the simulated GPU: join every lane and collective in flight. From a thread other than the
-    program's (DCP's `async_save` writer syncs its CUDA stream in its own), nothing: that thread's ops are host
-    work, not charged (dispatch.py), and only the program's thread may wait on the coordinator."""
+    program's (DCP's `async_save` writer syncs its CUDA stream in its own), nothing: that thread's host time is not
+    simulated (its GPU ops run on its stream's lane from the thread's start: dispatch.py), and only the program's
+    thread may wait on the coordinator."""
     s = _session()
     if s is not None and threading.get_ident() == s.thread:
         s.sync()
