@@ -191,7 +191,12 @@ def plan_for(wl: Workload, topo: Topology, base: AlgoOptions | None, sim: Networ
         got = plan_split_by(wl, topo, base, lambda jobs: planner(jobs) or [{"refused": "no planner"}])
         if got is not None:
             return got
-    with gc_paused():  # (the plan's flows, kept: no cycles to collect)
+    return plan_here(wl, topo, base)
+
+
+def plan_here(wl: Workload, topo: Topology, base: AlgoOptions | None) -> ReplayPlan:
+    """`plan_workload` in this process, the cyclic GC paused (the plan's flows are kept: no cycles to collect)."""
+    with gc_paused():
         return plan_workload(wl, topo, base)
 
 
@@ -329,9 +334,10 @@ def settle_groups(
     elsewhere: `phantora netsim --flows`)."""
     t0 = time.perf_counter()
     for _ in range(len({op.group for op in wl.ops if op.group}) + 1):
+        plan = None if PLAN_ON_WORKERS else plan_here(wl, topo, base)  # (unless its workers plan: before the engine)
         sim = make()
         try:
-            plan = plan_for(wl, topo, base, sim)
+            plan = plan or plan_for(wl, topo, base, sim)
             completions = run_engine(sim, plan.flows, progress=progress)
             res = evaluate_workload(wl, plan, completions, dict(sim.stats()), time.perf_counter() - t0)
         except BaseException:
