@@ -119,3 +119,42 @@ def test_threads_kernels_run_on_their_own_current_streams(tmp_path: Path, tensor
     turn = one[K + 1 : 3 * (K + 1)]  # then two threads on stream one: in turn, 2 (K + 1) adds back to back
     assert [dur for _, dur in turn] == [add / 1e3] * 2 * (K + 1)
     assert [ts for ts, _ in turn] == pytest.approx([turn[0][0] + i * add / 1e3 for i in range(2 * (K + 1))])
+
+
+BACKWARD = """
+    import json, sys, threading, torch
+    w = torch.randn(256, 256, device="cuda", requires_grad=True)
+    x = torch.randn(64, 256, device="cuda")
+    side, where = torch.cuda.Stream(), {}
+    w.register_hook(lambda grad: where.update(hook=threading.get_ident()))
+
+    def step():
+        where["thread"] = threading.get_ident()
+        with torch.cuda.stream(side):
+            (x @ w).sum().backward()
+
+    t = threading.Thread(target=step)
+    t.start()
+    t.join()
+    torch.cuda.synchronize()
+    json.dump({"same": where["hook"] == where["thread"], "grad": str(w.grad.device)}, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_threads_backward_runs_on_that_thread_and_its_stream(tmp_path: Path) -> None:
+    """autograd's engine runs a cuda tensor's backward on its own device threads unless told not to (per thread, as
+    the program's thread is: simcuda/device.py); a thread's backward then ran there, outside the rank, uncharged."""
+    script, out = tmp_path / "backward.py", tmp_path / "seen.json"
+    script.write_text(textwrap.dedent(BACKWARD))
+    launch(RunConfig(str(script), [str(out)], "testbed16", nproc=1, out_dir=tmp_path / "run", timeout_s=300))
+    seen = json.loads(out.read_text())
+    assert seen == {"same": True, "grad": "cuda:0"}
+    trace = json.loads((tmp_path / "run" / "trace.json").read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    spans = sorted((e["ts"], e["tid"], e["name"]) for e in events if e.get("ph") == "X" and str(e["pid"]) == "0")
+    # the program's two factories on the compute lane, then the thread's forward (mm, sum) and backward (the seed
+    # gradient, the weight's gradient mm; the input needs none) on the side stream's track
+    assert [(tid >= TID_STREAMS, name) for _, tid, name in spans if not name.startswith("step")] == [
+        (False, "aten.randn"), (False, "aten.randn"),
+        (True, "aten.mm"), (True, "aten.sum"), (True, "aten.ones_like"), (True, "aten.mm"),
+    ]  # fmt: skip

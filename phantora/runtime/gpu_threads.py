@@ -3,7 +3,8 @@
 torch's dispatch modes are per thread, so a `threading.Thread` would not see the rank's `ChargeMode`: its cuda
 ops would reach this CPU build's missing CUDA kernels. `install` makes `Thread.start`, called from the program's
 thread or from a thread it adopted, hand the new thread the mode: the thread's ops are charged on the lane of its
-own current stream (dispatch.py `adopt`, simcuda/streams.py), from the compute lane's time at its start. Threads
+own current stream (dispatch.py `adopt`, simcuda/streams.py), from the compute lane's time at its start, and the
+backward it runs too (autograd's engine would run a cuda tensor's backward on its own device threads). Threads
 started elsewhere (torch's C++ pools, which carry the mode themselves; a thread of a thread started before the
 session) are left as they are.
 """
@@ -14,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch.utils._python_dispatch import _pop_mode, _push_mode
 
 _installed: list[Callable[..., Any]] = []  # Thread.start as the process had it
@@ -40,6 +42,7 @@ def _adopt(thread: threading.Thread, mode: Any, floor_ns: int) -> None:
 
     def run_on_the_simulated_gpu() -> None:
         mode.adopt(floor_ns)
+        torch._C._set_multithreading_enabled(False)  # its backward on itself, as the program's (simcuda/device.py)
         _push_mode(mode)
         try:
             run()
