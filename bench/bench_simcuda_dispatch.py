@@ -14,8 +14,8 @@ time (`time.process_time`: less disturbed by other jobs on a shared machine than
   unwraps the op and sends it through the dispatcher and the mode again). For scale: an op on host
   tensors (the mode's host-work answer), torch.add with no mode at all, and the floor of this design: a bare
   dispatch mode over a bare wrapper subclass that only unwraps the arguments, runs the op and wraps its output
-  (no memory, no charge, no checks). Last, the op as shipped while a thread of the program that ran GPU work is
-  alive: the rank's ops then take the Python route under one lock (runtime/dispatch.py).
+  (no memory, no charge, no checks). Last, the op as shipped while a thread the program started (which ran GPU
+  work) is alive: the rank's ops then take the Python route under one lock (runtime/dispatch.py).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def beside_a_gpu_thread():
     import threading
     go, done = threading.Event(), threading.Event()
     def run():
-        torch.add(a, b)  # its first GPU op: the rank's ops run in turn until it ends (dispatch.py)
+        torch.add(a, b)  # while it lives, the rank's ops run in turn (dispatch.py)
         go.set()
         done.wait()
     t = threading.Thread(target=run)

@@ -9,8 +9,8 @@ AsyncCollectiveTensor) are left to their own dispatch, whose plain-tensor ops co
 
 A thread the program starts gets the mode too (`adopt`, from bootstrap.py's `threading.Thread.start`): its ops are
 the simulated GPU's, charged on the lane of that thread's current stream (`RankSession.charge_on`); its host ops
-run as plain torch. From such a thread's first GPU op until it ends, every op of the rank, the program's too, takes
-the Python route under one lock, one op at a time.
+run as plain torch. From its start until it ends, every op of the rank, the program's too, takes the Python route
+under one lock, one op at a time.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class ChargeMode(TorchDispatchMode):
         self._threads: dict[int, int] = {}  # a thread the program started -> the compute lane's time at its start
         self._lock = threading.Lock()  # one op at a time while such threads live
         self._holder: int | None = None  # the thread whose op holds the lock
-        self._gpu: set[int] = set()  # the adopted threads that ran GPU work (the rank's ops in turn until they end)
+        self._live = 0  # threads started for adoption that have not ended (the rank's ops in turn meanwhile)
         self._link: hostwork.HostCopy | None = None  # the host<->GPU copy being dispatched (charged over PCIe)
         if type(self) is ChargeMode:  # the same checks and fast path, compiled (torch finds the instance's first)
             fast = compiled.mode_dispatch(self, ChargeMode.__dict__["__torch_dispatch__"])
@@ -154,21 +154,29 @@ class ChargeMode(TorchDispatchMode):
         """Are the ops of thread `ident` charged (the program's, or one it started: `adopt`)?"""
         return self.thread is not None and (ident == self.program or ident in self._threads)
 
+    def starting(self) -> None:
+        """The program's thread (or an adopted one) starts a thread to adopt: from now on the rank's ops run one at
+        a time, the program's through the Python route (said here, between the program's ops, as the compiled
+        entry cannot be told in the middle of one: its kernel lets other threads run)."""
+        with self._lock:
+            if self.thread is not None:
+                self._live += 1
+                self.thread = 0
+
     def adopt(self, floor_ns: int) -> None:
-        """The calling thread, one the program started, runs its GPU work on the simulated GPU from now on, not before
-        `floor_ns`; its host ops stay plain torch, as on a thread of a GPU host."""
+        """The calling thread, one `starting` announced, runs its GPU work on the simulated GPU from now on, not
+        before `floor_ns`; its host ops stay plain torch, as on a thread of a GPU host."""
         with self._lock:
             if self.thread is not None:
                 self._threads[threading.get_ident()] = floor_ns
 
     def release(self) -> None:
-        """The calling thread, adopted, ends; with the last that ran GPU work, the compiled entry takes the
-        program's ops again."""
+        """A thread `starting` announced ends (or did not start); with the last, the compiled entry takes the
+        program's ops again (under the lock: no op of the program is in flight)."""
         with self._lock:
-            me = threading.get_ident()
-            self._threads.pop(me, None)
-            self._gpu.discard(me)
-            if not self._gpu and self.thread is not None:
+            self._threads.pop(threading.get_ident(), None)
+            self._live -= 1
+            if not self._live and self.thread is not None:
                 self.thread = self.program
 
     def _off_thread(self, func: Any, types: tuple[type, ...], args: tuple, kwargs: dict) -> Any:
@@ -179,13 +187,8 @@ class ChargeMode(TorchDispatchMode):
         floor = self._threads.get(me)
         if self.thread is None or (floor is None and me != self.program):
             return func(*args, **kwargs)
-        if floor is not None:
-            if not _gpu_work(types, kwargs):
-                return func(*args, **kwargs)  # host work of a thread: plain torch, uncharged
-            if me not in self._gpu:
-                with self._lock:  # its first GPU op: the rank's ops run one at a time until it ends
-                    self._gpu.add(me)
-                    self.thread = 0
+        if floor is not None and not _gpu_work(types, kwargs):
+            return func(*args, **kwargs)  # host work of a thread: plain torch, uncharged
         with self._lock:
             s = self.session
             self._holder = me  # its ops within this one (the op's own dispatch) go straight on

@@ -29,9 +29,16 @@ def install(mode: Any, now: Callable[[], int]) -> None:
         _installed.append(start)
 
     def adopting_start(thread: threading.Thread) -> None:
-        if mode.charges(threading.get_ident()):
-            _adopt(thread, mode, now())
-        start(thread)
+        if not mode.charges(threading.get_ident()):
+            start(thread)
+            return
+        mode.starting()
+        _adopt(thread, mode, now())
+        try:
+            start(thread)
+        except BaseException:
+            mode.release()
+            raise
 
     threading.Thread.start = adopting_start  # type: ignore[method-assign,assignment]
 
