@@ -18,7 +18,9 @@ of ops (`phantora.plan_split`): each group's job through msgpack and `plan_group
 the job decoded, planned, its reply packed), then the driver's part (the replies decoded, moved to the plan's ids,
 the markers: `replay.plan_split_by`); all three with the cyclic GC paused, as the replay plans (`gc_paused`). It
 prints each part's best CPU, both keys (equal, or it fails), and on paper for W workers (the groups dealt
-round-robin): the busiest worker's CPU plus the driver's, against one process's.
+round-robin): the busiest worker's CPU plus the driver's, against one process's. Under callgrind (as `run`, with
+``--reps 1``), dump part 2 is the one-process plan, parts 5, 7, ... the groups and parts 4, 6, ... up to the one
+after the last group the driver's part.
 """
 
 from __future__ import annotations
@@ -118,8 +120,10 @@ def split(case: str, reps: int, workers: list[int]) -> None:
     one_key = split_key = ""
     for _ in range(max(reps, 1)):
         c0 = time.process_time()
+        os.getsid(0)
         with gc_paused():  # (as `replay.plan_for` plans in one process)
             one = plan()
+        os.getsid(0)
         best_one = min(best_one, time.process_time() - c0)
         one_key = key(one, rest)
         packed: list[bytes] = []
@@ -129,13 +133,17 @@ def split(case: str, reps: int, workers: list[int]) -> None:
             for job in jobs:
                 raw = msgpack.packb(job)  # (the driver's send: counted in its part)
                 c1 = time.process_time()
+                os.getsid(0)
                 with gc_paused():  # (as the worker's server plans: `bridge.netserver`)
                     packed.append(msgpack.packb(plan_group(topo, msgpack.unpackb(raw)), use_bin_type=True))
+                os.getsid(0)
                 cpus.append(time.process_time() - c1)
             return [msgpack.unpackb(b, strict_map_key=False) for b in packed]
 
         c0 = time.process_time()
+        os.getsid(0)
         got = plan_split_by(wl, topo, opts, run)
+        os.getsid(0)
         total = time.process_time() - c0
         if got is None:
             print(f"{case}: {len(wl.ops)} ops in one group of shared ranks (or not sent): not split")
