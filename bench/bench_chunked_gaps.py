@@ -5,7 +5,9 @@ coarse); under Simple its chunks cross each NVLink hop whole, its two halves sha
 each of n - 1 hops, as NCCL's kernel does), which NCCL's model has not. A send/recv across hosts, PAT's rounds and a
 chain's hops keep NCCL_STEPS steps in flight on a connection (p2p and PAT close to coarse), and so does a ring's
 hop, its steps on the wire one at a time (close to coarse; before, side by side, they took unequal shares of a
-spine link).
+spine link). NVLS runs NCCL's loops (whole chunks, the last loop's chunk aligned by version) and NVLS-Tree each
+loop's NVLS reduce, tree and multicast in turn, the reduce behind a free slot of the tree connection (both close
+to coarse at 100 MB, 10^8 bytes: not a whole number of loops).
 
 Each case runs `phantora nccl-tests` twice on the flow network, coarse then chunked, and prints the out-of-place
 time of each and the chunked run's excess. Simulated figures, deterministic; a few seconds a run.
@@ -57,6 +59,10 @@ CASES = (
         (("NCCL_ALGO", "Ring"), ("NCCL_PROTO", "Simple")),
         "testbed16",
     ),
+    Case("NVLS, one host of 8", "all_reduce_perf", "100000000", (("NCCL_ALGO", "NVLS"),)),
+    Case(
+        "NVLS-Tree, 2 hosts x 8 (testbed16)", "all_reduce_perf", "100000000", (("NCCL_ALGO", "NVLSTree"),), "testbed16"
+    ),
 )
 
 
@@ -71,10 +77,10 @@ def time_us(case: Case, granularity: str) -> float:
 
 
 def main() -> int:
-    print(f"{'case':<42} {'size':>5} {'coarse us':>10} {'chunked us':>11} {'chunked/coarse':>15}")
+    print(f"{'case':<42} {'size':>9} {'coarse us':>10} {'chunked us':>11} {'chunked/coarse':>15}")
     for case in CASES:
         coarse, chunked = time_us(case, "coarse"), time_us(case, "chunked")
-        print(f"{case.what:<42} {case.size:>5} {coarse:10.2f} {chunked:11.2f} {chunked / coarse - 1:+15.1%}")
+        print(f"{case.what:<42} {case.size:>9} {coarse:10.2f} {chunked:11.2f} {chunked / coarse - 1:+15.1%}")
     return 0
 
 

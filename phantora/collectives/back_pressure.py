@@ -189,6 +189,21 @@ class Credits:
         self.wrote(back, src, dst)
         return wire, (back,)
 
+    def staged(self, conn: Hashable, src: int, dst: int, index: int) -> tuple[int, ...]:
+        """What the sender's kernel waits for before it writes message `index` of `conn` (position `src` to `dst`)
+        into its slot, when something other than the message's own flow does the writing (NVLS-Tree's reduce warps
+        store the sum straight into the tree connection's slot): across hosts its own staging slot, free once the
+        proxy's write `window` back is acknowledged (`acked`); inside a host the receiver's slot, free once that
+        message is consumed and the credit is back (`credit`). () for one of the first `window` messages, or where
+        the connection has not sent message index - window (it never does)."""
+        sent = self._sent.get(conn, [])
+        if index < self.window or index - self.window >= len(sent):
+            return ()
+        back = sent[index - self.window]
+        if self.b.network(src, dst):
+            return self.acked(src, dst, back)
+        return self.credit(src, dst, self._used.get(back, (back,)), index)
+
     def writes(self, flows: tuple[int, ...]) -> tuple[int, ...]:
         """Those of `flows` that are writes across hosts whose ACK frees a slot (`wrote`)."""
         return tuple(f for f in flows if f in self._writes)

@@ -28,12 +28,14 @@ from phantora.collectives.layout import (
 from phantora.collectives.nccl import (
     channel_split,
     coll_group,
+    host_split,
     nvswitch_rings,
     part_loops,
     ring_nics,
     tree_chains,
     tree_channels,
 )
+from phantora.collectives.nccl import nvls_loops as nvls_loops_of
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import found_channels, found_speed, plan_channels
@@ -550,6 +552,27 @@ def _nvls_tree_loops(coll: Collective, topo: Topology, opts: AlgoOptions, heads:
     return [head_loops(part, chunk_bytes("nvls_tree", "Simple", p, st, part, heads), heads) for part in parts]
 
 
+def _nvls_loops(coll: Collective, topo: Topology, opts: AlgoOptions, heads: int) -> list[list[list[int]]] | None:
+    """A one-node NVLS all-reduce's loops under NCCL's model (`nccl.nvls_loops`): per channel, per head GPU, the
+    bytes of each loop. From 2.22 NCCL's parts (`channel_split`, over the communicator's NVLS channels), each with
+    its own chunk; 2.20-2.21 the host's parts (`host_split`, Simple's alignment) with the call's chunk; before, the
+    buffer strided by all channels in the call's chunk. None outside the model (the loops split evenly)."""
+    if opts.model != "nccl":
+        return None
+    st = nccl_settings(opts)
+    channels, version = max(1, opts.channels), st.nccl_version
+    if version < host_split.HOST_SPLIT_FROM:
+        return nvls_loops_of.grid_loops(coll.nbytes, channels, heads, max(1, opts.chunk_bytes))
+    p = platform_of(topo, coll.comm or coll.ranks, st)
+    comm = plan_channels("nvls", p, st)
+    parts = channel_split.split(version, "all_reduce", "Simple", coll.size, coll.nbytes, channels, comm)
+    if parts is None:
+        host = host_split.split(coll.nbytes, channels, host_split.SIMPLE_ALIGN)
+        return nvls_loops_of.part_loops(version, list(host), [max(1, opts.chunk_bytes)] * len(host), heads)
+    chunks = [chunk_bytes("nvls", "Simple", p, st, part, heads) for part in parts]
+    return nvls_loops_of.part_loops(version, list(parts), chunks, heads)
+
+
 def _nccl_part_loops(opts: AlgoOptions) -> bool:
     """Whether a chunked tree's or chain's channel parts go in NCCL's own chunks (`nccl.part_loops`: whole chunks,
     the last what is left; the NCCL model from 2.20), not near-equal ones."""
@@ -775,7 +798,8 @@ def _build(
         heads = min(T.NVLS_MAX_ARITY, max(len(block) for block in blocks))  # channels.nvls_heads
         loops = nvls_loops(coll.nbytes, ch, heads, opts.chunk_bytes) if chunked else 1
         if algo == "nvls":
-            nvls_flows(b, kind, blocks, coll.nbytes, loops=loops)
+            per_head = _nvls_loops(coll, topo, opts, heads) if chunked and kind == "all_reduce" else None
+            nvls_flows(b, kind, blocks, coll.nbytes, loops=loops, head_loops=per_head)
         else:
             tree_heads = min(T.NVLS_MAX_ARITY, min(len(block) for block in blocks))  # a head on every host
             per = _nvls_tree_loops(coll, topo, opts, tree_heads) if chunked else None

@@ -18,13 +18,15 @@ i, a double binary tree all-reduce of slice i (S/m) over the NICs of the nodes' 
 
 from __future__ import annotations
 
+import bisect
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+from phantora.collectives.back_pressure import Credits
 from phantora.collectives.dag import DagBuilder, split
-from phantora.collectives.layout import dbt_parents
+from phantora.collectives.layout import children_of, dbt_parents
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.tree import tree_flows
+from phantora.collectives.tree import tree_flows, tree_steps
 
 
 def nvls_link_bytes(kind: str, nbytes: int, m: int) -> int:
@@ -38,17 +40,43 @@ def nvls_link_bytes(kind: str, nbytes: int, m: int) -> int:
 
 
 def nvls_flows(
-    b: DagBuilder, kind: str, blocks: list[list[int]], nbytes: int, name: str = "nvls", loops: int = 1
+    b: DagBuilder,
+    kind: str,
+    blocks: list[list[int]],
+    nbytes: int,
+    name: str = "nvls",
+    loops: int = 1,
+    head_loops: list[list[list[int]]] | None = None,
 ) -> None:
     """NVLS inside each host block (all-reduce, all-gather or reduce-scatter): GPU i to GPU i+1 of its node.
-    `loops` (the chunked granularity): NCCL's nLoops, each moving every operation's chunk, one after another."""
+    `loops` (the chunked granularity): NCCL's nLoops, each moving every operation's chunk, one after another, the
+    bytes split evenly. `head_loops` (a chunked all-reduce, in place of `loops`): per channel, per head, the bytes
+    of each of NCCL's loops (`nccl.nvls_loops`), each loop a flow a GPU (`head_link_bytes`)."""
     for h, block in enumerate(blocks):
         m = len(block)
         if m < 2:
             continue
+        if head_loops is not None:
+            for i, sizes in enumerate(head_link_bytes(head_loops, m)):
+                b.add_chunks(block[i], block[(i + 1) % m], sizes, f"{name}/h{h}", 0)
+            continue
         size = nvls_link_bytes(kind, nbytes, m)
         for i, pos in enumerate(block):
             b.add_chunks(pos, block[(i + 1) % m], split(size, loops), f"{name}/h{h}", 0)
+
+
+def head_link_bytes(head_loops: list[list[list[int]]], m: int) -> list[list[int]]:
+    """Per GPU i of a host of m, the bytes its NVLS all-reduce flow (GPU i to i+1) carries in each loop k: the
+    loop's data L_k (the switch loads every GPU's copy of every chunk) and head i's chunks c_ik (it stores its
+    reduced chunks once; GPUs past the heads none), so GPU i's uplink carries L_k + c_ik, as NCCL's, and the
+    busiest downlink the busiest head's (a short last loop on fewer heads, each with a bigger chunk, takes longer)."""
+    data = loop_bytes(head_loops, m)
+    own = [[0] * len(data) for _ in range(m)]
+    for per_head in head_loops:
+        for i, pieces in enumerate(per_head[:m]):
+            for k, size in enumerate(pieces):
+                own[i][k] += size
+    return [[d + c for d, c in zip(data, mine, strict=True)] or [0] for mine in own]
 
 
 def nvls_loops(nbytes: int, channels: int, heads: int, chunk: int) -> int:
@@ -138,53 +166,47 @@ def _chunked(
     store it as a multicast in one call. So per host and loop k: the NVLS reduce flows of the loop (one chain a
     GPU, loop after loop), then the tree's loop-k chunks from that host (they wait for the host's reduce of loop
     k, `tree_flows` `ready`), then the NVLS multicast flows of the loop once every channel's and head's chunk k is
-    back at the host (at the root: up from its children, `tree_flows` `landed`)."""
+    back at the host (at the root: up from its children, `tree_flows` `landed`). The reduce warps store the sum
+    straight into the tree connection's send slot (prims_simple.h: `waitPeer` on the send's NCCL_STEPS slots before
+    the step's `directRecvDirectSend`), so the host's reduce of loop k also waits for a free slot on every tree
+    connection its heads write loop k into (`_slot_gate`): the trees are built loop by loop beside it."""
     m = min(len(blk) for blk in blocks)
     n = sum(len(blk) for blk in blocks)
     data = loop_bytes(head_loops, m)
     count = len(data)
-    reduced: list[list[int | None]] = []  # per host, per loop: the join of its NVLS reduce flows
+    trees = _Trees(b, head_loops, m, n, count, window, parent_of)
     shares: list[list[int]] = []  # per host, per loop: the multicast bytes a flow carries
-    for h, block in enumerate(blocks):
-        if len(block) < 2:
-            reduced.append([None] * count)
-            shares.append([])
-            continue
-        reduce, multicast = loop_link_bytes(data, nbytes, len(block))
+    reduces: list[list[int]] = []  # per host: each loop's reduce bytes on a flow
+    for block in blocks:
+        reduce, multicast = loop_link_bytes(data, nbytes, len(block)) if len(block) >= 2 else ([], [])
+        reduces.append(reduce)
         shares.append(multicast)
-        chains = [
-            b.add_chunks(
-                pos, block[(i + 1) % len(block)], reduce, f"nvls_tree/intra/h{h}/reduce", 0, ready=[()] * count
-            )
-            for i, pos in enumerate(block)
-        ]
-        reduced.append(
-            [
-                b.join(block[0], tuple(c[k] for c in chains), f"nvls_tree/intra/h{h}/reduce/loop{k}/done")
-                for k in range(count)
-            ]
-        )
-    host_of = {pos: h for h, block in enumerate(blocks) for pos in block}
-    ready = [[() if (j := reduced[host_of[v]][k]) is None else (j,) for k in range(count)] for v in range(n)]
-    back: list[list[list[int]]] = [[[] for _ in range(count)] for _ in blocks]  # per host, loop: tree chunks in
-    for c, heads in enumerate(head_loops):
-        for i, pieces in enumerate(heads[:m]):
-            if not pieces:
+    reduced: list[list[int | None]] = [[None] * count for _ in blocks]  # per host, per loop: its reduce's join
+    last: list[list[int | None]] = [[None] * len(block) for block in blocks]  # each GPU's reduce flow so far
+    for k in range(count):
+        for h, block in enumerate(blocks):
+            if len(block) < 2:
                 continue
-            landed: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
-            tree_flows(b, parent_of(i, c % 2), sum(pieces), c, up=True, down=True, chunked=True,
-                       chunk_bytes=max(1, *pieces), step_delay_ns=0, name=f"nvls_tree/inter{i}/t{c % 2}",
-                       window=window, pieces=pieces, ready=ready, landed=landed)  # fmt: skip
-            for h, block in enumerate(blocks):
-                for k, deps in enumerate(landed[block[i]]):
-                    back[h][k].extend(deps)
+            gate = _slot_gate(b, trees, block, h, k)
+            tag = f"nvls_tree/intra/h{h}/reduce" + (f"/chunk{k}" if count > 1 else "")
+            flows = []
+            for i, pos in enumerate(block):
+                before = last[h][i]
+                deps = (*(() if before is None else (before,)), *gate)
+                flows.append(b.add(pos, block[(i + 1) % len(block)], reduces[h][k], tag, 0, deps))
+            last[h] = list(flows)
+            reduced[h][k] = join = b.join(block[0], tuple(flows), f"nvls_tree/intra/h{h}/reduce/loop{k}/done")
+            for pos in block:
+                trees.ready[pos][k] = (join,)
+        trees.advance(k)
+    trees.finish()
     for h, block in enumerate(blocks):
         if len(block) < 2:
             continue
         after = [
             b.join(
                 block[0],
-                tuple(back[h][k]) or tuple(x for x in (reduced[h][k],) if x is not None),
+                tuple(trees.back(block, k)) or tuple(x for x in (reduced[h][k],) if x is not None),
                 f"nvls_tree/intra/h{h}/tree/loop{k}/back",
             )
             for k in range(count)
@@ -192,3 +214,75 @@ def _chunked(
         for i, pos in enumerate(block):
             b.add_chunks(pos, block[(i + 1) % len(block)], shares[h], f"nvls_tree/intra/h{h}/multicast", 0,
                          ready=[(j,) for j in after])  # fmt: skip
+
+
+def _slot_gate(b: DagBuilder, trees: _Trees, block: list[int], h: int, k: int) -> tuple[int, ...]:
+    """What host `h`'s NVLS reduce of loop k waits for to have a free slot on every tree connection its heads write
+    loop k into (up to the parent; at the root down to each child): the slot NCCL_STEPS loops back, free once that
+    step's write is acknowledged (`Credits.staged`); one join for them all, () while none is due."""
+    deps = tuple(dict.fromkeys(d for pos in block for d in trees.staged(pos, k)))
+    if len(deps) <= 1:
+        return deps
+    return (b.join(block[0], deps, f"nvls_tree/intra/h{h}/reduce/loop{k}/slot"),)
+
+
+class _Trees:
+    """NVLS-Tree's trees between hosts, one a channel and head GPU index (`tree_steps`), built loop by loop."""
+
+    def __init__(
+        self,
+        b: DagBuilder,
+        head_loops: list[list[list[int]]],
+        m: int,
+        n: int,
+        count: int,
+        window: int,
+        parent_of: Callable[[int, int], list[int | None]],
+    ) -> None:
+        self.ready: list[list[tuple[int, ...]]] = [[() for _ in range(count)] for _ in range(n)]  # per node, loop
+        self._steps: list[tuple[Iterator[int], list[int], int | None]] = []
+        self._landed: list[tuple[int, list[list[tuple[int, ...]]]]] = []  # (head index, per node per loop)
+        self._sends: dict[int, list[tuple[Credits, tuple[str, int, int]]]] = {}  # a head -> its connections
+        for c, heads in enumerate(head_loops):
+            for i, pieces in enumerate(heads[:m]):
+                if not pieces:
+                    continue
+                landed: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
+                name = f"nvls_tree/inter{i}/t{c % 2}"
+                credits = Credits(b, window, f"{name}/ch{c}", c)
+                parent = parent_of(i, c % 2)
+                steps = tree_steps(b, parent, sum(pieces), c, up=True, down=True, chunked=True,
+                                   chunk_bytes=max(1, *pieces), step_delay_ns=0, name=name, window=window,
+                                   pieces=pieces, ready=self.ready, landed=landed, credits=credits)  # fmt: skip
+                self._steps.append((steps, list(itertools.accumulate(pieces)), next(steps, None)))
+                self._landed.append((i, landed))
+                kids = children_of(parent)
+                for v, p in enumerate(parent):
+                    conns = [("up", v, p)] if p is not None else [("down", v, w) for w in kids[v]]
+                    self._sends.setdefault(v, []).extend((credits, conn) for conn in conns)
+
+    def staged(self, pos: int, k: int) -> tuple[int, ...]:
+        """What GPU `pos`'s kernel waits for to write loop k into each tree connection it sends on."""
+        return tuple(d for credits, conn in self._sends.get(pos, ()) for d in credits.staged(conn, conn[1], conn[2], k))
+
+    def advance(self, k: int) -> None:
+        """Add every tree's pieces of loops up to k."""
+        for j, (steps, ends, at) in enumerate(self._steps):
+            while at is not None and bisect.bisect_left(ends, at) <= k:
+                at = next(steps, None)
+            self._steps[j] = (steps, ends, at)
+
+    def finish(self) -> None:
+        """Add what is left of every tree."""
+        for steps, _, at in self._steps:
+            while at is not None:
+                at = next(steps, None)
+
+    def back(self, block: list[int], k: int) -> list[int]:
+        """The flows after which every channel's and head's tree chunk of loop k is back at the host `block`."""
+        out: list[int] = []
+        for i, landed in self._landed:
+            got = landed[block[i]]
+            if k < len(got):
+                out.extend(got[k])
+        return out

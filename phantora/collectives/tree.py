@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from phantora.collectives.back_pressure import Credits, written
 from phantora.collectives.dag import DagBuilder, split
@@ -65,6 +65,33 @@ def tree_flows(
     ready: Sequence[Sequence[tuple[int, ...]]] | None = None,
     landed: list[list[tuple[int, ...]]] | None = None,
 ) -> None:
+    """Add the flows of a reduce up the tree (`up`) and/or a broadcast down it (`down`): `tree_steps` run through."""
+    for _ in tree_steps(b, parent, size, channel, up=up, down=down, chunked=chunked, chunk_bytes=chunk_bytes,
+                        step_delay_ns=step_delay_ns, name=name, sweeps=sweeps, window=window,
+                        shared_sender=shared_sender, pieces=pieces, ready=ready, landed=landed):  # fmt: skip
+        pass
+
+
+def tree_steps(
+    b: DagBuilder,
+    parent: list[int | None],
+    size: int,
+    channel: int,
+    *,
+    up: bool,
+    down: bool,
+    chunked: bool,
+    chunk_bytes: int,
+    step_delay_ns: int,
+    name: str,
+    sweeps: tuple[int, int] | None = None,
+    window: int = 1,
+    shared_sender: bool = False,
+    pieces: list[int] | None = None,
+    ready: Sequence[Sequence[tuple[int, ...]]] | None = None,
+    landed: list[list[tuple[int, ...]]] | None = None,
+    credits: Credits | None = None,
+) -> Iterator[int]:
     """Add the flows of a reduce up the tree (`up`) and/or a broadcast down it (`down`).
 
     Coarse: one flow per edge and phase, all at once (the steady state of a pipeline), delayed by
@@ -173,9 +200,8 @@ def tree_flows(
         """Whether a piece ending at byte e ends its chunk."""
         return bounds is None or e in bounds
 
-    credits = Credits(
-        b, window, f"{name}/ch{channel}", channel
-    )  # window > 1: a slot frees as the receiver consumes its chunk (back_pressure.py)
+    if credits is None:  # window > 1: a slot frees as the receiver consumes its chunk (back_pressure.py)
+        credits = Credits(b, window, f"{name}/ch{channel}", channel)
     up_in: list[list[int]] = [[] for _ in parent]  # up_in[v][c]: piece c arriving at parent[v] from v
     down_in: list[list[int]] = [[] for _ in parent]  # down_in[w][c]: piece c arriving at w from its parent
 
@@ -284,6 +310,7 @@ def tree_flows(
     down_ticks = sorted({e for x in dn_ends for e in x} or set(itertools.accumulate(down_sizes))) if down else []
     d = 0
     for e in up_ticks:
+        yield e
         up_tick(e)
         while d < len(down_ticks) and down_ticks[d] <= e:
             down_tick(down_ticks[d])

@@ -15,19 +15,19 @@ from __future__ import annotations
 ALIGN_BYTES = 16  # the last loop's chunk: alignUp(..., 16 / sizeof(T)) elements, 16 bytes
 
 
-def head_loops(part: int, chunk: int, heads: int) -> list[list[int]]:
+def head_loops(part: int, chunk: int, heads: int, align: int = ALIGN_BYTES) -> list[list[int]]:
     """For each of `heads` head GPUs, the bytes it moves in each loop over a channel's `part` bytes with NCCL's
-    `chunk` (whole loops of heads x chunk; in the last one each head's share of the rest, rounded up to 16 B, the
-    heads past its end moving 0). No loop for an empty part."""
-    if part < 0 or chunk < 1 or heads < 1:
-        raise ValueError(f"nvls_tree_loops: bad part ({part} B, {chunk} B chunk, {heads} heads)")
+    `chunk` (whole loops of heads x chunk; in the last one each head's share of the rest, rounded up to `align`
+    bytes, the heads past its end moving 0). No loop for an empty part."""
+    if part < 0 or chunk < 1 or heads < 1 or align < 1:
+        raise ValueError(f"nvls_tree_loops: bad part ({part} B, {chunk} B chunk, {heads} heads, {align} B align)")
     out: list[list[int]] = [[] for _ in range(heads)]
     at = 0
     while at < part:
         count = chunk
         if part - at < heads * chunk:
             share = -(-(part - at) // heads)  # divUp(rest, nHeads)
-            count = -(-share // ALIGN_BYTES) * ALIGN_BYTES  # alignUp(.., 16 B)
+            count = -(-share // align) * align  # alignUp(.., 16 B; the one-node NVLS kernel's 16 KiB from 2.23)
         for h in range(heads):
             out[h].append(max(0, min(count, part - (at + h * count))))
         at += heads * count
