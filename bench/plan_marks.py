@@ -14,13 +14,13 @@ plans are parts 2, 4, ...)::
 
 `split CASE [--reps N] [--workers 1 2 8]` plans a workload case (``replay:SIZE``, ``moe:SIZE``) both ways in this
 process, side by side (docs/packet-model.md "What moves where" (a)): in one process, then by its independent groups
-of ops (`phantora.plan_split`): each group's job through msgpack and `plan_group` as a worker would run it (its CPU:
-the job decoded, planned, its reply packed), then the driver's part (the replies decoded, moved to the plan's ids,
-the markers: `replay.plan_split_by`); all three with the cyclic GC paused, as the replay plans (`gc_paused`). It
-prints each part's best CPU, both keys (equal, or it fails), and on paper for W workers (the groups dealt
-round-robin): the busiest worker's CPU plus the driver's, against one process's. Under callgrind (as `run`, with
-``--reps 1``), dump part 2 is the one-process plan, parts 5, 7, ... the groups and parts 4, 6, ... up to the one
-after the last group the driver's part.
+of ops (`phantora.plan_split`): each group's job through msgpack and `bridge.plan_groups.group_reply` as a worker
+would run it (its CPU: the job decoded, planned, its reply packed), then the driver's part (the replies decoded,
+moved to the plan's ids, the markers: `replay.plan_split_by`); all three with the cyclic GC paused, as the replay
+plans (`gc_paused`). It prints each part's best CPU, both keys (equal, or it fails), and on paper for W workers (the
+groups dealt round-robin): the busiest worker's CPU plus the driver's, against one process's. Under callgrind (as
+`run`, with ``--reps 1``), dump part 2 is the one-process plan, parts 5, 7, ... the groups and parts 4, 6, ... up to
+the one after the last group the driver's part.
 """
 
 from __future__ import annotations
@@ -109,8 +109,8 @@ def split(case: str, reps: int, workers: list[int]) -> None:
     part), and print the parts, the keys and the on-paper planning path for each W of `workers`."""
     import msgpack
 
+    from bridge.plan_groups import group_reply
     from phantora.netsim.gc_pause import gc_paused
-    from phantora.plan_split import plan_group
     from phantora.replay import plan_split_by
 
     plan, rest = planner(case)
@@ -135,7 +135,7 @@ def split(case: str, reps: int, workers: list[int]) -> None:
                 c1 = time.process_time()
                 os.getsid(0)
                 with gc_paused():  # (as the worker's server plans: `bridge.netserver`)
-                    packed.append(msgpack.packb(plan_group(topo, msgpack.unpackb(raw)), use_bin_type=True))
+                    packed.append(msgpack.packb(group_reply(topo, msgpack.unpackb(raw)), use_bin_type=True))
                 os.getsid(0)
                 cpus.append(time.process_time() - c1)
             return [msgpack.unpackb(b, strict_map_key=False) for b in packed]

@@ -25,13 +25,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import zmq
 
 from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.curve import clients_from_env
 from bridge.errors import BridgeError, ProtocolError
 from bridge.liveness import Silence
+from bridge.plan_groups import packed_replies
 from bridge.protocol import (
     E_AUTH,
     E_ENGINE,
@@ -67,7 +67,6 @@ from phantora.netsim.heartbeat import attach_beats, beat_now, detach_beats
 from phantora.netsim.hybrid_worker import HybridWorker
 from phantora.netsim.nic_latency import NicLatencySimulator
 from phantora.netsim.packet import keep_fct_records
-from phantora.plan_split import plan_group
 from phantora.progress import Beat
 from phantora.results.scenario import engine_outcome
 from phantora.results.write import write_fabric_traces
@@ -259,16 +258,11 @@ class NetServer:
         return encode("error", eng.now(), code=E_PROTOCOL, text=f"the network server does not take {msg.type!r}")
 
     def _plan_groups(self, jobs: list[Any]) -> bytes:
-        """Each job's groups of ops planned here (`plan_split.plan_group`), packed; a reply over the message limit
-        refuses every job (the driver then plans in its own process)."""
+        """Each job's group of ops planned here (`bridge.plan_groups`), with the CPU seconds it took."""
         if self.topology is None:
             raise PhantoraError("this server was started with no topology to plan on")
         cpu0 = time.process_time()
-        with gc_paused():  # (the flows made are dropped once packed: no cycles to collect)
-            packed = msgpack.packb([plan_group(self.topology, job) for job in jobs], use_bin_type=True)
-        if len(packed) > MAX_MESSAGE_BYTES - 1024:
-            refused = {"refused": f"the planned groups take {len(packed):,} bytes, over the message limit"}
-            packed = msgpack.packb([refused] * len(jobs), use_bin_type=True)
+        packed = packed_replies(self.topology, jobs, MAX_MESSAGE_BYTES - 1024)
         return encode("groups_planned", self.engine.now(), replies=packed, cpu=time.process_time() - cpu0)
 
     def serve(self, peer_timeout_s: float) -> int:

@@ -3,12 +3,12 @@
 Issue 38, item 2, docs/packet-model.md "What moves where" (a). `plan_workload` gives each op a contiguous id range
 and threads one state through the ops: the message counters per network connection (`DagMemo.sent`). Ops that share
 no rank, directly or through other ops (`op_groups`), wait on nothing of each other, and their decompositions touch
-disjoint counters, so each group can be planned alone from id 0 (`plan_group`: what a worker runs, columns out) and
-its flows moved to the ids the one-process plan gives them (`Relocated`, a `DagMemo` stand-in for `plan_workload`):
-the flows with no deps wait on `GATE` there, the op's start marker here. The counters each group read or moved are
-reported, and a plan whose groups touched a common connection is refused (`touched_apart`): the caller plans in one
-process then. Collectives and options cross as plain maps (`coll_to_wire`, `opts_to_wire`); one that does not come
-back equal (a `LaunchGroup`) is not shipped.
+disjoint counters, so each group can be planned alone from id 0 (`plan_group`: what a worker runs, its flows sent
+as columns by `bridge.plan_groups`) and its flows moved to the ids the one-process plan gives them (`Relocated`, a
+`DagMemo` stand-in for `plan_workload`): the flows with no deps wait on `GATE` there, the op's start marker here.
+The counters each group read or moved are reported, and a plan whose groups touched a common connection is refused
+(`touched_apart`): the caller plans in one process then. Collectives and options cross as plain maps
+(`coll_to_wire`, `opts_to_wire`); one that does not come back equal (a `LaunchGroup`) is not shipped.
 """
 
 from __future__ import annotations
@@ -144,11 +144,10 @@ def _nccl_env(env: Sequence[Sequence[str]]) -> Iterator[None]:
 
 def plan_group(topo: Topology, job: dict[str, Any]) -> dict[str, Any]:
     """Plan `group_job`'s ops in order from id 0, as `plan_workload` would with nothing else planned: per op its first
-    id, flow count, ranks' last flows, NCCL's choice and its flows as columns (the deps of flows with none: `GATE`),
-    and every connection the group's counters read or moved (``touched``). A choice that would not cross msgpack
-    equal, or an op that fails, gives ``refused`` (the caller then plans in one process, where the error is named)."""
-    from bridge.columns import flows_to_columns  # (bridge's wire format; the planner itself has no bridge import)
-
+    id, flow count, ranks' last flows, NCCL's choice and its DAG (``dag``; the deps of flows with none: `GATE`), and
+    every connection the group's counters read or moved (``touched``). A choice that would not cross msgpack equal,
+    or an op that fails, gives ``refused`` (the caller then plans in one process, where the error is named). A
+    worker sends each DAG's flows as columns (`bridge.plan_groups`)."""
     memo = DagMemo(topo)
     touched = memo.sent = _Touched()
     out: list[dict[str, Any]] = []
@@ -167,7 +166,7 @@ def plan_group(topo: Topology, job: dict[str, Any]) -> dict[str, Any]:
                 return {"refused": f"op '{op['name']}': NCCL's choice does not cross msgpack unchanged"}
             last = [[r, ids] for r, ids in dag.rank_last.items()]
             out.append({"name": op["name"], "first": nxt, "n": dag.next_id - nxt, "last": last, "choice": dag.choice,
-                        "flows": flows_to_columns(dag.flows)})  # fmt: skip
+                        "dag": dag})  # fmt: skip
             nxt = dag.next_id
     return {"ops": out, "touched": sorted(_plain(k) for k in touched.seen)}
 
@@ -209,7 +208,8 @@ class Relocated:
 
 
 def moved_columns(cols: dict[str, Any], first: int, shift: int, gate: tuple[int, ...]) -> list[Flow]:
-    """`flows_to_columns`' flows (ids consecutive) with ids from `first`, deps moved by `shift`, `GATE` -> `gate`."""
+    """`bridge.columns.flows_to_columns`' flows (ids consecutive) with ids from `first`, deps moved by `shift`, `GATE`
+    -> `gate`."""
     n = len(cols["src"])
     if cols["id"] != list(range(first - shift, first - shift + n)):
         raise ValueError(f"a planned group's op from id {first - shift}: its flows' ids are not consecutive")

@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "phantora.replay_ranks",
             "phantora.p2p_knowledge",
             "phantora.replay_groups",
+            "phantora.plan_split",
             "phantora.jobs.spec",
             "phantora.rank_options",
             "phantora.spawn_count",

@@ -12,6 +12,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from bridge.plan_groups import group_reply
 from bridge.workers import spawn_workers
 from phantora import replay
 from phantora.cli import main
@@ -19,7 +20,7 @@ from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.packet_config import PacketConfig
-from phantora.plan_split import coll_from_wire, coll_to_wire, op_groups, plan_group, touched_apart
+from phantora.plan_split import coll_from_wire, coll_to_wire, op_groups, touched_apart
 from phantora.replay import ReplayPlan, plan_for, plan_split_by, plan_workload
 from phantora.topology.loader import load_topology
 from phantora.topology.model import Topology
@@ -94,11 +95,11 @@ def test_a_collective_crosses_as_a_map_unchanged() -> None:
 
 
 def in_process(topo: Topology) -> Any:
-    """`plan_split_by`'s `run`: each job through msgpack to `plan_group` here, as a worker gets and answers it."""
+    """`plan_split_by`'s `run`: each job through msgpack to `group_reply` here, as a worker gets and answers it."""
 
     def run(jobs: list[dict[str, object]]) -> list[dict[str, object]]:
         sent = [msgpack.unpackb(msgpack.packb(j)) for j in jobs]
-        return [msgpack.unpackb(msgpack.packb(plan_group(topo, j)), strict_map_key=True) for j in sent]
+        return [msgpack.unpackb(msgpack.packb(group_reply(topo, j)), strict_map_key=True) for j in sent]
 
     return run
 
