@@ -329,12 +329,15 @@ class ServerPool:
         out: list[dict[str, Any]] = [{} for _ in jobs]
         busiest = 0.0
         pending = set(dealt)
+        silences = {i: Silence(self.workers[i].pid) for i in pending if self.workers[i].proc is not None}
         while pending:
             ready = dict(self._poller.poll(int(HEARTBEAT_S * 1000)))
             for i in sorted(pending):
                 w = self.workers[i]
                 if w.link().sock not in ready:
                     continue
+                if i in silences:
+                    silences[i].heard()
                 try:
                     msg = w.link().take("groups_planned")
                 except BridgeError as exc:
@@ -346,9 +349,10 @@ class ServerPool:
                 for j, reply in zip(dealt[i], replies, strict=True):
                     out[j] = reply
                 busiest = max(busiest, float(msg["cpu"]))
-            for w in self.workers if pending else ():
+            for w in self.workers if pending else ():  # (as a round: a worker that died or stopped ends the plan)
                 if w.index in pending:
                     w.check()
+                    self._check_silence(w, silences.get(w.index))
                 else:
                     w.link().keepalive()
         return out, busiest

@@ -198,3 +198,26 @@ def test_a_replay_planned_on_workers_writes_one_engines_files(tmp_path: Path, mo
     for name in ("flows.csv", "pfc.csv", "drops.csv", "cnps.csv", "ecn_marks.csv", "links.csv"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
     assert (tmp_path / "one" / "flows.csv").read_text().count("\n") > 1000
+
+
+def test_a_worker_that_dies_ends_the_plan_named() -> None:
+    """A worker killed before it answers its groups: the plan ends with `WorkerDiedError` naming it, not a hang."""
+    from phantora.netsim.decompose import WorkerDiedError
+    from phantora.plan_split import split_jobs
+
+    topo = load_topology("rail128")
+    wl = load_workload(ROOT / "workloads" / "moe_rail_alltoall.toml", world=topo.num_ranks)
+    split = split_jobs(wl, AlgoOptions())
+    assert split is not None
+    config = PacketConfig(cc="dcqcn", nvlink="fluid", payload_bytes=4096, header_bytes=62, nic_latency=1000)
+    sim = make_engine(EngineSpec("ns3", replace(config, workers=2)), topo, spawner=spawn_workers, whole_dag=True)
+    try:
+        packet: Any = sim.packet  # type: ignore[attr-defined]
+        packet._pool._ready()
+        victim = packet.workers[1]
+        victim.proc.kill()  # (a process this test started, by its handle)
+        victim.proc.wait()
+        with pytest.raises(WorkerDiedError, match=r"decomposition worker 1 \(pid \d+"):
+            packet.plan_groups(split[1])
+    finally:
+        sim.close()
