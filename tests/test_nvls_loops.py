@@ -75,3 +75,40 @@ def test_chunked_nvls_runs_nccls_loops(version: str, last: list[int]) -> None:
     for i, src in enumerate(sorted({f.src for f in flows})):
         sizes = [f.size for f in flows if f.src == src]
         assert sizes == [288 * KiB] * 12 + [40 * KiB + last[i]]
+
+
+@pytest.mark.parametrize(
+    ("version", "first", "others"),
+    [
+        # 3 MiB + 40 KiB on 2 x 8 H100s, NVLS-Tree on 2 channels of 8 heads, 64 KiB chunks. 2.19 strides the buffer
+        # in loops of 2 x 8 x 64 KiB: three whole, then 40 KiB, all of it channel 0's head 0's chunk
+        ("2.19.3", {(0, 0): [64 * KiB] * 3 + [40 * KiB]}, [64 * KiB] * 3),
+        # 2.21: the host's parts, 1.5 MiB + 20 KiB each: three loops of 8 x 64 KiB, then 20 KiB in chunks of
+        # alignUp(2,560, 4,096) = 4 KiB on heads 0-4
+        ("2.21.5", {(h, c): [64 * KiB] * 3 + [4 * KiB] for h in range(5) for c in range(2)}, [64 * KiB] * 3),
+        # 2.22: NCCL's parts (the same two here), the last 20 KiB in 2,560 B chunks on every head
+        ("2.22.3", {}, [64 * KiB] * 3 + [2560]),
+    ],
+)
+def test_chunked_nvls_tree_runs_nccls_loops(version: str, first: dict, others: list[int]) -> None:
+    """Each head's and channel's tree steps up (their nonzero bytes): NVLS-Tree's kernel walks NCCL's loops as the
+    one-node kernel does, its last loop's chunk 16-byte aligned from 2.22 (before, split evenly over the channels,
+    every version ran 2.22's)."""
+    from phantora.topology import rail_optimized
+
+    env = {"PHANTORA_NCCL_VERSION": version, "NCCL_NVLS_NCHANNELS": "2", "NCCL_ALGO": "NVLSTree"}
+    dag = decompose(
+        Collective("all_reduce", tuple(range(16)), 3 * MiB + 40 * KiB, "fp32"),
+        rail_optimized(2, 8, gpu="h100"),
+        AlgoOptions(granularity="chunked", nccl_env=nccl_env(env)),
+    )
+    assert ((dag.choice or {})["algorithm"], (dag.choice or {})["channels"]) == ("NVLSTree", 2)
+    steps: dict[tuple[int, int], list[int]] = {}
+    for f in dag.flows:  # nvls_tree/inter{head}/t{tree}/ch{channel}/up/chunk{loop}, in loop order
+        parts = f.tag.split("/")
+        if f.size and parts[0] == "nvls_tree" and parts[1].startswith("inter") and parts[4:5] == ["up"]:
+            key = (int(parts[1][5:]), int(parts[3][2:]))
+            steps.setdefault(key, []).append(f.size)
+    assert len(steps) == 16
+    for key, sizes in steps.items():
+        assert sizes == first.get(key, others), key

@@ -535,28 +535,23 @@ def _tree_part_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, part: 
 
 
 def _nvls_tree_loops(coll: Collective, topo: Topology, opts: AlgoOptions, heads: int) -> list[list[list[int]]]:
-    """NVLS-Tree's tree chunks (`nccl.nvls_tree_loops`): per channel, per head GPU, the bytes of each loop. Under
-    NCCL's model from 2.22 the channels' parts are NCCL's (`channel_split`, dealt over the communicator's NVLS
-    channels), each with its own chunk (calcCollChunking with one channel and the part's bytes); before 2.22, or
-    outside the model, the bytes split evenly over the channels with the call's one chunk (`opts.chunk_bytes`)."""
+    """NVLS-Tree's tree chunks (`nccl.nvls_tree_loops`): per channel, per head GPU, the bytes of each loop, NCCL's
+    by version under its model (`_nvls_loops`); outside it the bytes split evenly over the channels with the call's
+    one chunk (`opts.chunk_bytes`)."""
+    got = _nvls_loops(coll, topo, opts, heads, "nvls_tree")
+    if got is not None:
+        return got
     channels = max(1, opts.channels)
-    even = [head_loops(part, max(1, opts.chunk_bytes), heads) for part in dag_split(coll.nbytes, channels)]
-    if opts.model != "nccl":
-        return even
-    st = nccl_settings(opts)
-    p = platform_of(topo, coll.comm or coll.ranks, st)
-    comm = plan_channels("nvls_tree", p, st)
-    parts = channel_split.split(st.nccl_version, "all_reduce", "Simple", coll.size, coll.nbytes, channels, comm)
-    if parts is None:
-        return even
-    return [head_loops(part, chunk_bytes("nvls_tree", "Simple", p, st, part, heads), heads) for part in parts]
+    return [head_loops(part, max(1, opts.chunk_bytes), heads) for part in dag_split(coll.nbytes, channels)]
 
 
-def _nvls_loops(coll: Collective, topo: Topology, opts: AlgoOptions, heads: int) -> list[list[list[int]]] | None:
-    """A one-node NVLS all-reduce's loops under NCCL's model (`nccl.nvls_loops`): per channel, per head GPU, the
-    bytes of each loop. From 2.22 NCCL's parts (`channel_split`, over the communicator's NVLS channels), each with
-    its own chunk; 2.20-2.21 the host's parts (`host_split`, Simple's alignment) with the call's chunk; before, the
-    buffer strided by all channels in the call's chunk. None outside the model (the loops split evenly)."""
+def _nvls_loops(
+    coll: Collective, topo: Topology, opts: AlgoOptions, heads: int, algo: str = "nvls"
+) -> list[list[list[int]]] | None:
+    """An NVLS (one node) or NVLS-Tree all-reduce's loops under NCCL's model (`nccl.nvls_loops`): per channel, per
+    head GPU, the bytes of each loop. From 2.22 NCCL's parts (`channel_split`, over the communicator's NVLS
+    channels), each with its own chunk; 2.20-2.21 the host's parts (`host_split`, Simple's alignment) with the
+    call's chunk; before, the buffer strided by all channels in the call's chunk. None outside the model."""
     if opts.model != "nccl":
         return None
     st = nccl_settings(opts)
@@ -564,13 +559,13 @@ def _nvls_loops(coll: Collective, topo: Topology, opts: AlgoOptions, heads: int)
     if version < host_split.HOST_SPLIT_FROM:
         return nvls_loops_of.grid_loops(coll.nbytes, channels, heads, max(1, opts.chunk_bytes))
     p = platform_of(topo, coll.comm or coll.ranks, st)
-    comm = plan_channels("nvls", p, st)
+    comm = plan_channels(algo, p, st)
     parts = channel_split.split(version, "all_reduce", "Simple", coll.size, coll.nbytes, channels, comm)
     if parts is None:
         host = host_split.split(coll.nbytes, channels, host_split.SIMPLE_ALIGN)
-        return nvls_loops_of.part_loops(version, list(host), [max(1, opts.chunk_bytes)] * len(host), heads)
-    chunks = [chunk_bytes("nvls", "Simple", p, st, part, heads) for part in parts]
-    return nvls_loops_of.part_loops(version, list(parts), chunks, heads)
+        return nvls_loops_of.part_loops(version, list(host), [max(1, opts.chunk_bytes)] * len(host), heads, algo)
+    chunks = [chunk_bytes(algo, "Simple", p, st, part, heads) for part in parts]
+    return nvls_loops_of.part_loops(version, list(parts), chunks, heads, algo)
 
 
 def _nccl_part_loops(opts: AlgoOptions) -> bool:

@@ -1,4 +1,5 @@
-"""The loops of NCCL's one-node NVLS all-reduce kernel: per channel, per head GPU, the bytes of each loop.
+"""The loops of NCCL's NVLS all-reduce kernels (one node, and NVLS-Tree's): per channel, per head GPU, the bytes
+of each loop.
 
 all_reduce.h (NCCL_ALGO_NVLS, `oneNode`) walks each channel's part in loops of nHeads x chunk; head h's reduce warps
 move `min(chunk, channelCount - (elemOffset + h x chunk))` of each. How the last, shorter loop's chunk is cut and
@@ -14,6 +15,9 @@ how the parts are laid out changed with the version (the tags read: v2.19.3-1 to
   aligns the last loop's chunk up to 16 B (`alignUp(divUp(remCount, nHeads), 16 / sizeof(T))`);
 - from 2.23: the same, aligned up to 16 KiB (`16384 / sizeof(T)`), so a short last loop runs on fewer heads, each
   with a bigger chunk (the heads past the rest move nothing).
+
+NVLS-Tree's kernel (NCCL_ALGO_NVLS_TREE) walks its loops the same way in every version (grid-strided before 2.20,
+the host's lastChunkCount in 2.20-2.21), but aligns its last loop to 16 B from 2.22 on.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ BIG_ALIGN_FROM = (2, 23)  # v2.23.4-1: the last loop's chunk aligned to 16 KiB
 BIG_ALIGN = 16 * 1024
 
 
-def last_loop_align(version: tuple[int, int]) -> int:
-    """The bytes the one-node NVLS kernel's last-loop chunk is aligned up to under NCCL `version` (2.20 on)."""
-    if version >= BIG_ALIGN_FROM:
-        return BIG_ALIGN
-    return ALIGN_BYTES if version >= SPLIT_FROM else SIMPLE_ALIGN
+def last_loop_align(version: tuple[int, int], algo: str = "nvls") -> int:
+    """The bytes the last-loop chunk of the one-node NVLS kernel (`algo` "nvls") or of NVLS-Tree's ("nvls_tree",
+    16 B from 2.22 in every version read) is aligned up to under NCCL `version` (2.20 on)."""
+    if version < SPLIT_FROM:
+        return SIMPLE_ALIGN
+    return BIG_ALIGN if algo == "nvls" and version >= BIG_ALIGN_FROM else ALIGN_BYTES
 
 
 def grid_loops(nbytes: int, channels: int, heads: int, chunk: int) -> list[list[list[int]]]:
@@ -48,9 +53,12 @@ def grid_loops(nbytes: int, channels: int, heads: int, chunk: int) -> list[list[
     ]
 
 
-def part_loops(version: tuple[int, int], parts: list[int], chunks: list[int], heads: int) -> list[list[list[int]]]:
-    """From 2.20: per channel part (`parts`, each with its chunk `chunks`), per head, the bytes of each loop."""
-    align = last_loop_align(version)
+def part_loops(
+    version: tuple[int, int], parts: list[int], chunks: list[int], heads: int, algo: str = "nvls"
+) -> list[list[list[int]]]:
+    """From 2.20: per channel part (`parts`, each with its chunk `chunks`), per head, the bytes of each loop of
+    `algo` ("nvls" one node, "nvls_tree")."""
+    align = last_loop_align(version, algo)
     if version < HOST_SPLIT_FROM:
         raise ValueError(f"nvls_loops: NCCL {version} strides the buffer (grid_loops), it has no parts")
     return [head_loops(part, chunk, heads, align) for part, chunk in zip(parts, chunks, strict=True)]
