@@ -7,15 +7,17 @@ time (`time.process_time`: less disturbed by other jobs on a shared machine than
 `--ops` ops, and the median and the minimum are printed in µs per op.
 
 - With `--baseline REV`, the same rank runs from a copy of the tree at REV (`git archive`) and from this tree,
-  alternately, `--launches` times each, so both see the same load: the cost before and after.
+  alternately, `--launches` times each, so both see the same load: the cost before and after, as shipped and
+  beside a thread the program started (the last two parts below).
 - In this tree's rank, the parts are switched off in turn, interleaved: the fast path (simcuda/fastpath.py),
   then the unwrapped op charged without a second trip through the dispatcher (tensor.run_op with the mode's
   charging path), then the round trip (the mode answers NotImplemented, the cuda tensors' own dispatch
   unwraps the op and sends it through the dispatcher and the mode again). For scale: an op on host
   tensors (the mode's host-work answer), torch.add with no mode at all, and the floor of this design: a bare
   dispatch mode over a bare wrapper subclass that only unwraps the arguments, runs the op and wraps its output
-  (no memory, no charge, no checks). Last, the op as shipped while a thread the program started (which ran GPU
-  work) is alive: the rank's ops then take the Python route under one lock (runtime/dispatch.py).
+  (no memory, no charge, no checks). Last, the op as shipped while a thread the program started is alive, one
+  that ran only host work (a DataLoader's pin-memory thread), then one that ran GPU work: the rank's ops then run
+  one at a time under one lock (runtime/dispatch.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from ab_trees import alternately
+from ab_trees import export_revision
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,11 +70,11 @@ def bare():
     Unwrap.__torch_dispatch__ = getattr(method, "__wrapped__", method)  # as dispatch.py: no dynamo guard
     with _pop_mode_temporarily(), Unwrap():
         return per_op(wrap(ha), wrap(hb))
-def beside_a_gpu_thread():
+def beside_a_thread(x, y):
     import threading
     go, done = threading.Event(), threading.Event()
     def run():
-        torch.add(a, b)  # while it lives, the rank's ops run in turn (dispatch.py)
+        torch.add(x, y)  # while it lives, the rank's ops run in turn (dispatch.py)
         go.set()
         done.wait()
     t = threading.Thread(target=run)
@@ -84,6 +86,10 @@ def beside_a_gpu_thread():
         done.set()
         t.join()
 variants = {"as shipped": lambda: None}
+BESIDE = {
+    "beside a host-only thread (ops in turn)": lambda: beside_a_thread(ha, hb),
+    "beside a thread's GPU work (ops in turn)": lambda: beside_a_thread(a, b),
+}
 if PARTS:
     from phantora.runtime.simcuda import device as simcuda, fastpath
     fast, direct = fastpath.device_op, simcuda.direct
@@ -102,7 +108,7 @@ if PARTS:
     times["host tensors (the mode's host work)"] = []
     times["plain torch, no mode"] = []
     times["floor: a bare mode unwraps, runs, wraps"] = []
-    times["beside a thread's GPU work (ops in turn)"] = []
+times.update({name: [] for name in BESIDE})
 for _ in range(REPS):
     for name, switch in variants.items():
         switch()
@@ -112,7 +118,8 @@ for _ in range(REPS):
         times["plain torch, no mode"].append(no_mode())
         times["floor: a bare mode unwraps, runs, wraps"].append(bare())
         use(True, True)  # as shipped
-        times["beside a thread's GPU work (ops in turn)"].append(beside_a_gpu_thread())
+    for name, beside in BESIDE.items():
+        times[name].append(beside())
 if PARTS:
     use(True, True)
 json.dump(times, open(OUT, "w"))
@@ -136,9 +143,10 @@ def _rank(tree: Path, script: Path, ops: int, reps: int, out: Path, parts: bool)
 
 def _print(title: str, times: dict[str, list[float]]) -> None:
     print(title)
+    width = max(46, *(len(name) for name in times))
     for name, values in times.items():
         values = sorted(values)
-        print(f"  {name:46s} median {values[len(values) // 2]:7.2f}   min {values[0]:7.2f}")
+        print(f"  {name:{width}s} median {values[len(values) // 2]:7.2f}   min {values[0]:7.2f}")
 
 
 def main() -> None:
@@ -152,14 +160,15 @@ def main() -> None:
         script, out = Path(tmp) / "dispatch_ab.py", Path(tmp) / "times.json"
         script.write_text(textwrap.dedent(RANK_SCRIPT))
         if args.baseline:
-            both = alternately(
-                args.baseline,
-                Path(tmp) / "baseline",
-                args.launches,
-                lambda tree: _rank(tree, script, args.ops, args.reps, out, parts=False)["as shipped"],
-            )
+            trees = {f"before ({args.baseline})": export_revision(args.baseline, Path(tmp) / "baseline"),
+                     "after (this tree)": ROOT}  # fmt: skip
+            both: dict[str, list[float]] = {}
+            for _ in range(args.launches):  # alternately: both see the same drift of the load
+                for tree_name, tree in trees.items():
+                    for name, values in _rank(tree, script, args.ops, args.reps, out, parts=False).items():
+                        both.setdefault(f"{name}, {tree_name}", []).extend(values)
             _print(f"torch.add of two 4-element cuda tensors, CPU µs per op ({args.launches} launches of each "
-                   f"tree, alternately, {args.reps} x {args.ops} ops each):", both)  # fmt: skip
+                   f"tree, alternately, {args.reps} x {args.ops} ops each):", dict(sorted(both.items())))  # fmt: skip
         parts = _rank(ROOT, script, args.ops, args.reps, out, parts=True)
         _print(f"the parts, in one rank of this tree ({args.reps} interleaved runs of {args.ops} ops):", parts)
 

@@ -9,8 +9,8 @@ AsyncCollectiveTensor) are left to their own dispatch, whose plain-tensor ops co
 
 A thread the program starts gets the mode too (`adopt`, from bootstrap.py's `threading.Thread.start`): its ops are
 the simulated GPU's, charged on the lane of that thread's current stream (`RankSession.charge_on`); its host ops
-run as plain torch. From its start until it ends, every op of the rank, the program's too, takes the Python route
-under one lock, one op at a time.
+run as plain torch. From its start until it ends, the rank's GPU ops run one at a time under one lock: the program's
+holds it in the compiled entry (simcuda/_fastop.c), the others' in the Python route (`_off_thread`).
 """
 
 from __future__ import annotations
@@ -132,13 +132,14 @@ class ChargeMode(TorchDispatchMode):
         self.session = session
         _without_dynamo_guard()
         self.thread: int | None = threading.get_ident()  # None: detached, every op runs as plain torch
-        # (0 while threads of the program do GPU work: the compiled entry, which charges on this thread only,
-        # then hands every op to the Python route, `_off_thread`)
+        # (the compiled entry charges this thread's ops; it hands the others' to the Python route, `_off_thread`)
         self.program: int | None = self.thread  # the program's thread
         self._threads: dict[int, int] = {}  # a thread the program started -> the compute lane's time at its start
         self._lock = threading.Lock()  # one op at a time while such threads live
         self._holder: int | None = None  # the thread whose op holds the lock
         self._live = 0  # threads started for adoption that have not ended (the rank's ops in turn meanwhile)
+        # `_lock` while they live, else None: both entries, the compiled one too, take it around each op then
+        self._turns: threading.Lock | None = None
         self._link: hostwork.HostCopy | None = None  # the host<->GPU copy being dispatched (charged over PCIe)
         if type(self) is ChargeMode:  # the same checks and fast path, compiled (torch finds the instance's first)
             fast = compiled.mode_dispatch(self, ChargeMode.__dict__["__torch_dispatch__"])
@@ -147,7 +148,7 @@ class ChargeMode(TorchDispatchMode):
 
     def detach(self) -> None:
         """Stop charging: in a process the rank forked (a DataLoader worker), ops are host work."""
-        self.thread = self.program = None
+        self.thread = self.program = self._turns = None
         self._threads.clear()
 
     def charges(self, ident: int) -> bool:
@@ -156,12 +157,12 @@ class ChargeMode(TorchDispatchMode):
 
     def starting(self) -> None:
         """The program's thread (or an adopted one) starts a thread to adopt: from now on the rank's ops run one at
-        a time, the program's through the Python route (said here, between the program's ops, as the compiled
-        entry cannot be told in the middle of one: its kernel lets other threads run)."""
+        a time, each holding `_turns` from its start to its end (said here, between the program's ops: one in its
+        kernel, which lets other threads run, would not hold the lock for the rest of it)."""
         with self._lock:
             if self.thread is not None:
                 self._live += 1
-                self.thread = 0
+                self._turns = self._lock
 
     def adopt(self, floor_ns: int) -> None:
         """The calling thread, one `starting` announced, runs its GPU work on the simulated GPU from now on, not
@@ -171,18 +172,19 @@ class ChargeMode(TorchDispatchMode):
                 self._threads[threading.get_ident()] = floor_ns
 
     def release(self) -> None:
-        """A thread `starting` announced ends (or did not start); with the last, the compiled entry takes the
-        program's ops again (under the lock: no op of the program is in flight)."""
+        """A thread `starting` announced ends (or did not start); with the last, the rank's ops run without the
+        lock again (switched under it: no op is in flight)."""
         with self._lock:
             self._threads.pop(threading.get_ident(), None)
             self._live -= 1
-            if not self._live and self.thread is not None:
-                self.thread = self.program
+            if not self._live:
+                self._turns = None
 
     def _off_thread(self, func: Any, types: tuple[type, ...], args: tuple, kwargs: dict) -> Any:
-        """An op on a thread that is not the compiled entry's: gloo's workers (which inherit the mode: their copies
-        are not GPU work) and a detached mode's run it as plain torch; the program's and its adopted threads' run
-        under the lock, an adopted thread's charged on its current stream's lane."""
+        """An op the entry does not run straight on: gloo's workers' (which inherit the mode: their copies are not
+        GPU work) and a detached mode's run as plain torch; the program's while threads live (where the compiled
+        entry does not take the lock itself: without `_fastop`) and its adopted threads' run under the lock, an
+        adopted thread's charged on its current stream's lane."""
         me = _get_ident()
         floor = self._threads.get(me)
         if self.thread is None or (floor is None and me != self.program):
@@ -226,7 +228,7 @@ class ChargeMode(TorchDispatchMode):
         kwargs = kwargs or {}
         s = self.session
         me = _get_ident()
-        if me != self.thread and me != self._holder:
+        if me != self._holder and (me != self.thread or self._turns is not None):
             return self._off_thread(func, types, args, kwargs)
         if _get_mode(_FAKE) is not None:  # shape propagation (DTensor's, the compiler's): no kernel, no memory
             return func(*args, **kwargs)  # FakeTensorMode, an infra mode, runs after this one and makes it fake

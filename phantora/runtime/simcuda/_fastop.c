@@ -101,7 +101,8 @@ static PyObject *s_elem, *s_is_meta, *s_shape, *s_dtype, *s_sim_index, *s_intern
     *s_report_in, *s_report_check, *s_requires_grad, *s_layout, *s_storage_offset, *s_stride, *s_device,
     *s_strides, *s_thread, *s_session, *s_installed, *s_general, *s_get, *s_device_op, *s_free, *s_free_c, *s_lost_cb, *s_kw_dd, *s_kw_sdd, *s_seen,
     *s_level, *s_ops_list, *s_ops_level, *s_report_every_ns, *s_last_report, *s_client, *s_advance_clock,
-    *s_charged, *s_host, *s_device_depth, *s_pin_memory, *s_python_route, *s_by_layout;
+    *s_charged, *s_host, *s_device_depth, *s_pin_memory, *s_python_route, *s_by_layout, *s_turns, *s_holder,
+    *s_acquire, *s_release;
 
 static int intern_all(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1;
@@ -127,7 +128,8 @@ static int intern_all(void) {
   I(s_level, "level") I(s_ops_list, "_ops") I(s_ops_level, "ops") I(s_report_every_ns, "report_every_ns")
   I(s_last_report, "_last_report") I(s_client, "client") I(s_advance_clock, "advance_clock")
   I(s_charged, "_charged") I(s_host, "host") I(s_device_depth, "_device_depth") I(s_pin_memory, "pin_memory")
-  I(s_python_route, "PYTHON_ROUTE") I(s_by_layout, "by_layout")
+  I(s_python_route, "PYTHON_ROUTE") I(s_by_layout, "by_layout") I(s_turns, "_turns") I(s_holder, "_holder")
+  I(s_acquire, "acquire") I(s_release, "release")
 #undef I
   if (!(s_kw_dd = PyTuple_Pack(2, s_dtype, s_device))) return -1;
   if (!(s_kw_sdd = PyTuple_Pack(3, s_strides, s_dtype, s_device))) return -1;
@@ -1104,7 +1106,7 @@ static PyObject *route_or_python(PyObject *mode, PyObject *const *argv, Py_ssize
   return out;
 }
 
-static PyObject *mode_dispatch(PyObject *mode, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *mode_op(PyObject *mode, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames) {
   if (kwnames || nargs < 2 || nargs > 4) return call_python(mode, argv, nargs, kwnames);
   PyObject *func = argv[0], *types = argv[1];
   PyObject *args = nargs > 2 ? argv[2] : NULL;
@@ -1171,6 +1173,63 @@ static PyObject *mode_dispatch(PyObject *mode, PyObject *const *argv, Py_ssize_t
   PyObject *r = PyObject_CallMethodObjArgs(mode, s_general, func, types, args, kw, NULL);  /* the general route */
   Py_DECREF(kw);
   return r;
+}
+
+/* Is `v` the int `me`? */
+static int is_ident(PyObject *v, unsigned long me) {
+  if (!v || !PyLong_CheckExact(v)) return 0;
+  unsigned long x = PyLong_AsUnsignedLong(v);
+  if (x == (unsigned long)-1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return 0;
+  }
+  return x == me;
+}
+
+/* ChargeMode.__torch_dispatch__: `mode_op`, in turn with other threads' ops while threads the program started live.
+   Then the mode's `_turns` is its lock (else None, or absent in an older dispatch.py), and an op of the program's
+   thread (the mode's `thread`) holds it from here to its end, kernel included (a kernel lets other threads run),
+   its thread ident in `_holder`, as the Python route's `_off_thread` does for the other threads' ops; an op within
+   an op the thread holds it for goes straight on (the lock is not re-entrant). */
+static PyObject *mode_dispatch(PyObject *mode, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames) {
+  PyObject *md = dict_of(mode);
+  if (!md) return NULL;
+  PyObject *turns = PyDict_GetItemWithError(md, s_turns);
+  unsigned long me = PyThread_get_thread_ident();
+  if (!turns || turns == Py_None || !is_ident(PyDict_GetItemWithError(md, s_thread), me) ||
+      is_ident(PyDict_GetItemWithError(md, s_holder), me)) {
+    Py_DECREF(md);
+    if (PyErr_Occurred()) return NULL;
+    return mode_op(mode, argv, nargs, kwnames);
+  }
+  Py_INCREF(turns);
+  PyObject *r = PyObject_CallMethodNoArgs(turns, s_acquire);  /* waits with the GIL released */
+  PyObject *ident = r ? PyLong_FromUnsignedLong(me) : NULL;
+  Py_XDECREF(r);
+  if (!ident) {
+    Py_DECREF(turns);
+    Py_DECREF(md);
+    return NULL;  /* not acquired (an interrupt) */
+  }
+  PyObject *out = PyDict_SetItem(md, s_holder, ident) < 0 ? NULL : mode_op(mode, argv, nargs, kwnames);
+  Py_DECREF(ident);
+  PyObject *type, *value, *tb;  /* the op's error, if any, kept across the hand-back */
+  PyErr_Fetch(&type, &value, &tb);
+  int ok = PyDict_SetItem(md, s_holder, Py_None) == 0;
+  r = PyObject_CallMethodNoArgs(turns, s_release);
+  ok = ok && r;
+  Py_XDECREF(r);
+  Py_DECREF(turns);
+  Py_DECREF(md);
+  if (!ok) {
+    Py_CLEAR(out);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return NULL;
+  }
+  PyErr_Restore(type, value, tb);
+  return out;
 }
 
 static PyObject *py_bind(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
