@@ -112,3 +112,35 @@ def test_chunked_nvls_tree_runs_nccls_loops(version: str, first: dict, others: l
     assert len(steps) == 16
     for key, sizes in steps.items():
         assert sizes == first.get(key, others), key
+
+
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter"])
+@pytest.mark.parametrize(
+    ("version", "channels", "loops"),
+    [
+        # a rank's block of 1 MiB + 40 KiB on 8 H100s, NVLS chunk 64 KiB (calcCollChunking on the part's 8.3 MiB
+        # over 8 heads: 128 KiB, 64 KiB below 64 x 8 x 128 KiB, not below 8 x 8 x 64 KiB = 4 MiB). One channel: 16
+        # whole chunks, then 40 KiB
+        ("2.29.7", "1", [64 * KiB] * 16 + [40 * KiB]),
+        # two channels: 2.19 strides the block in loops of 2 x 64 KiB (the last 40 KiB channel 0's); 2.21 splits it
+        # in two parts of 532 KiB, 8 whole chunks each and 20 KiB: 8 loops of 128 KiB, then 40 KiB either way
+        ("2.19.3", "2", [128 * KiB] * 8 + [40 * KiB]),
+        ("2.21.5", "2", [128 * KiB] * 8 + [40 * KiB]),
+    ],
+)
+def test_chunked_nvls_all_gather_and_reduce_scatter_run_nccls_loops(
+    kind: str, version: str, channels: str, loops: list[int]
+) -> None:
+    """all_gather.h / reduce_scatter.h (NCCL_ALGO_NVLS, oneNode) walk a channel's part of a rank's block in whole
+    chunks, the last what is left (v2.20.3-1 to v2.30.7-1; before 2.20 strided over the channels): each GPU's flow
+    carries m - 1 = 7 ranks' blocks of each loop (split evenly, before, 17 loops of 7 x 1,064 KiB / 17 each)."""
+    env = {"PHANTORA_NCCL_VERSION": version, "NCCL_NVLS_NCHANNELS": channels, "NCCL_ALGO": "NVLS"}
+    dag = decompose(
+        Collective(kind, tuple(range(8)), 8 * (MiB + 40 * KiB), "fp32"),
+        dgx_host(gpu="h100"),
+        AlgoOptions(granularity="chunked", nccl_env=nccl_env(env)),
+    )
+    assert ((dag.choice or {})["algorithm"], (dag.choice or {})["channels"]) == ("NVLS", int(channels))
+    flows = [f for f in dag.flows if f.size and f.src != f.dst]
+    for src in sorted({f.src for f in flows}):
+        assert [f.size for f in flows if f.src == src] == [7 * size for size in loops]

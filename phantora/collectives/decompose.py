@@ -549,23 +549,35 @@ def _nvls_loops(
     coll: Collective, topo: Topology, opts: AlgoOptions, heads: int, algo: str = "nvls"
 ) -> list[list[list[int]]] | None:
     """An NVLS (one node) or NVLS-Tree all-reduce's loops under NCCL's model (`nccl.nvls_loops`): per channel, per
-    head GPU, the bytes of each loop. From 2.22 NCCL's parts (`channel_split`, over the communicator's NVLS
-    channels), each with its own chunk; 2.20-2.21 the host's parts (`host_split`, Simple's alignment) with the
-    call's chunk; before, the buffer strided by all channels in the call's chunk. None outside the model."""
+    head GPU, the bytes of each loop; a one-node NVLS all-gather's or reduce-scatter's per channel, as one head, the
+    bytes of a rank's block each loop moves (its kernel walks a channel's part in whole chunks, the last what is
+    left: all_gather.h / reduce_scatter.h oneNode, v2.20.3-1 to v2.30.7-1). From 2.22 NCCL's parts (`channel_split`,
+    over the communicator's NVLS channels), each with its own chunk; 2.20-2.21 the host's parts (`host_split`,
+    Simple's alignment) with the call's chunk; before, the buffer strided by all channels in the call's chunk. None
+    outside the model."""
     if opts.model != "nccl":
         return None
     st = nccl_settings(opts)
-    channels, version = max(1, opts.channels), st.nccl_version
+    channels, version, kind, n = max(1, opts.channels), st.nccl_version, coll.kind, coll.size
+    count = channel_split.count_bytes(kind, n, coll.nbytes)  # all-gather / reduce-scatter: a rank's block
+    ops = heads  # calcCollChunking's concurrent operations of a part: its heads
+    if kind != "all_reduce":  # one-node all-gather / reduce-scatter: a loop a chunk, no heads (`nvls_loops`)
+        heads = 1
     if version < host_split.HOST_SPLIT_FROM:
-        return nvls_loops_of.grid_loops(coll.nbytes, channels, heads, max(1, opts.chunk_bytes))
+        return nvls_loops_of.grid_loops(count, channels, heads, max(1, opts.chunk_bytes))
     p = platform_of(topo, coll.comm or coll.ranks, st)
     comm = plan_channels(algo, p, st)
-    parts = channel_split.split(version, "all_reduce", "Simple", coll.size, coll.nbytes, channels, comm)
+    parts = channel_split.split(version, kind, "Simple", n, count, channels, comm)
     if parts is None:
-        host = host_split.split(coll.nbytes, channels, host_split.SIMPLE_ALIGN)
-        return nvls_loops_of.part_loops(version, list(host), [max(1, opts.chunk_bytes)] * len(host), heads, algo)
-    chunks = [chunk_bytes(algo, "Simple", p, st, part, heads) for part in parts]
-    return nvls_loops_of.part_loops(version, list(parts), chunks, heads, algo)
+        host = list(host_split.split(count, channels, host_split.SIMPLE_ALIGN))
+        chunks = [max(1, opts.chunk_bytes)] * len(host)
+    else:
+        host = list(parts)
+        per = channel_split.global_per_count_byte(kind, n)
+        chunks = [chunk_bytes(algo, "Simple", p, st, part * per, ops, kind) for part in host]
+    if kind != "all_reduce":
+        return [[part_chunks(part, chunk)] for part, chunk in zip(host, chunks, strict=True)]
+    return nvls_loops_of.part_loops(version, host, chunks, heads, algo)
 
 
 def _nccl_part_loops(opts: AlgoOptions) -> bool:
@@ -793,7 +805,7 @@ def _build(
         heads = min(T.NVLS_MAX_ARITY, max(len(block) for block in blocks))  # channels.nvls_heads
         loops = nvls_loops(coll.nbytes, ch, heads, opts.chunk_bytes) if chunked else 1
         if algo == "nvls":
-            per_head = _nvls_loops(coll, topo, opts, heads) if chunked and kind == "all_reduce" else None
+            per_head = _nvls_loops(coll, topo, opts, heads) if chunked else None
             nvls_flows(b, kind, blocks, coll.nbytes, loops=loops, head_loops=per_head)
         else:
             tree_heads = min(T.NVLS_MAX_ARITY, min(len(block) for block in blocks))  # a head on every host

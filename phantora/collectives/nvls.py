@@ -50,14 +50,19 @@ def nvls_flows(
 ) -> None:
     """NVLS inside each host block (all-reduce, all-gather or reduce-scatter): GPU i to GPU i+1 of its node.
     `loops` (the chunked granularity): NCCL's nLoops, each moving every operation's chunk, one after another, the
-    bytes split evenly. `head_loops` (a chunked all-reduce, in place of `loops`): per channel, per head, the bytes
-    of each of NCCL's loops (`nccl.nvls_loops`), each loop a flow a GPU (`head_link_bytes`)."""
+    bytes split evenly. `head_loops` (chunked, in place of `loops`): per channel, per head, the bytes of each of
+    NCCL's loops (`nccl.nvls_loops`), each loop a flow a GPU (all-reduce: `head_link_bytes`; all-gather and
+    reduce-scatter, one head a channel: m - 1 times the loop's bytes of a rank's block)."""
     for h, block in enumerate(blocks):
         m = len(block)
         if m < 2:
             continue
         if head_loops is not None:
-            for i, sizes in enumerate(head_link_bytes(head_loops, m)):
+            if kind == "all_reduce":
+                links = head_link_bytes(head_loops, m)
+            else:  # each loop's blocks: one GPU's up, the m - 1 others' down (`nvls_link_bytes`)
+                links = [[(m - 1) * d for d in loop_bytes(head_loops, 1)] or [0]] * m
+            for i, sizes in enumerate(links):
                 b.add_chunks(block[i], block[(i + 1) % m], sizes, f"{name}/h{h}", 0)
             continue
         size = nvls_link_bytes(kind, nbytes, m)
