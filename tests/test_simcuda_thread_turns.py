@@ -133,3 +133,29 @@ def test_the_programs_op_waits_for_a_threads_op_holding_the_lock(mode: ChargeMod
     assert order == ["thread in", "thread out", "program"]  # its op waited for the thread's to end
     assert seen == [(True, True)]
     assert mode.off.count(threading.get_ident()) == (entry == "python")  # the compiled entry's op: not there
+
+
+def test_phantoras_own_threads_are_not_adopted(mode: ChargeMode) -> None:
+    """A send-copies or gloo-lane thread (named `phantora-...`) started from the program's thread does host work for
+    the rank: the rank's ops do not go in turn while it lives, and its own ops never reach the mode."""
+    s = mode.session
+    a, b = SimCudaTensor(torch.ones(N), 0), SimCudaTensor(torch.full((N,), 2.0), 0)
+    ha, hb = torch.ones(4), torch.ones(4)
+    ran, done = threading.Event(), threading.Event()
+
+    def copies() -> None:
+        torch.add(ha, hb)
+        ran.set()
+        done.wait(30)
+
+    seen = _watch_charges(mode)
+    with mode:
+        t = threading.Thread(target=copies, name=f"{gpu_threads.OWN}send-copies")
+        t.start()
+        assert ran.wait(30)
+        start = s.clock.compute_ns
+        torch.add(a, b)
+        done.set()
+        t.join()
+    assert seen == [(False, False)] and s.clock.compute_ns - start == ADD_NS  # no lock: nothing adopted
+    assert mode.off == []  # its host op never saw the mode: plain torch

@@ -19,6 +19,9 @@ import torch
 from torch.utils._python_dispatch import _pop_mode, _push_mode
 
 _installed: list[Callable[..., Any]] = []  # Thread.start as the process had it
+# phantora's own threads (send copies, gloo lanes, the watchdogs: all named so) do host work for the rank and are
+# never the program's: not adopted, so the rank's ops do not go in turn while they live
+OWN = "phantora-"
 
 
 def install(mode: Any, now: Callable[[], int]) -> None:
@@ -29,7 +32,7 @@ def install(mode: Any, now: Callable[[], int]) -> None:
         _installed.append(start)
 
     def adopting_start(thread: threading.Thread) -> None:
-        if not mode.charges(threading.get_ident()):
+        if thread.name.startswith(OWN) or not mode.charges(threading.get_ident()):
             start(thread)
             return
         mode.starting()
