@@ -219,6 +219,13 @@ def _untimed(ranks: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["count"]))
 
 
+_SIMULATED = {  # what each simulated package (runtime/simcuda/simapex.py, simflash.py) runs as
+    "apex": "apex's fused LayerNorm / RMSNorm run as torch norm kernels",
+    "flash-attn": "FlashAttention 2 runs as the flash attention kernel",
+    "flash-attn-3": "FlashAttention 3 runs as the flash attention kernel (FA2's figures: the model has no FA3 ones)",
+}
+
+
 def _routing_lines(summary: dict[str, Any]) -> list[str]:
     """Phantom mode's routing, once: the routers' top-k sites that took it, the top-k sites left phantom, and
     group-limited routing, modelled or not (runtime/simcuda/kept_values.py, grouped_routing.py)."""
@@ -304,9 +311,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         names = ", ".join(list(k)[:3]) + (", ..." if len(k) > 3 else "")
         lines.append(f"{len(k)} kinds of kernel not timed by the compute model ({names}): results.json untimed_kernels")
     if summary.get("simulated_packages"):
+        said = "; ".join(_SIMULATED.get(p, p) for p in summary["simulated_packages"])
         lines.append(
             f"simulated packages: {', '.join(summary['simulated_packages'])} (not installed here; results.json "
-            "simulated_packages): apex's fused LayerNorm / RMSNorm run as torch norm kernels"
+            f"simulated_packages): {said}"
         )
     lines += _routing_lines(summary)
     idle = (summary.get("network") or {}).get("idle_fabric")

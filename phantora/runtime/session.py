@@ -35,7 +35,7 @@ from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
 from phantora.runtime.program_env import NcclEnv
 from phantora.runtime.send_copies import SendCopies
-from phantora.runtime.simcuda import cuda_only, kept_values, simapex
+from phantora.runtime.simcuda import cuda_only, kept_values, simapex, simflash
 from phantora.runtime.stream_deps import COMPUTE_STREAM, StreamDeps
 from phantora.runtime.timepatch import REAL_PERF_COUNTER_NS
 from phantora.runtime.trace import TraceRecorder
@@ -1193,7 +1193,11 @@ class RankSession:
             **({"moe_routing": routing} if (routing := kept_values.routing()) is not None else {}),
             **({"moe_routing_sites": sites} if (sites := kept_values.sites()) is not None else {}),
             **({"phantom_shapes": shapes} if (shapes := data_shapes.assumed()) is not None else {}),
-            **({"simulated_packages": pk} if (pk := simapex.simulated_packages()) is not None else {}),
+            **(
+                {"simulated_packages": pk}
+                if (pk := (simapex.simulated_packages() or []) + simflash.simulated_packages())
+                else {}
+            ),
         }
 
     def host_results(self) -> dict[str, Any]:

@@ -382,3 +382,21 @@ def test_dcp_checkpoints_save_and_resume_in_phantom_mode(workdir: Path, tmp_path
         assert 3 * params <= loaded["storage_bytes"] <= 3 * params + 2**23
     for nbytes, ns in loads:
         assert nbytes / 2 <= ns <= sum(b for b, _ in loads) / 2 + 2, loads
+
+
+@pytest.mark.slow
+def test_llama3_varlen_attn_on_the_default_h100_takes_the_simulated_fa3(workdir: Path, tmp_path: Path) -> None:
+    """`llama3_debugmodel_varlen_attn` on the default H100 (SM 9.0), where torchtitan activates FlashAttention 3:
+    its `flash_attn_interface` is the simulated one (said in results.json), so the model builds and trains (it
+    stopped at the import before); `varlen_attn` is charged as the flash kernel, a forward and a backward per layer
+    and step. Phantom mode, sequence 256."""
+    args = ["--module", "llama3", "--config", "llama3_debugmodel_varlen_attn", *TORCH_2_13]
+    args += ["--training.steps", "3", "--training.seq_len", "256"]
+    run = run_program(workdir, TRAIN, args, tmp_path / "out", 2, ("--phantom",))
+    assert run.returncode == 0, run.output[-3000:]
+    assert sorted(titan_steps(run)) == [1, 2, 3] and len(run.steps()) == 3
+    assert run.results()["simulated_packages"] == ["flash-attn-3"]
+    events = json.loads((tmp_path / "out" / "trace.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    names = collections.Counter(e["name"] for e in events if e.get("ph") == "X" and e.get("pid") == 0)
+    assert names["aten._flash_attention_forward"] == names["aten._flash_attention_backward"] > 0

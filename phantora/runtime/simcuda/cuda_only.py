@@ -16,6 +16,7 @@ one kernel a GPU launches:
   modelling an older torch (PHANTORA_TORCH_VERSION, torch_release.py), RMSNorm is charged as the composite it ran;
 - packed (variable-length) flash attention, ``aten._flash_attention_forward`` / ``_backward`` with sequence lengths,
   and `varlen_attn`'s custom ops around them (varlen.py);
+- the simulated FlashAttention packages' forward and backward (flash_kernels.py, simflash.py);
 - the LSTM and GRU cells' fused kernels and their backwards (lstm_cell.py).
 
 `HALF_TO_FLOAT` below are ops the CPU has, but not with an fp16 input to an fp32 output in one kernel (a softmax).
@@ -28,7 +29,7 @@ from typing import Any
 
 import torch
 
-from phantora.runtime.simcuda import attention, lstm_cell, torch_release, varlen
+from phantora.runtime.simcuda import attention, flash_kernels, lstm_cell, torch_release, varlen
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
 RMS_NORM = torch.ops.aten._fused_rms_norm.default
@@ -233,6 +234,8 @@ KERNELS: dict[Any, Callable[..., Any]] = {
     varlen.FORWARD: one_kernel(varlen.FORWARD, varlen.forward, varlen.cost),
     varlen.BACKWARD: one_kernel(varlen.BACKWARD, varlen.backward, varlen.cost),
     **{op: one_kernel(aten_op, run, charge) for op, (aten_op, run, charge) in varlen.CUSTOM_OPS.items()},
+    flash_kernels.FORWARD: one_kernel(flash_kernels.FORWARD, flash_kernels.forward, flash_kernels.cost),
+    flash_kernels.BACKWARD: one_kernel(flash_kernels.BACKWARD, flash_kernels.backward, flash_kernels.cost),
     lstm_cell.FORWARD: one_kernel(lstm_cell.FORWARD, lstm_cell.forward),
     lstm_cell.BACKWARD: one_kernel(lstm_cell.BACKWARD, lstm_cell.backward),
     lstm_cell.GRU_FORWARD: one_kernel(lstm_cell.GRU_FORWARD, lstm_cell.gru_forward),

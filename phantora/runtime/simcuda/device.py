@@ -34,6 +34,7 @@ from phantora.runtime.simcuda import (  # noqa: F401 - rng: dispatch.py draws wi
     rng,
     sdpa_op,
     simapex,
+    simflash,
     toolkit,
 )
 from phantora.runtime.simcuda.tensor import (
@@ -84,6 +85,7 @@ def install(gpu: Any, device_count: int, phantom: bool) -> None:
     api.install(gpu, device_count)
     toolkit.install(api.CUDA_VERSION)  # CUDA_HOME, nvcc --version: the simulated machine's toolkit
     simapex.install()  # `import apex` finds a simulated apex where none is installed
+    simflash.install()  # `import flash_attn_interface` (FA3) and `flash_attn` (FA2) likewise
     nccl_surface.install()  # dist.is_nccl_available(), dist.ProcessGroupNCCL.Options
     set_inner_device(torch.device("meta") if phantom else torch.device("cpu"))
     # The autograd engine would run the backward of cuda tensors on its own device threads; the rank's
