@@ -1,7 +1,8 @@
-"""HF transformers' `attn_implementation="flash_attention_2"` on the simulated GPU (FlashAttention 2 not installed:
-phantora's simulated `flash_attn`): a small Llama with grouped key heads and a padded batch (so HF packs the rows and
-calls `flash_attn_varlen_func`), against the same weights under `"sdpa"`. Writes, as JSON to argv[1], both losses,
-the largest difference of their gradients and the implementation each model kept."""
+"""HF transformers' `attn_implementation="flash_attention_2"` and `"flash_attention_3"` on the simulated GPU
+(FlashAttention not installed: phantora's simulated `flash_attn` and `flash_attn_interface`): a small Llama with
+grouped key heads and a padded batch (so HF packs the rows and calls `flash_attn_varlen_func`), against the same
+weights under `"sdpa"`. Writes, as JSON to argv[1], the losses, the largest difference of each one's gradients from
+sdpa's, and the implementation each model kept."""
 
 import json
 import sys
@@ -19,9 +20,10 @@ mask = torch.ones(2, 32, dtype=torch.long).cuda()
 mask[1, 20:] = 0
 labels = ids.clone()
 labels[1, 20:] = -100
+IMPLS = ("flash_attention_2", "flash_attention_3", "sdpa")
 seen = {}
 state = None
-for impl in ("flash_attention_2", "sdpa"):
+for impl in IMPLS:
     model = LlamaForCausalLM._from_config(cfg, attn_implementation=impl, torch_dtype=torch.bfloat16).cuda()
     if state is None:
         state = model.state_dict()
@@ -32,9 +34,9 @@ for impl in ("flash_attention_2", "sdpa"):
     seen[impl] = {"loss": loss.item(), "impl": model.config._attn_implementation, "grads": grads}
 json.dump(
     {
-        "losses": [seen[i]["loss"] for i in ("flash_attention_2", "sdpa")],
-        "impls": [seen[i]["impl"] for i in ("flash_attention_2", "sdpa")],
-        "grad_error": (seen["flash_attention_2"]["grads"] - seen["sdpa"]["grads"]).abs().max().item(),
+        "losses": [seen[i]["loss"] for i in IMPLS],
+        "impls": [seen[i]["impl"] for i in IMPLS],
+        "grad_errors": [(seen[i]["grads"] - seen["sdpa"]["grads"]).abs().max().item() for i in IMPLS[:2]],
         "grad_scale": seen["sdpa"]["grads"].abs().max().item(),
     },
     open(sys.argv[1], "w"),
