@@ -110,6 +110,24 @@ def test_dense_attention_is_sdpas_and_charged_as_the_flash_kernel(
         torch.testing.assert_close(out.elem.float(), _sdpa(*host, _keep(S, S) if causal else None), **TOL)
 
 
+@pytest.mark.parametrize("w", [3, 20])
+def test_a_window_is_charged_its_pairs(charged: tuple[RankSession, list], w: int) -> None:
+    """A causal window of w keys over B sequences of S: the causal kernel's FLOPs times W / C, W = (w + 1) S -
+    w (w + 1) / 2 the pairs it keeps and C = S (S + 1) / 2 the causal ones (a window wider than S: the causal
+    kernel's); the same bytes. FlashAttention's window (-1, 0) without `causal` is the causal kernel itself."""
+    s, seen = charged
+    host = _data((B, S, HEADS, D), (B, S, KV_HEADS, D), (B, S, KV_HEADS, D))
+    with ChargeMode(s):
+        sims = [_sim(x, s.phantom) for x in host]
+        for causal, left in ((True, w), (False, -1)):
+            flash_kernels.FORWARD(*sims, None, None, None, None, None, causal, left, 0, 0.0)
+    (_, window), (_, plain) = seen
+    full = _flash_cost(s.model, B, S, S, True)
+    kept = (w + 1) * S - w * (w + 1) // 2 if w < S else S * (S + 1) // 2
+    assert window.flops == round(full.flops * kept / (S * (S + 1) // 2)) and window.nbytes == full.nbytes
+    assert plain == full
+
+
 def test_packed_sequences_are_each_sdpas(charged: tuple[RankSession, list]) -> None:
     """flash_attn_varlen's layout (total, heads, dim): each sequence is SDPA of itself, causal; the log-sum-exp is
     (heads, total); the charge is varlen.py's, a flash kernel per length (phantom: max_seqlen each)."""
