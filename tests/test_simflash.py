@@ -99,8 +99,9 @@ def test_dense_attention_is_sdpas_and_charged_as_the_flash_kernel(
     (batch, heads, seq), one kernel charged as the flash kernel of (B, HEADS, S, D)."""
     s, seen = charged
     host = _data((B, S, HEADS, D), (B, S, KV_HEADS, D), (B, S, KV_HEADS, D))
+    sims = [_sim(x, s.phantom) for x in host]  # outside the mode: a host tensor's move to meta is no GPU op
     with ChargeMode(s):
-        out, lse = flash_kernels.FORWARD(*(_sim(x, s.phantom) for x in host), None, None, None, None, None, causal,
+        out, lse = flash_kernels.FORWARD(*sims, None, None, None, None, None, causal,
                                          -1, -1, 0.0)  # fmt: skip
     assert [name for name, _ in seen] == ["phantora_flash.fwd"]
     assert seen[0][1] == _flash_cost(s.model, B, S, S, causal)
@@ -117,8 +118,8 @@ def test_a_window_is_charged_its_pairs(charged: tuple[RankSession, list], w: int
     kernel's); the same bytes. FlashAttention's window (-1, 0) without `causal` is the causal kernel itself."""
     s, seen = charged
     host = _data((B, S, HEADS, D), (B, S, KV_HEADS, D), (B, S, KV_HEADS, D))
+    sims = [_sim(x, s.phantom) for x in host]
     with ChargeMode(s):
-        sims = [_sim(x, s.phantom) for x in host]
         for causal, left in ((True, w), (False, -1)):
             flash_kernels.FORWARD(*sims, None, None, None, None, None, causal, left, 0, 0.0)
     (_, window), (_, plain) = seen
@@ -135,8 +136,8 @@ def test_packed_sequences_are_each_sdpas(charged: tuple[RankSession, list]) -> N
     total = sum(LENGTHS)
     host = _data((total, HEADS, D), (total, KV_HEADS, D), (total, KV_HEADS, D))
     cum = torch.tensor([0, 5, 17, 24], dtype=torch.int32)
+    sims = [_sim(x, s.phantom) for x in host]
     with ChargeMode(s):
-        sims = [_sim(x, s.phantom) for x in host]
         out, lse = flash_kernels.FORWARD(*sims, SimCudaTensor(cum, 0), SimCudaTensor(cum, 0), 12, 12, None, True, -1,
                                          -1, 0.0)  # fmt: skip
     assert (out.shape, lse.shape) == ((total, HEADS, D), (HEADS, total))
@@ -201,8 +202,8 @@ def test_the_backward_is_charged_as_the_flash_backward(charged: tuple[RankSessio
     dv in their inputs' shapes (grouped keys keep their heads)."""
     s, seen = charged
     host = _data((B, S, HEADS, D), (B, S, KV_HEADS, D), (B, S, KV_HEADS, D))
+    q, k, v = (_sim(x, s.phantom) for x in host)
     with ChargeMode(s):
-        q, k, v = (_sim(x, s.phantom) for x in host)
         out, lse = flash_kernels.FORWARD(q, k, v, None, None, None, None, None, True, -1, -1, 0.0)
         grads = flash_kernels.BACKWARD(out, q, k, v, out, lse, None, None, None, None, None, True, -1, -1, 0.0)
     assert seen[1][0] == "phantora_flash.bwd" and seen[1][1] == _flash_cost(s.model, B, S, S, True, backward=True)
@@ -216,8 +217,8 @@ def test_fa3s_ops_run_the_same_kernels(charged: tuple[RankSession, list], fresh_
     import flash_attn_interface  # noqa: F401
 
     host = _data((B, S, HEADS, D), (B, S, KV_HEADS, D), (B, S, KV_HEADS, D))
+    q, k, v = (_sim(x, s.phantom) for x in host)
     with ChargeMode(s):
-        q, k, v = (_sim(x, s.phantom) for x in host)
         out, lse, *_ = torch.ops.flash_attn_3.fwd(q, k, v, is_causal=True)
         grads = torch.ops.flash_attn_3.bwd(out, q, k, v, out, lse, is_causal=True)
     assert [g.shape for g in grads[:3]] == [x.shape for x in host] and grads[3].shape == (B, HEADS, S)
