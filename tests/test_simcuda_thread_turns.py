@@ -159,3 +159,32 @@ def test_phantoras_own_threads_are_not_adopted(mode: ChargeMode) -> None:
         t.join()
     assert seen == [(False, False)] and s.clock.compute_ns - start == ADD_NS  # no lock: nothing adopted
     assert mode.off == []  # its host op never saw the mode: plain torch
+
+
+@pytest.mark.timeout(60)
+def test_a_thread_started_inside_an_op_run_in_turn_does_not_deadlock(mode: ChargeMode) -> None:
+    """With a thread alive the program's op holds the lock to its end; a thread started inside it (here from its
+    charge) is adopted without taking the lock again, and its add, on the default stream, runs in turn after it."""
+    s = mode.session
+    a, b = SimCudaTensor(torch.ones(N), 0), SimCudaTensor(torch.full((N,), 2.0), 0)
+    done = threading.Event()
+    inner: list[threading.Thread] = []
+
+    def charge(name: str, cost: Any) -> None:
+        if not inner:
+            t = threading.Thread(target=lambda: torch.add(a, b))
+            inner.append(t)
+            t.start()  # inside the program's op, the lock held
+        type(s).charge(s, name, cost)
+
+    with mode:
+        alive = threading.Thread(target=lambda: done.wait(30))
+        alive.start()
+        s.charge = charge  # type: ignore[method-assign]
+        start = s.clock.compute_ns
+        torch.add(a, b)
+        del s.charge
+        inner[0].join(30)
+        done.set()
+        alive.join()
+    assert not inner[0].is_alive() and s.clock.compute_ns - start == 2 * ADD_NS

@@ -15,11 +15,13 @@ holds it in the compiled entry (simcuda/_fastop.c), the others' in the Python ro
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -155,11 +157,21 @@ class ChargeMode(TorchDispatchMode):
         """Are the ops of thread `ident` charged (the program's, or one it started: `adopt`)?"""
         return self.thread is not None and (ident == self.program or ident in self._threads)
 
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[None]:
+        """`_lock` for the bookkeeping of adopted threads, unless the calling thread's op already holds it (a thread
+        started, or one ending, inside an op run in turn: the lock is not re-entrant)."""
+        if self._holder == _get_ident():
+            yield
+            return
+        with self._lock:
+            yield
+
     def starting(self) -> None:
         """The program's thread (or an adopted one) starts a thread to adopt: from now on the rank's ops run one at
         a time, each holding `_turns` from its start to its end (said here, between the program's ops: one in its
         kernel, which lets other threads run, would not hold the lock for the rest of it)."""
-        with self._lock:
+        with self._held():
             if self.thread is not None:
                 self._live += 1
                 self._turns = self._lock
@@ -167,14 +179,14 @@ class ChargeMode(TorchDispatchMode):
     def adopt(self, floor_ns: int) -> None:
         """The calling thread, one `starting` announced, runs its GPU work on the simulated GPU from now on, not
         before `floor_ns`; its host ops stay plain torch, as on a thread of a GPU host."""
-        with self._lock:
+        with self._held():
             if self.thread is not None:
                 self._threads[threading.get_ident()] = floor_ns
 
     def release(self) -> None:
         """A thread `starting` announced ends (or did not start); with the last, the rank's ops run without the
         lock again (switched under it: no op is in flight)."""
-        with self._lock:
+        with self._held():
             self._threads.pop(threading.get_ident(), None)
             self._live -= 1
             if not self._live:
