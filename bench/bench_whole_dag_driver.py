@@ -3,8 +3,9 @@
 as the base of the 1.7x goal; ``shards``: the plain driver with its fluid NVLink side in shard processes, one a worker
 (`factory.WHOLE_DAG_FLUID = "procs"`); ``held``: the plain driver without outer gates (`factory.OUTER_GATES = False`:
 the hybrid holds a packet flow behind the fluid side until it is released); ``planned``: the plain driver whose
-workers plan the workload's independent groups of ops (`replay.PLAN_ON_WORKERS = True`, `phantora.plan_split`; the
-others plan in the driver). Prints figures only.
+workers plan the workload's independent groups of ops as they start (`replay.PLAN_ON_WORKERS = True`, the engine made
+inside `plan_split.jobs_ahead` as `replay.settle_groups` makes it; the others plan in the driver, while the workers
+start: `PLAN_ON_WORKERS = False`). Prints figures only.
 
 Cases (each run is a fresh process, nvlink=fluid, wire=roce4k, nic_latency=1us, DCQCN, rail128, workers=2):
 
@@ -64,10 +65,10 @@ def force_driver(driver: str, everywhere: bool) -> None:
     if driver == "held":  # plain, the packet flows behind the fluid side held by the hybrid (no outer gates)
         factory.OUTER_GATES = False
         driver = "plain"
-    if driver == "planned":  # plain, the workload's groups of ops planned on its workers
-        from phantora import replay
+    from phantora import replay
 
-        replay.PLAN_ON_WORKERS = True
+    replay.PLAN_ON_WORKERS = driver == "planned"  # (the others plan in the driver)
+    if driver == "planned":  # plain, the workload's groups of ops planned on its workers as they start
         driver = "plain"
     factory.WHOLE_DAG_DRIVER = driver
     if everywhere:
@@ -112,10 +113,12 @@ def critical_of(stats: Any, driver_cpu: float) -> float | None:
 def run_replay(case: str, size: str, workers: int) -> dict[str, Any]:
     """One chunked replay of the case's workload at `size` on the factory's whole-DAG driver (one engine at 0)."""
     from bridge.workers import spawn_workers
+    from phantora import replay
     from phantora.collectives.spec import AlgoOptions
     from phantora.netsim import factory
     from phantora.netsim.engine_spec import EngineSpec
     from phantora.netsim.packet_config import PacketConfig
+    from phantora.plan_split import jobs_ahead, split_jobs
     from phantora.replay import replay_inprocess
     from phantora.topology.loader import load_topology
     from phantora.workload import load_workload
@@ -131,10 +134,13 @@ def run_replay(case: str, size: str, workers: int) -> dict[str, Any]:
         wl_path.write_text(src.replace(line, f'bytes = "{size}"'))
         wl = load_workload(wl_path, world=topo.num_ranks)
     spec = EngineSpec("ns3", replace(config, workers=workers))
-    sim = factory.make_engine(spec, topo, spawner=spawn_workers, whole_dag=True)
+    opts = AlgoOptions(granularity="chunked").on_engine(spec)
+    split = split_jobs(wl, opts) if replay.PLAN_ON_WORKERS else None  # (as `replay.settle_groups`: its CPU is noise)
+    with jobs_ahead(split[1] if split is not None else None):  # (`planned`: the workers plan the groups as they start)
+        sim = factory.make_engine(spec, topo, spawner=spawn_workers, whole_dag=True)
     try:
         c0, t0 = time.process_time(), time.perf_counter()
-        res = replay_inprocess(wl, topo, sim, AlgoOptions(granularity="chunked").on_engine(spec))
+        res = replay_inprocess(wl, topo, sim, opts)
         cpu, wall = time.process_time() - c0, time.perf_counter() - t0
         stats = sim.stats()
     finally:

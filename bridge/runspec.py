@@ -54,6 +54,9 @@ class RunSpec:
     # > 0: the launcher shows the network's progress from inside engine calls, this often (s): the coordinator asks
     # for it and passes it on (`progress` messages)
     progress_s: float = 0.0
+    # a decomposition worker's groups of a workload's ops (`phantora.plan_split.group_job` maps), planned as it starts,
+    # before it builds its engine: its answer beside its setup (`bridge.plan_groups.write_planned`)
+    plan_jobs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def live_ranks(self) -> int:

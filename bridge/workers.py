@@ -7,7 +7,10 @@ directory), or processes started by Ray actors (`ray=local|auto|ADDRESS`, tcp; b
 per-run key pair here and one per worker, `bridge.ray_workers`). A worker that dies ends the run within about a
 second, named; workers exit with this process. With `on_beat` set, each round asks the workers for their progress
 from inside it (`progress` messages, `bridge.netserver`), passed on merged: the slowest worker's clock (of those the
-round waits for), every worker's events and CPU seconds summed.
+round waits for), every worker's events and CPU seconds summed. Groups of a workload's ops are planned on the
+workers (`ServerPool.plan`): by local workers started inside `plan_split.jobs_ahead` as they start, before they load
+ns-3 (their setup holds them, `bridge.plan_first` plans them, their answers come back as files: `bridge.plan_groups`),
+else once they have started.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from bridge.columns import completion_columns, flows_to_columns
 from bridge.curve import ClientCurve, KeyPair
 from bridge.errors import BridgeError
 from bridge.liveness import Silence
+from bridge.plan_groups import PLANNED, read_planned
 from bridge.protocol import E_TIMEOUT, encode, records_from_wire
 from bridge.ray_workers import RayPlacement, last_words
 from bridge.remote import RemoteSimulator
@@ -39,6 +43,7 @@ from phantora.netsim.decompose import Outbox, RoundReply, WorkerDiedError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.proc_watch import STOPPED, proc_state
+from phantora.plan_split import ahead
 from phantora.progress import Beat
 from phantora.topology.model import Topology
 
@@ -47,14 +52,23 @@ CALL_TIMEOUT_S = 3600.0  # one round may legitimately run this long
 WORKER_SILENCE_S = 30.0  # a local worker silent this long in a round while doing no work (stopped, blocked) ends it
 
 
-def worker_spec(topology: Topology, config: PacketConfig, side: str = "packet") -> RunSpec:
-    """What each worker is started with (its `setup.msgpack`): the full topology, `config`, its engine's side."""
+def worker_spec(
+    topology: Topology, config: PacketConfig, side: str = "packet", plan_jobs: list[dict[str, Any]] | None = None
+) -> RunSpec:
+    """What each worker is started with (its `setup.msgpack`): the full topology, `config`, its engine's side, and
+    the groups of ops it plans as it starts (`plan_jobs`)."""
     return RunSpec(
         topology=topology,
         world=topology.num_ranks,
         engine=EngineSpec(network="ns3", packet=config, side=side),
         peer_timeout_s=WORKER_PEER_TIMEOUT_S,
+        plan_jobs=list(plan_jobs or ()),
     )
+
+
+def deal(jobs: int, workers: int) -> dict[int, list[int]]:
+    """Jobs dealt round-robin: worker index -> its job indices (the workers that get none left out)."""
+    return {i: list(range(i, jobs, workers)) for i in range(min(workers, jobs))}
 
 
 def post_message(t: int, out: Outbox, until: int, beat_s: float = 0.0) -> bytes:
@@ -130,6 +144,7 @@ class ServerPool:
         self._shown = 0  # the clock last passed on
         self._connecting: threading.Thread | None = None  # local workers' start, in the background (`_ready`)
         self._connect_error: BaseException | None = None  # its error, raised by `_ready`
+        self._ahead: list[dict[str, Any]] | None = None  # groups of ops the local workers plan as they start (`plan`)
         try:
             self._start(topology, config, assignment, side)
         except BaseException:
@@ -143,6 +158,9 @@ class ServerPool:
     def _start(self, topology: Topology, config: PacketConfig, assignment: list[list[int]], side: str) -> None:
         token = new_token()
         spec = worker_spec(topology, config, side).to_bytes()
+        jobs = None if config.ray else ahead()  # (a Ray worker's files are on its host: it plans once started)
+        dealt = deal(len(jobs), len(assignment)) if jobs else {}
+        self._ahead = jobs if dealt else None
         if config.ray:
             self._placement = RayPlacement(config.ray, len(assignment))
             self._curve = KeyPair.new() if self._placement.curve else None
@@ -154,7 +172,9 @@ class ServerPool:
                 w.pid, w.endpoint, w.server_key = self._placement.endpoint(actor)
         else:
             for i, mine in enumerate(assignment):
-                self.workers.append(self._local_worker(i, mine, spec, token))
+                theirs = [jobs[j] for j in dealt[i]] if jobs and i in dealt else None
+                setup = worker_spec(topology, config, side, theirs).to_bytes() if theirs else spec
+                self.workers.append(self._local_worker(i, mine, setup, token, bool(theirs)))
         self._poller = zmq.Poller()
         self.waited_s = 0.0  # how long the first round waited for the workers to be connected
         if config.ray:  # (their endpoints are known by now)
@@ -239,7 +259,8 @@ class ServerPool:
         assert w.server_key is not None  # RayPlacement.endpoint checked it
         return ClientCurve(self._curve, w.server_key)
 
-    def _local_worker(self, i: int, pieces: list[int], spec: bytes, token: str) -> Worker:
+    def _local_worker(self, i: int, pieces: list[int], spec: bytes, token: str, plans: bool = False) -> Worker:
+        """Worker `i` started; `plans`: its setup holds groups of ops, planned first (`bridge.plan_first`)."""
         d = self._root / f"w{i}"
         d.mkdir(mode=0o700)
         setup = d / "setup.msgpack"
@@ -250,8 +271,9 @@ class ServerPool:
         with log.open("wb") as err:
             prof = os.environ.get("PHANTORA_WORKER_PROFILE")  # cProfile each worker into DIR (docs)
             pre = ["-m", "cProfile", "-o", f"{prof}/w{i}.{os.getpid()}.prof"] if prof else []
+            entry = "bridge.plan_first" if plans else "bridge.netserver"
             proc = subprocess.Popen(
-                [sys.executable, *pre, "-m", "bridge.netserver", "--setup", str(setup)],
+                [sys.executable, *pre, "-m", entry, "--setup", str(setup)],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -309,20 +331,26 @@ class ServerPool:
                         w.link().keepalive()
 
     @staticmethod
-    def _check_silence(w: Worker, silence: Silence | None) -> None:
-        """WorkerDiedError naming worker `w` if it has been silent and idle for `WORKER_SILENCE_S`."""
+    def _check_silence(w: Worker, silence: Silence | None, when: str = "mid-round") -> None:
+        """WorkerDiedError naming worker `w` if it has been silent and idle for `WORKER_SILENCE_S` (`when`)."""
         if silence is not None and silence.silent_s() > WORKER_SILENCE_S:
             raise WorkerDiedError(
                 f"decomposition worker {w.index} (pid {w.pid}, pieces {w.pieces}) has been silent for "
-                f"{WORKER_SILENCE_S:.0f} s mid-round without working (no message, no CPU time): stopped or blocked"
+                f"{WORKER_SILENCE_S:.0f} s {when} without working (no message, no CPU time): stopped or blocked"
             )
 
     def plan(self, jobs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
         """Each job (`phantora.plan_split.group_job`) planned by a worker, dealt round-robin, all at once: the replies
-        in job order, and the CPU seconds of the busiest worker's planning. Waits for the workers' start."""
+        in job order, and the CPU seconds of the busiest worker's planning. The jobs the workers were started with
+        (`plan_split.jobs_ahead`) are read from their files as they come, not waiting for their start; others are
+        sent to workers that have started, and refused while they start (the caller plans them meanwhile)."""
+        if self._ahead is not None and jobs == self._ahead:
+            self._ahead = None  # (their files answer once)
+            return self._planned_ahead(jobs)
+        if self.starting:
+            return [{"refused": "the workers are starting"} for _ in jobs], 0.0
         self._ready()
-        n = len(self.workers)
-        dealt = {i: list(range(i, len(jobs), n)) for i in range(min(n, len(jobs)))}
+        dealt = deal(len(jobs), len(self.workers))
         for i, mine in dealt.items():
             remote = self.workers[i].link()
             remote.send(encode("plan_groups", remote.now(), jobs=[jobs[j] for j in mine]))
@@ -355,6 +383,43 @@ class ServerPool:
                     self._check_silence(w, silences.get(w.index))
                 else:
                     w.link().keepalive()
+        return out, busiest
+
+    def _planned_ahead(self, jobs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+        """`plan`'s answer from the files the local workers write as they start (`bridge.plan_groups.write_planned`).
+        A worker that dies, stays silent and idle for `WORKER_SILENCE_S` or has not planned within the start-up
+        timeout ends the plan, named."""
+        dealt = deal(len(jobs), len(self.workers))
+        out: list[dict[str, Any]] = [{} for _ in jobs]
+        busiest = 0.0
+        pending = set(dealt)
+        silences = {i: Silence(self.workers[i].pid) for i in pending}
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while pending:
+            for i in sorted(pending):
+                w = self.workers[i]
+                path = self._root / f"w{i}" / PLANNED
+                if not path.exists():
+                    w.check()
+                    self._check_silence(w, silences[i], "before it planned its groups of ops")
+                    continue
+                try:
+                    replies, cpu = read_planned(path, len(dealt[i]))
+                except (OSError, ValueError) as exc:
+                    raise WorkerDiedError(f"decomposition worker {w.index} (pid {w.pid}): {exc}") from None
+                pending.discard(i)
+                for j, reply in zip(dealt[i], replies, strict=True):
+                    out[j] = reply
+                busiest = max(busiest, cpu)
+            if pending and time.monotonic() > deadline:
+                named = ", ".join(f"{i} (pid {self.workers[i].pid})" for i in sorted(pending))
+                raise BridgeError(
+                    f"decomposition workers {named} did not plan their groups of ops within {STARTUP_TIMEOUT_S:.0f} s "
+                    f"(a loaded machine may need more: {STARTUP_ENV}=SECONDS)",
+                    code=E_TIMEOUT,
+                )
+            if pending:
+                time.sleep(0.005)
         return out, busiest
 
     def stats(self, index: int) -> dict[str, object]:

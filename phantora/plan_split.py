@@ -17,6 +17,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -31,6 +32,9 @@ from phantora.topology.model import Topology
 from phantora.workload import Workload
 
 GATE = -1  # a group's stand-in for an op's start marker (the deps of its flows that have none)
+
+# groups of ops the decomposition workers started inside `jobs_ahead` plan as they start (`bridge.workers`)
+_AHEAD: ContextVar[list[dict[str, Any]] | None] = ContextVar("phantora_plan_ahead", default=None)
 
 FLOW_COLUMNS = ("src", "dst", "size", "delay", "tag", "prio", "key", "budget", "rate", "conn", "queue", "nic")
 
@@ -255,3 +259,19 @@ def split_jobs(wl: Workload, base: AlgoOptions) -> tuple[list[list[int]], list[d
     if any(j is None for j in jobs):
         return None
     return groups, [j for j in jobs if j is not None]
+
+
+@contextmanager
+def jobs_ahead(jobs: list[dict[str, Any]] | None) -> Iterator[None]:
+    """Inside: decomposition workers started here are given `jobs` (`split_jobs`') to plan as they start, before they
+    load ns-3, so that the plan does not wait for their start (`bridge.workers`, `replay.settle_groups`)."""
+    token = _AHEAD.set(jobs)
+    try:
+        yield
+    finally:
+        _AHEAD.reset(token)
+
+
+def ahead() -> list[dict[str, Any]] | None:
+    """The jobs of the `jobs_ahead` around this call, if any."""
+    return _AHEAD.get()

@@ -85,6 +85,9 @@ class ReplayResult:
 MAX_FLOWS = 5_000_000
 
 
+Split = tuple[list[list[int]], list[dict[str, object]]]  # `plan_split.split_jobs`: the groups and their jobs
+
+
 class DagSource(Protocol):
     """Where `plan_workload` takes each op's DAG from: a `DagMemo`, or a `plan_split.Relocated` planned elsewhere."""
 
@@ -155,14 +158,16 @@ def plan_split_by(
     topo: Topology,
     base: AlgoOptions | None,
     run: Callable[[list[dict[str, object]]], list[dict[str, object]]],
+    split: Split | None = None,
 ) -> ReplayPlan | None:
     """`plan_workload`'s plan, each group of ops that shares no rank with the others planned by `run` (group jobs ->
     replies in order: `plan_split.plan_group` of each, on the decomposition's workers) and moved to the plan's ids
     here. None when the workload is one group, a collective cannot be sent, a group was refused or two groups
-    touched one connection's counter (`plan_split`): the caller plans in one process."""
+    touched one connection's counter (`plan_split`): the caller plans in one process. `split`: the workload's
+    `plan_split.split_jobs`, if the caller has it."""
     from phantora.plan_split import Relocated, split_jobs, touched_apart
 
-    split = split_jobs(wl, base or AlgoOptions())
+    split = split or split_jobs(wl, base or AlgoOptions())
     if split is None:
         return None
     replies = run(split[1])  # type: ignore[arg-type]
@@ -172,23 +177,27 @@ def plan_split_by(
         return plan_workload(wl, topo, base, dags=Relocated(replies))  # type: ignore[arg-type]
 
 
-# A decomposition's workers plan the workload's independent groups of ops (`plan_for`). Off: on 2 workers it saved
-# about 0.04-0.08 CPU s of the MoE replay's 2.7 s critical path and added about 1 s of wall, the driver waiting for
-# the workers' start before the plan (docs/packet-model.md, "Planning per rail on the workers")
-PLAN_ON_WORKERS = False
+# A decomposition's workers plan the workload's independent groups of ops (`plan_for`): `settle_groups` gives them
+# the groups as they start, before they load ns-3 (`plan_split.jobs_ahead`), so the plan does not wait for their
+# start (docs/packet-model.md, "Planning per rail on the workers"); workers that were not, still starting, are not
+# waited for: the driver plans. False: always in the driver
+PLAN_ON_WORKERS = True
 
 
-def plan_for(wl: Workload, topo: Topology, base: AlgoOptions | None, sim: NetworkSimulator) -> ReplayPlan:
+def plan_for(
+    wl: Workload, topo: Topology, base: AlgoOptions | None, sim: NetworkSimulator, split: Split | None = None
+) -> ReplayPlan:
     """`plan_workload`'s plan for a run on `sim`: with `PLAN_ON_WORKERS`, on a decomposition's workers where the
-    workload splits into groups of ops that share no rank (`plan_split_by`; `sim` or its packet side plans them:
-    `plan_groups`, on its own topology, which must be `topo`), else in this process. The same plan either way."""
+    workload splits into groups of ops that share no rank (`plan_split_by`, given `split` if the caller has it; `sim`
+    or its packet side plans them: `plan_groups`, on its own topology, which must be `topo`), else in this process.
+    The same plan either way."""
     planner = None
     for s in (sim, getattr(sim, "packet", None)) if PLAN_ON_WORKERS else ():
         theirs = getattr(s, "topology", None)
         if planner is None and (theirs is topo or (theirs is not None and theirs == topo)):
             planner = getattr(s, "plan_groups", None)
     if planner is not None:
-        got = plan_split_by(wl, topo, base, lambda jobs: planner(jobs) or [{"refused": "no planner"}])
+        got = plan_split_by(wl, topo, base, lambda jobs: planner(jobs) or [{"refused": "no planner"}], split)
         if got is not None:
             return got
     return plan_here(wl, topo, base)
@@ -332,12 +341,16 @@ def settle_groups(
 ) -> tuple[ReplayResult, NetworkSimulator, Workload]:
     """`replay_settled`, and the workload with its NCCL groups rated as its last run gives (the one to plan for a run
     elsewhere: `phantora netsim --flows`)."""
+    from phantora.plan_split import jobs_ahead, split_jobs
+
     t0 = time.perf_counter()
     for _ in range(len({op.group for op in wl.ops if op.group}) + 1):
-        plan = None if PLAN_ON_WORKERS else plan_here(wl, topo, base)  # (unless its workers plan: before the engine)
-        sim = make()
+        split = split_jobs(wl, base or AlgoOptions()) if PLAN_ON_WORKERS else None
+        plan = None if split is not None else plan_here(wl, topo, base)  # (unless workers may plan: before the engine)
+        with jobs_ahead(split[1] if split is not None else None):
+            sim = make()  # (its decomposition's local workers, if any, plan the groups as they start)
         try:
-            plan = plan or plan_for(wl, topo, base, sim)
+            plan = plan or plan_for(wl, topo, base, sim, split)
             completions = run_engine(sim, plan.flows, progress=progress)
             res = evaluate_workload(wl, plan, completions, dict(sim.stats()), time.perf_counter() - t0)
         except BaseException:

@@ -144,23 +144,29 @@ def test_one_group_is_planned_in_one_process() -> None:
 
 
 def test_decomposition_workers_plan_the_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`plan_for` on two workers (`--set workers=2`, nvlink=fluid; `PLAN_ON_WORKERS`, opt-in): their plan is the
-    one-process plan, and the busiest worker's planning CPU is in the decomposition's stats."""
+    """`plan_for` on two workers (`--set workers=2`, nvlink=fluid; `PLAN_ON_WORKERS`) not given the groups at their
+    start: while they start the driver plans (no worker CPU in the stats); once started they plan, the busiest one's
+    CPU in the decomposition's stats. The one-process plan both times."""
     monkeypatch.setattr(replay, "PLAN_ON_WORKERS", True)
     topo = load_topology("rail128")
-    text = (ROOT / "workloads" / "moe_rail_alltoall.toml").read_text().replace('bytes = "16MiB"', 'bytes = "1MiB"')
-    (tmp_path / "moe.toml").write_text(text)
-    wl = load_workload(tmp_path / "moe.toml", world=topo.num_ranks)
+    wl = moe_1mib(tmp_path, topo)
     opts = AlgoOptions(granularity="chunked")
     config = PacketConfig(cc="dcqcn", nvlink="fluid", payload_bytes=4096, header_bytes=62, nic_latency=1000)
     sim = make_engine(EngineSpec("ns3", replace(config, workers=2)), topo, spawner=spawn_workers, whole_dag=True)
     try:
+        assert sim.packet._pool.starting  # type: ignore[attr-defined]  # (an interpreter and ns-3 to load)
+        here = plan_for(wl, topo, opts, sim)
+        before = sim.packet.stats()["decompose"]  # type: ignore[attr-defined]
+        sim.packet._pool._ready()  # type: ignore[attr-defined]
         split = plan_for(wl, topo, opts, sim)
         stats = sim.packet.stats()["decompose"]  # type: ignore[attr-defined]
     finally:
         sim.close()
+    assert before["plan_cpu_s"] == 0
     assert stats["plan_cpu_s"] > 0 and stats["plan_wall_s"] >= stats["plan_cpu_s"] / 4
-    same_plan(split, plan_workload(wl, topo, opts))
+    one = plan_workload(wl, topo, opts)
+    same_plan(here, one)
+    same_plan(split, one)
 
 
 class _Elsewhere:
@@ -221,3 +227,114 @@ def test_a_worker_that_dies_ends_the_plan_named() -> None:
             packet.plan_groups(split[1])
     finally:
         sim.close()
+
+
+def moe_1mib(tmp_path: Path, topo: Topology) -> Workload:
+    """The MoE replay on rails at 1 MiB per GPU (8 groups of ops, one a rail)."""
+    text = (ROOT / "workloads" / "moe_rail_alltoall.toml").read_text().replace('bytes = "16MiB"', 'bytes = "1MiB"')
+    (tmp_path / "moe.toml").write_text(text)
+    return load_workload(tmp_path / "moe.toml", world=topo.num_ranks)
+
+
+def two_workers_ahead(topo: Topology, jobs: list[dict[str, Any]]) -> Any:
+    """The MoE runs' engine on two local workers (nvlink=fluid), started inside `jobs_ahead(jobs)`."""
+    from phantora.plan_split import jobs_ahead
+
+    config = PacketConfig(cc="dcqcn", nvlink="fluid", payload_bytes=4096, header_bytes=62, nic_latency=1000)
+    with jobs_ahead(jobs):
+        return make_engine(EngineSpec("ns3", replace(config, workers=2)), topo, spawner=spawn_workers, whole_dag=True)
+
+
+def test_workers_plan_ahead_before_they_load_ns3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers started inside `jobs_ahead` plan their groups as they start, before they build their engine (each
+    log says so in that order: 8 groups dealt to 2 workers, 4 each), and `plan_for` reads the plan from their files:
+    the one-process plan, their CPU in the stats."""
+    from phantora.plan_split import split_jobs
+
+    monkeypatch.setattr(replay, "PLAN_ON_WORKERS", True)
+    topo = load_topology("rail128")
+    wl = moe_1mib(tmp_path, topo)
+    opts = AlgoOptions(granularity="chunked")
+    split = split_jobs(wl, opts)
+    assert split is not None and len(split[1]) == 8
+    sim = two_workers_ahead(topo, split[1])
+    try:
+        got = plan_for(wl, topo, opts, sim, split)
+        pool = sim.packet._pool  # type: ignore[attr-defined]
+        pool._ready()
+        logs = [w.log.read_text() for w in pool.workers]
+        stats = sim.packet.stats()["decompose"]  # type: ignore[attr-defined]
+    finally:
+        sim.close()
+    for text in logs:
+        assert "planned 4 groups of ops" in text and text.index("planned 4 groups") < text.index(" ready in "), text
+    assert stats["plan_cpu_s"] > 0
+    same_plan(got, plan_workload(wl, topo, opts))
+
+
+def test_a_worker_that_dies_before_it_plans_ends_the_plan_named(tmp_path: Path) -> None:
+    """A worker given its groups at its start, killed before it planned them: the plan ends with `WorkerDiedError`
+    naming it, not a wait."""
+    from phantora.netsim.decompose import WorkerDiedError
+    from phantora.plan_split import split_jobs
+
+    topo = load_topology("rail128")
+    split = split_jobs(moe_1mib(tmp_path, topo), AlgoOptions())
+    assert split is not None
+    sim = two_workers_ahead(topo, split[1])
+    try:
+        packet: Any = sim.packet  # type: ignore[attr-defined]
+        victim = packet.workers[1]
+        victim.proc.kill()  # (a process this test started, by its handle, before its interpreter could plan)
+        victim.proc.wait()
+        with pytest.raises(WorkerDiedError, match=r"decomposition worker 1 \(pid \d+, pieces .*\) exited with code"):
+            packet.plan_groups(split[1])
+    finally:
+        sim.close()
+
+
+def test_a_stopped_worker_ends_the_plan_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker given its groups at its start and stopped (SIGSTOP) before it planned: silent and idle past
+    `WORKER_SILENCE_S` (1 s here), it ends the plan with `WorkerDiedError` naming it."""
+    import os
+    import signal
+
+    from bridge import workers
+    from phantora.netsim.decompose import WorkerDiedError
+    from phantora.plan_split import split_jobs
+
+    monkeypatch.setattr(workers, "WORKER_SILENCE_S", 1.0)
+    topo = load_topology("rail128")
+    split = split_jobs(moe_1mib(tmp_path, topo), AlgoOptions())
+    assert split is not None
+    sim = two_workers_ahead(topo, split[1])
+    try:
+        packet: Any = sim.packet  # type: ignore[attr-defined]
+        os.kill(packet.workers[0].pid, signal.SIGSTOP)  # (a process this test started; killed stopped at close)
+        with pytest.raises(WorkerDiedError, match=r"decomposition worker 0 \(pid \d+.* silent for 1 s before it plan"):
+            packet.plan_groups(split[1])
+    finally:
+        sim.close()
+
+
+def test_a_planned_file_round_trips_and_bad_ones_are_named(tmp_path: Path) -> None:
+    """`write_planned` then `read_planned`: the replies `packed_replies` makes; a job that cannot be planned is
+    refused, not raised; a file that is not a worker's answer is named."""
+    from bridge.plan_groups import packed_replies, read_planned, write_planned
+    from phantora.plan_split import split_jobs
+
+    topo = load_topology("rail128")
+    split = split_jobs(moe_1mib(tmp_path, topo), AlgoOptions())
+    assert split is not None
+    jobs = split[1][:2]
+    write_planned(tmp_path / "a.msgpack", topo, jobs, 1 << 30)
+    replies, cpu = read_planned(tmp_path / "a.msgpack", 2)
+    assert replies == msgpack.unpackb(packed_replies(topo, jobs, 1 << 30), raw=False) and cpu >= 0
+    write_planned(tmp_path / "b.msgpack", topo, [{"ops": []}], 1 << 30)  # (no "env": a KeyError in plan_group)
+    (refused,), _ = read_planned(tmp_path / "b.msgpack", 1)
+    assert refused["refused"].startswith("planning on the worker failed: KeyError")
+    (tmp_path / "c.msgpack").write_bytes(msgpack.packb({"replies": 3}))
+    with pytest.raises(ValueError, match=r"c\.msgpack: not a worker's planned groups"):
+        read_planned(tmp_path / "c.msgpack", 1)
+    with pytest.raises(ValueError, match=r"a\.msgpack: 3 planned groups expected"):
+        read_planned(tmp_path / "a.msgpack", 3)
