@@ -186,11 +186,13 @@ def test_a_network_connection_has_nccl_ib_qps_per_connection_queue_pairs_used_in
 
 def test_the_queue_pair_counter_runs_on_across_a_communicators_collectives() -> None:
     """NCCL's per-connection message counter lives as long as the communicator: with 4 QPs, a collective that
-    follows one of m messages on a connection starts that connection on QP m mod 4, not on QP 0 again."""
+    follows one of m messages on a connection starts that connection on QP m mod 4, not on QP 0 again. An all-gather
+    ring: 15 steps a pass of a Simple chunk's 2 slices, 30 messages, so its connections end mid-cycle (an
+    all-reduce's 60 a pass would not)."""
     topo = rail_optimized(hosts=2, gpu="h100")
     host = {n: topo.nodes[n].host for n in topo.endpoints}
     opts = dataclasses.replace(with_env(NCCL_IB_QPS_PER_CONNECTION="4"), granularity="chunked", chunk_bytes=MB)
-    coll = Collective("all_reduce", tuple(range(16)), 48 * MB, "bf16")
+    coll = Collective("all_gather", tuple(range(16)), 48 * MB, "bf16")
     sent: dict[tuple[int, int, int, int], int] = {}
     first = decompose(coll, topo, opts, sent=sent).flows
     second = decompose(coll, topo, opts, first_flow_id=len(first), sent=sent).flows

@@ -43,14 +43,15 @@ def test_a_cts_is_one_send_fifo_entry_a_receive() -> None:
     assert cts_bytes(ring_receives(2)) == 2 * SEND_FIFO_BYTES
 
 
-@pytest.mark.parametrize(("proto", "receives", "window"), [("Simple", 2, 2), ("LL", 1, 8)])
+@pytest.mark.parametrize(("proto", "receives", "window"), [("Simple", 1, 4), ("LL", 1, 8)])
 def test_across_hosts_the_credit_is_a_cts_inside_a_flag(proto: str, receives: int, window: int) -> None:
     """A chunked ring all-reduce over 2 hosts of 2 H100: every credit of a connection between hosts is a flow of
     receives x 64 B from the step's receiver to its sender, released when the receiver has consumed the step (no
     delay of its own), on a queue pair of its own per connection (not the data's), its ECMP key the reverse
     connection's on the same channel (an LL step consumed once written on to the next GPU of the receiver's host,
-    `back_pressure.written`, a Simple chunk once received and its slot to send it on free); the first `window` steps
-    of each such connection (NCCL_STEPS slots over a chunk's: Simple 8 / 4, LL 8 / 1) wait for one each without
+    `back_pressure.written`; a Simple chunk moves as its 2 slices, each a message of one receive, `ring_slices`);
+    the first `window` messages of each such connection (NCCL_STEPS slots over a message's: a Simple slice's 8 / 2,
+    LL 8 / 1) wait for one each without
     dependencies: the receiving proxy posts its first NCCL_STEPS slots' receives from the call's start, one a
     progress call (net.cc `recvProxyProgress`), so step k's leaves with its first receive, k x receives proxy turns
     of 600 ns (nccl/proxy.py PROXY_STEP_US) after the call's first delay. Every credit inside a host is still a

@@ -50,9 +50,10 @@ def test_a_repeat_is_the_first_call_moved_to_its_ids_and_tag() -> None:
 
 
 def test_a_call_that_posts_to_the_message_counters_is_decomposed_each_time() -> None:
-    # two queue pairs a connection, a chunked call's messages on them in turn: a repeat's first message takes the
-    # queue pair after the last one of the call before, so its ECMP keys are not the first call's
-    opts = AlgoOptions(granularity="chunked", nccl_env=(("NCCL_IB_QPS_PER_CONNECTION", "2"),))
+    # four queue pairs a connection, a chunked call's messages on them in turn: a repeat's first message takes the
+    # queue pair after the last one of the call before, so its ECMP keys are not the first call's (a connection
+    # sends 15 steps of 2 slices a pass: 30, not a multiple of 4)
+    opts = AlgoOptions(granularity="chunked", nccl_env=(("NCCL_IB_QPS_PER_CONNECTION", "4"),))
     memo, got, want = _calls(opts)
     assert memo.copies == 0
     for dag, w in zip(got, want, strict=True):

@@ -104,18 +104,23 @@ def test_a_live_runs_flows_csv_with_its_counted_credits_is_every_planned_flow(tm
 
 STEP = (4 << 20) // NCCL_STEPS  # a Simple step: NCCL_BUFFSIZE's default over NCCL_STEPS
 ALLREDUCE_CHUNKSTEPS = 4  # a ring all-reduce's Simple chunk is 4 steps, so 2 of its chunks fill the 8 slots
+ALLREDUCE_SLICESTEPS = 2  # moved as 2 slices of 2 slots each, each its own message: 4 in flight
+SLICE_FLOOR = STEP * ALLREDUCE_SLICESTEPS // 32  # genericOp's least slice (prims_simple.h): 32 KiB
 
 
 def _credits(kind: str, nbytes: int, n: int) -> int:
     """Credits inside a host of one chunked Simple ring call on one channel of n = 2 GPUs: a broadcast's chain sends
     its S in steps of one slot, a credit each past the 8th; an all-reduce sends each rank's half in chunks of 4 slots,
-    2(n - 1) steps of each on each of its 2 connections, a credit each past the 2nd."""
+    2(n - 1) steps of each on each of its 2 connections, each chunk as 2 slices (a chunk over twice the least
+    slice, as this call's are) of 2 slots, a credit each slice past the 4th."""
     assert n == 2
     if kind == "broadcast":
         return max(0, -(-nbytes // STEP) - NCCL_STEPS)
     if kind == "all_reduce":
         chunks = -(-(nbytes // n) // (ALLREDUCE_CHUNKSTEPS * STEP))
-        return n * max(0, 2 * (n - 1) * chunks - NCCL_STEPS // ALLREDUCE_CHUNKSTEPS)
+        assert nbytes // n // chunks > 2 * SLICE_FLOOR, nbytes  # the premise: 2 slices of data a chunk
+        slices = ALLREDUCE_CHUNKSTEPS // ALLREDUCE_SLICESTEPS
+        return n * max(0, 2 * (n - 1) * chunks * slices - NCCL_STEPS // ALLREDUCE_SLICESTEPS)
     assert kind == "all_gather" and nbytes <= STEP, (kind, nbytes)  # a message per rank: fits the slots
     return 0
 

@@ -109,7 +109,8 @@ def test_buffsize_sets_the_simple_step_of_chunked_flows() -> None:
     """NCCL_BUFFSIZE = 1 MiB: a 128 KiB Simple step (512 KiB by default). A tree's chunk is one step: a 16 MiB tree
     all-reduce's largest flow is 128 KiB, four times as many flows; a ring's chunk is 4 steps (512 KiB, 2 MiB by
     default): a 64 MiB ring all-reduce on 4 ranks and 8 channels (2 MiB a rank and channel) runs 4 passes instead
-    of one, in NCCL's time still (the passes run one after another, each at the connection's rate). The coarse
+    of one (each chunk as its 2 slices), in NCCL's time still (the passes run one after another, each at the
+    connection's rate). The coarse
     flows do not change: one per connection and algorithm step whatever the step size."""
     tree = Collective("all_reduce", RANKS, 16 * MiB, "fp32")
     default = decompose(tree, TOPO, opts("chunked", NCCL_ALGO="Tree", NCCL_PROTO="Simple"))
@@ -122,7 +123,7 @@ def test_buffsize_sets_the_simple_step_of_chunked_flows() -> None:
     t1, one, n1 = run(ring, opts("chunked", **env))
     t4, four, n4 = run(ring, opts("chunked", **env, NCCL_BUFFSIZE=str(MiB)))
     assert one["channels"] == four["channels"] == 8
-    assert n4 == 4 * n1 == 4 * 8 * 2 * 3 * len(RANKS)  # channels x 2(n - 1) steps x n senders, a pass
+    assert n4 == 4 * n1 == 4 * 8 * 2 * 3 * len(RANKS) * 2  # channels x 2(n - 1) steps x n senders x 2 slices, a pass
     for t, choice in ((t1, one), (t4, four)):
         assert t == pytest.approx(choice["model_lat_us"] + 64 * MiB / (1000 * choice["model_algbw_gbs"]), rel=1e-3)
     plain = decompose(ring, TOPO, opts("coarse", **env)).flows

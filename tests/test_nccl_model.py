@@ -369,7 +369,8 @@ def test_chunked_granularity_uses_nccls_step_for_the_protocol():
     chunks while a loop of 8 is left, then the rest in 8 chunks of alignUp(rest / 8, 16 B). 8 MiB LL (4 x 2 B of
     traffic a byte, 4,096 B cells): 2,796,208 B of budget = 86 cells = 352,256 B: one loop of 8 x 32,768 B, then
     90,112 B in chunks of 11,264 B; 1 GiB Simple (2 B a byte, 16 KiB cells): 89,478,496 B = 2,731 cells =
-    44,744,704 B: two loops of 8 x 2 MiB, then 11,190,272 B in chunks of 1,398,784 B."""
+    44,744,704 B: two loops of 8 x 2 MiB, then 11,190,272 B in chunks of 1,398,784 B. A Simple chunk moves as its 2
+    slices (prims_simple.h: divUp(nelem, 32) x 16 elements): 1 MiB each, and 699,392 B each (349,696 bf16)."""
     topo = dgx_host(gpu="a100")
     chunked = AlgoOptions(granularity="chunked", nccl_env=nccl_env({"NCCL_ALGO": "Ring"}))
     ll = decompose(Collective("all_reduce", tuple(range(8)), 8 * MiB, "bf16"), topo,
@@ -382,8 +383,8 @@ def test_chunked_granularity_uses_nccls_step_for_the_protocol():
     assert (big.choice["protocol"], big.choice["channels"]) == ("Simple", 24)
     big_part = 2731 * 16384
     assert big_part - 2 * 8 * 2 * MiB == 8 * 1_398_784
-    assert max(f.size for f in big.flows) == 2 * MiB
-    assert 1_398_784 in {f.size for f in big.flows}
+    assert max(f.size for f in big.flows) == MiB
+    assert 1_398_784 == 2 * 699_392 and 699_392 in {f.size for f in big.flows}
 
 
 # ----- packet mode (ns-3) -----------------------------------------------------------------------

@@ -29,8 +29,14 @@ def chunked(**env: str) -> AlgoOptions:
 def sends(dag_flows: list, channel: int, src: int, dst: int) -> list[int]:
     """The bytes `src` sends to `dst` on `channel`, in the order the flows were made (pass by pass, step by step).
     A GPU's NIC also carries the hops another GPU of its host sends to the next host (nccl/nvswitch_rings.py), so
-    the receiver is named too."""
-    return [f.size for f in dag_flows if (f.src, f.dst) == (src, dst) and f.tag.startswith(f"ring/ch{channel}/")]
+    the receiver is named too. A Simple chunk moves as its slices (`/slice0`, `/slice1`: tests/test_ring_slices.py),
+    summed here into their chunk."""
+    out: dict[str, int] = {}
+    for f in dag_flows:
+        if (f.src, f.dst) == (src, dst) and f.tag.startswith(f"ring/ch{channel}/"):
+            chunk = f.tag.rpartition("/slice")[0] or f.tag
+            out[chunk] = out.get(chunk, 0) + f.size
+    return list(out.values())
 
 
 def test_one_mib_and_17_bytes_on_8_ranks() -> None:
@@ -96,7 +102,9 @@ def test_flow_and_packet_engines_carry_the_same_steps(ns3_lib) -> None:
 def test_a_simple_chunk_is_cut_to_grains_whole_not_step_by_step() -> None:
     """calcCollChunking (2.22+) rounds the 4-step chunk down to whole 512 B grains, not each step: NCCL_BUFFSIZE =
     8 x 65,736 B, a step of 65,736 B (200 B past 128 grains), a chunk of 262,944 B -> 513 grains = 262,656 B (four
-    whole-grain steps would be 262,144). A loop of 4 such chunks on 4 ranks and one channel: every step 262,656 B."""
+    whole-grain steps would be 262,144). A loop of 4 such chunks on 4 ranks and one channel: every step 262,656 B,
+    in 2 slices of 131,328 B (65,664 floats: divUp(65,664, 32) x 16 = 32,832 floats)."""
     env = {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "1", "NCCL_BUFFSIZE": str(8 * 65_736)}
     dag = decompose(Collective("all_reduce", (0, 1, 2, 3), 4 * 262_656, "fp32"), HOSTS4, chunked(**env))
-    assert {f.size for f in dag.flows if not is_credit(f)} == {262_656}
+    assert {f.size for f in dag.flows if not is_credit(f)} == {131_328}
+    assert set(sends(dag.flows, 0, 0, 1)) == {262_656}

@@ -28,6 +28,8 @@ MiB = 1 << 20
 NCCL_STEPS = 8  # src/include/device.h
 ALLREDUCE_CHUNKSTEPS = NCCL_STEPS // 2  # src/include/collectives.h: a Simple ring chunk's buffer slots
 SIMPLE_WINDOW = NCCL_STEPS // ALLREDUCE_CHUNKSTEPS  # Simple ring chunks in flight on a connection
+ALLREDUCE_SLICESTEPS = NCCL_STEPS // 4  # a chunk's slices' slots: each slice a message of its own
+SLICE_WINDOW = NCCL_STEPS // ALLREDUCE_SLICESTEPS  # Simple ring slices in flight on a connection
 TOPO = load_topology("testbed16")  # 2 hosts x 8 H100, a 400G NIC a GPU, two leaves and four 800G spines
 RING_SIMPLE = nccl_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"})
 
@@ -50,8 +52,8 @@ def busiest_link_us(flows: list) -> float:
 
 def test_ring_steps_go_in_turn_on_their_connection() -> None:
     """256 MiB: 16 channels of a 1 MiB slice a rank, one pass of 2(16 - 1) = 30 steps a connection. Each step is on
-    its connection's queue and waits for its receiver to have consumed the chunk NCCL_STEPS / ALLREDUCE_CHUNKSTEPS
-    = 2 before it (`waits_back`); on the flow
+    its connection's queue as its 2 slices, and each slice waits for its receiver to have consumed the slice
+    NCCL_STEPS / ALLREDUCE_SLICESTEPS = 4 before it (`waits_back`); on the flow
     network no connection's steps overlap on the wire, so the spine links that ECMP gives six connections share
     their rate six ways by connection, and the call takes NCCL's latency plus the busiest link's bytes at its line
     rate, to 0.1%. (When a connection's steps ran side by side each took a share of the link, and the ring ran 2.7%
@@ -61,13 +63,13 @@ def test_ring_steps_go_in_turn_on_their_connection() -> None:
     for f in flows:
         if not is_credit(f):
             conns[f.conn].append(f)
-    assert len(conns) == 16 * 16 and all(len(steps) == 2 * 15 for steps in conns.values())
+    assert len(conns) == 16 * 16 and all(len(steps) == 2 * 2 * 15 for steps in conns.values())
     by_id = {f.id: f for f in flows}
     for steps in conns.values():
         assert len({f.queue for f in steps}) == 1 and steps[0].queue
         where = {f.id: s for s, f in enumerate(steps)}
-        for s, f in enumerate(steps[SIMPLE_WINDOW:], SIMPLE_WINDOW):
-            assert waits_back(by_id, where, s, f) == {SIMPLE_WINDOW}
+        for s, f in enumerate(steps[SLICE_WINDOW:], SLICE_WINDOW):
+            assert waits_back(by_id, where, s, f) == {SLICE_WINDOW}
     sim = FlowSimulator(TOPO)
     sim.submit(flows, at=0)
     done = {c.flow_id: c for c in sim.drain()}
@@ -129,16 +131,17 @@ def own_offsets(flows: list) -> set[int]:
 
 @pytest.mark.parametrize(
     ("proto", "window", "size"),
-    [("Simple", SIMPLE_WINDOW, 128 * MiB), ("LL", NCCL_STEPS, 4 * MiB), ("LL128", NCCL_STEPS, 64 * MiB)],
+    [("Simple", SLICE_WINDOW, 128 * MiB), ("LL", NCCL_STEPS, 4 * MiB), ("LL128", NCCL_STEPS, 64 * MiB)],
 )
 def test_a_ring_chunk_takes_its_protocols_slots(proto: str, window: int, size: int) -> None:
-    """2 hosts x 2 H100 (8 channels), an all-reduce of several passes: a Simple chunk (2 MiB) waits for the one 2
-    back (4 slots a chunk), an LL / LL128 chunk for the one 8 back (a slot a chunk); 1 back only at a pass's start
-    (a rank runs its passes in turn)."""
+    """2 hosts x 2 H100 (8 channels), an all-reduce of several passes: a Simple chunk (2 MiB) moves as 2 slices,
+    each waiting for the slice 4 back (2 slots a slice), an LL / LL128 chunk for the one 8 back (a slot a chunk);
+    at a pass's start a message waits for the rank's last of the pass before (a rank runs its passes in turn): 1
+    back, and for a Simple chunk's second slice 2."""
     env = nccl_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": proto})
     coll = Collective("all_reduce", (0, 1, 2, 3), size, "fp32")
     dag = decompose(coll, rail_optimized(2, 2, gpu="h100"), AlgoOptions(granularity="chunked", nccl_env=env))
-    assert own_offsets(dag.flows) == {1, window}
+    assert own_offsets(dag.flows) == ({1, 2, window} if proto == "Simple" else {1, window})
 
 
 def latency_ring() -> Topology:

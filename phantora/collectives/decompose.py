@@ -39,7 +39,7 @@ from phantora.collectives.nccl import nvls_loops as nvls_loops_of
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import found_channels, found_speed, plan_channels
-from phantora.collectives.nccl.chunking import chunk_bytes, p2p_chunk_bytes, tree_line_sweeps
+from phantora.collectives.nccl.chunking import chunk_bytes, p2p_chunk_bytes, step_bytes, tree_line_sweeps
 from phantora.collectives.nccl.empty_kernel import empty_latency_us, launches_empty
 from phantora.collectives.nccl.net_split import through_nics
 from phantora.collectives.nccl.nvls_tree_loops import head_loops
@@ -50,6 +50,7 @@ from phantora.collectives.nccl.platform import nccl_view, platform_of
 from phantora.collectives.nccl.proxy import PROXY_STEP_US, RING_CHUNK_STEPS
 from phantora.collectives.nccl.pxn import comm_relay, pxn_relay
 from phantora.collectives.nccl.ring_round_up import DATA_WORD, LL128_GRAIN, run_threads
+from phantora.collectives.nccl.ring_slices import slice_bytes
 from phantora.collectives.nccl.shape import shape
 from phantora.collectives.nccl.shared_steps import shared_depths
 from phantora.collectives.nccl.tuning import Choice, running_release
@@ -58,7 +59,7 @@ from phantora.collectives.options import resolve
 from phantora.collectives.p2p import ChannelMap, ChunkOf, Depth, Relay, all_to_all, send_recv
 from phantora.collectives.pat import pat_flows
 from phantora.collectives.ring import ring_collective
-from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.collectives.spec import DTYPE_BYTES, AlgoOptions, Collective
 from phantora.collectives.sym import ce_flows, sym_flows
 from phantora.collectives.sym_plans import sym_plans
 from phantora.collectives.tree import tree_flows
@@ -495,6 +496,15 @@ def _ring_chunk_steps(opts: AlgoOptions) -> int:
     return RING_CHUNK_STEPS.get(opts.protocol, 1)
 
 
+def _ring_slicer(coll: Collective, opts: AlgoOptions) -> Callable[[int], list[int]] | None:
+    """A chunked Simple ring's chunk -> its slices' bytes (`nccl.ring_slices`: its elements and the Simple step);
+    None under LL and LL128 (a chunk of one slot, one slice)."""
+    if opts.protocol != "Simple":
+        return None
+    elem, step = DTYPE_BYTES[coll.dtype], step_bytes("Simple", nccl_settings(opts))
+    return lambda chunk: slice_bytes(chunk, elem, step)
+
+
 def _tree_sweeps(coll: Collective, topo: Topology, opts: AlgoOptions) -> tuple[int, int] | None:
     """A tree all-reduce over NVLink nodes under NCCL's LL or LL128: the bytes its reduce and broadcast halves
     forward per sweep of lines (`chunking.tree_line_sweeps`), the pieces each chunk crosses a hop in (a hop across
@@ -824,7 +834,8 @@ def _build(
         in_turn = opts.model == "nccl"
         window = _steps_in_flight(opts, _ring_chunk_steps(opts))
         cut = ring_cut(coll, topo, opts) if chunked else None
-        ring_collective(b, kind, orders, shares, in_turn=in_turn, window=window, cut=cut, **common)
+        slicer = _ring_slicer(coll, opts) if chunked and in_turn else None
+        ring_collective(b, kind, orders, shares, in_turn=in_turn, window=window, cut=cut, slicer=slicer, **common)
     elif algo == "tree":
         sweeps = _tree_sweeps(coll, topo, opts) if chunked else None
         common["shared_sender"] = chunked and _tree_halves_share_the_channel(coll, topo, opts)

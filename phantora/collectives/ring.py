@@ -16,6 +16,7 @@ from phantora.collectives.back_pressure import Credits, forwarded, ring_receives
 from phantora.collectives.dag import DagBuilder, split
 
 Cut = Callable[[list[int], int], list[list[int]]]  # (a channel's slices, chunk bytes) -> chunks[slice][pass]
+Slicer = Callable[[int], list[int]]  # a Simple chunk's bytes -> its slices' bytes (`nccl.ring_slices`)
 PHASES = {"reduce_scatter": ("rs",), "all_gather": ("ag",), "all_reduce": ("rs", "ag")}
 
 
@@ -56,6 +57,7 @@ def ring_flows(
     in_turn: bool = False,
     window: int = 1,
     cut: Cut | None = None,
+    slicer: Slicer | None = None,
 ) -> list[list[int]]:
     """Add one channel's ring flows; return, per ring position, the flows it receives at the last step.
 
@@ -71,13 +73,19 @@ def ring_flows(
     its successor go on the wire one at a time in order (`Flow.queue`), each once its input has arrived and
     the successor has consumed the message `window` before it and the credit is back (its buffer slots are free:
     NCCL_STEPS slots over the CHUNKSTEPS slots a Simple chunk takes, so 2; LL / LL128 chunks take 1, so 8;
-    prims_simple.h `waitPeer`; the successor consumes a step as it sends it on, a one-slot LL / LL128 step inside a
-    host once it has written it on (`back_pressure.written`), or at the last step as it arrives: `back_pressure.py`;
+    prims_simple.h `waitPeer`; the successor consumes a step as it sends it on, a one-slot LL / LL128 step or a Simple
+    chunk's slice (`slicer`) inside a host once it has written it on (`back_pressure.written`), or at the last step
+    as it arrives: `back_pressure.py`;
     the proxy posts a network connection's steps in order, net.cc `sendProxyProgress`; NCCL
     v2.30.7-1). So a
     connection moves its bytes at its own rate, as ns-3's NIC sends a connection's messages; without
     `in_turn` every pass runs at once, and the links alone set the pace. `cut` (chunked): how the slices are cut
     into the passes' chunks instead (under the NCCL model, `nccl.ring_loops.ring_chunks`: NCCL's own loops).
+    `slicer` (in turn, a Simple chunk of several slices: `window` < NCCL_STEPS): a chunk moves as its slices
+    (`nccl.ring_slices.slice_bytes`), each a message of its own with its own slots (NCCL_STEPS / SLICESTEPS in
+    flight) and its own receive, sent on once it has arrived and consumed once it is written on
+    (`back_pressure.written`), as prims_simple.h `genericOp` posts each slice's tail and head; the last flows a
+    position receives are then each chunk's slices.
     """
     n = len(order)
     first = start_deps or [()] * n
@@ -98,6 +106,8 @@ def ring_flows(
     sent: list[list[int]] = [[] for _ in range(n)]
     # each position's connection to its successor (back_pressure.py)
     per_message = ring_receives(window)  # a message's slices: 2 for a Simple chunk, 1 for an LL / LL128 step
+    if ordered and slicer is not None and per_message > 1:
+        return _sliced(b, kind, order, chunks, channel, tag, first, step_delay_ns, window * per_message, slicer)
     credits = Credits(b, window, tag, channel, per_message)
     prev = [0] * n  # the flow bringing the pass's chunk to each position at the previous step
     for c, s, sends in ring_passes(kind, chunks):
@@ -131,7 +141,7 @@ def ring_flows(
             mine.append(now[j])
             if ordered:
                 credits.sent(i, now[j])
-                if s and per_message > 1:  # a Simple chunk as it is sent on (its slices freed one by one: not modelled)
+                if s and per_message > 1:  # a Simple chunk whole (no `slicer`): as it is sent on
                     forwarded(credits, prev[i], inputs, kernel)
                 elif s:  # a one-slot step (LL, LL128) once it has written it on
                     written(credits, prev[i], inputs, kernel, now[j], b.network(order[i], order[j]))
@@ -139,6 +149,61 @@ def ring_flows(
         if s == last_step:
             for i in range(n):
                 recv[i][c] = prev[i]
+    return recv
+
+
+def _sliced(
+    b: DagBuilder,
+    kind: str,
+    order: list[int],
+    chunks: list[list[int]],
+    channel: int,
+    tag: str,
+    first: list[tuple[int, ...]],
+    step_delay_ns: int,
+    window: int,
+    slicer: Slicer,
+) -> list[list[int]]:
+    """`ring_flows` in turn with a Simple chunk as its slices (`slicer`), `window` slices in flight a connection:
+    slice q of a step goes once slice q of the step before has arrived (its first step: once the rank's last
+    message of the pass before has), on the wire behind the connection's earlier slices, its slots free once the
+    successor has written the slice `window` back on (`back_pressure.written`) or, at the last step, received it.
+    The empty slices of a short chunk (NCCL's kernel waits for their slots and posts them) add no flow: their slots
+    count as the chunk's last slice's. A chunk in one slice keeps its tag; a chunk's slices add `/slice{q}`."""
+    n = len(order)
+    k = len(chunks[0])
+    last_step = len(ring_schedule(kind, n)) - 1
+    recv: list[list[int]] = [[] for _ in range(n)]
+    sent: list[list[int]] = [[] for _ in range(n)]
+    credits = Credits(b, window, tag, channel)
+    prev: list[list[int]] = [[] for _ in range(n)]  # the slices bringing the pass's chunk at the previous step
+    for c, s, sends in ring_passes(kind, chunks):
+        ctag = f"{tag}/step{s}/chunk{c}" if k > 1 else f"{tag}/step{s}"
+        now: list[list[int]] = [[] for _ in range(n)]
+        for i, (_j, _offset, size) in enumerate(sends):
+            j = (i + 1) % n
+            mine = sent[i]
+            before = (mine[-1],) if not s and mine else ()  # a rank runs its passes one after another
+            network = b.network(order[i], order[j])
+            pieces = slicer(size)
+            data = [p for p in pieces if p] or pieces[:1]  # an empty slice moves nothing but takes its slots
+            for q, piece in enumerate(data):
+                inputs = (prev[i][q],) if s else first[i]
+                slot, kernel = credits.slots(i, order[i], order[j])
+                qtag = f"{ctag}/slice{q}" if len(data) > 1 else ctag
+                fid = b.add(order[i], order[j], piece, qtag, channel, (*inputs, *before, *slot), step_delay_ns,
+                            ordered=True)  # fmt: skip
+                now[j].append(fid)
+                mine.append(fid)
+                credits.sent(i, fid)
+                if s:  # the slice it forwards is consumed once written on
+                    written(credits, prev[i][q], inputs, kernel, fid, network)
+            for _ in range(len(pieces) - len(data)):  # the empty slices' slots, freed with the chunk's last data
+                credits.sent(i, now[j][-1])
+        prev = now
+        if s == last_step:
+            for i in range(n):
+                recv[i].extend(prev[i])
     return recv
 
 
@@ -170,9 +235,10 @@ def ring_collective(
     in_turn: bool = False,
     window: int = 1,
     cut: Cut | None = None,
+    slicer: Slicer | None = None,
 ) -> None:
     """A ring collective over len(orders) channels; channel c uses ring `orders[c]` and carries `shares[c]` bytes
-    (`channel_shares.channel_shares`; `in_turn`, `window`, `cut`: see `ring_flows`)."""
+    (`channel_shares.channel_shares`; `in_turn`, `window`, `cut`, `slicer`: see `ring_flows`)."""
     for c, (order, size) in enumerate(zip(orders, shares, strict=True)):
         ring_flows(
             b,
@@ -186,4 +252,5 @@ def ring_collective(
             in_turn=in_turn,
             window=window,
             cut=cut,
+            slicer=slicer,
         )
