@@ -13,13 +13,16 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 from test_runtime_e2e import GPT_ARGS, losses, run_gloo, star
 
 from bridge.errors import BridgeError
 from phantora.collectives.nccl.tables import MODEL_NCCL_VERSION
 from phantora.launcher import RunConfig, RunReport, launch
 from phantora.perfmodel.gpus import get_gpu
+from phantora.runtime.compute import Calibrated
 from phantora.runtime.memory import capacity_of
+from phantora.runtime.simcuda import attention
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "tests" / "scripts" / "cuda_probe.py"
@@ -227,7 +230,7 @@ def test_rng_flex_attention_and_peak_reset_as_on_a_gpu(tmp_path: Path) -> None:
         if e.get("ph") == "X" and e.get("pid") == 0:
             dur.setdefault(e["name"], []).append(e["dur"])
     flex, flex_bwd = dur["flex_attention"], dur["flex_attention_backward"]
-    assert len(flex) == len(flex_bwd) == 2
+    assert len(flex) == len(flex_bwd) == 3
     # bf16: sdpa runs the flash kernel, and FlexAttention's fused kernel is charged as it, forward and backward
     flash = "aten._scaled_dot_product_flash_attention_for_cpu"
     assert dur[flash] == [flex[1]] and flex[1] > 0
@@ -239,6 +242,16 @@ def test_rng_flex_attention_and_peak_reset_as_on_a_gpu(tmp_path: Path) -> None:
     assert flex[0] > dur[efficient][0] > 0 and flex[0] > flex[1]
     assert flex_bwd[0] > dur[efficient + "_backward"][0] and flex_bwd[0] > flex_bwd[1]
     assert seen["flex_ms"] >= seen["sdpa_ms"]  # bf16; plus the small ops of flex_attention's Python wrapper
+    # bf16, a causal window of 128 over 1,024 (2 x 4 heads of 32): 2n - 1 = 15 of the causal mask's n(n + 1)/2 = 36
+    # (128, 128) blocks (n = 8), so the causal kernel's pairs times 15/36, forward and backward (runtime/flex_blocks.py)
+    model, pairs = Calibrated(get_gpu("h100"), 1000), round(1024 * 1025 // 2 * 15 / 36)
+    x = torch.empty(2, 4, 1024, 32, dtype=torch.bfloat16, device="meta")
+    lse, flags = torch.empty(2, 4, 1024, device="meta"), {"is_causal": True, "kept_pairs": pairs}
+    forward = model.cost(attention.FLASH, (x, x, x), flags, (x, lse))
+    backward = model.cost(attention.FLASH_BACKWARD, (x, x, x, x, x, lse), flags, (x, x, x))
+    assert flex[2] * 1000 == pytest.approx(forward.ns, abs=1)
+    assert forward.ns < model.cost(attention.FLASH, (x, x, x), {"is_causal": True}, (x, lse)).ns
+    assert flex_bwd[2] * 1000 == pytest.approx(backward.ns, abs=1)
     assert seen["peak_after_reset"] == seen["allocated_after_reset"]
     assert rep.summary["memory"]["peak_bytes"] >= 256 << 20
 

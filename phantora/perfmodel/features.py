@@ -265,7 +265,11 @@ def _attention(call: OpCall, cls: str) -> OpFeatures:
     except (ValueError, IndexError):
         raise _bad(call, "attention needs 4-D query, key and value") from None
     causal = bool(call.extra.get("causal"))
-    if _windowed(call):
+    if "pairs" in call.extra:  # a batch-head's pairs given (a FlexAttention block mask's: runtime/flex_blocks.py)
+        pairs = call.extra["pairs"]
+        if not isinstance(pairs, int) or not 0 <= pairs <= sq * sk:
+            raise InputError(f"{call.op}: pairs {pairs!r} is not an integer in [0, {sq} x {sk}]", field="pairs")
+    elif _windowed(call):
         pairs = window_pairs(sq, sk, causal, call.extra.get("window_left"), call.extra.get("window_right"))
     else:
         pairs = causal_pairs(sq, sk) if causal else sq * sk

@@ -33,6 +33,7 @@ _SCALARS = {
     "out_dtype": "out_dtype",
     "window_size_left": "window_left",  # FlashAttention's sliding window (simcuda/varlen.py passes it)
     "window_size_right": "window_right",
+    "kept_pairs": "pairs",  # the (query, key) pairs a FlexAttention block mask keeps (runtime/flex_blocks.py)
 }
 
 

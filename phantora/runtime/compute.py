@@ -98,6 +98,13 @@ class OpCost:
     tier: str = "roofline"  # measured | public | l40s | curves | roofline | estimate (phantora.perfmodel.pubfit.TIERS)
 
 
+def kept_flops(flops: int, kept: float, of: float) -> int:
+    """An attention kernel's FLOPs when its mask keeps `kept` of the causal kernel's `of` (query, key) pairs or
+    blocks: torch's formula counts every pair of the causal kernel, so that count times the kept share (a sliding
+    window's in simcuda/varlen.py, a FlexAttention block mask's in flex_blocks.py)."""
+    return round(flops * kept / of)
+
+
 def tensors_in(x: Any, out: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
     """The tensors in nested tuples, lists and dicts (a fast, tensor-only tree flatten)."""
     if out is None:

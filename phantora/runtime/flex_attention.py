@@ -9,7 +9,8 @@ through torch.compile, which refuses a rank's dispatch mode). A rank's dispatch 
   charged nor counted as device memory) on the tensors' data, in query slices on real data (flex_chunks.py: the
   reference's score matrices are B x H x Lq x Lkv, which the fused kernel never holds);
 - the time is the flash-attention kernel's for the same query, key and value shapes (the compute
-  model's attention formula), causal when the block mask keeps at most 3/4 of the blocks. In phantom
+  model's attention formula) charged for the blocks the block mask keeps (flex_blocks.py: the full kernel when
+  nothing is masked, else the causal kernel's pairs scaled by the kept blocks against a causal mask's). In phantom
   mode the mask has no values, and it is taken as causal, the mask of language-model training.
   FlexAttention's kernel is inductor's own Triton template (flash-style: tiles, online softmax), not one of
   sdpa's backends (simcuda/sdp_choice.py), so it keeps this charge whatever sdpa would pick: in bf16/fp16 it
@@ -29,23 +30,23 @@ import torch.nn.attention.flex_attention
 from torch._C import DispatchKey
 from torch._higher_order_ops.flex_attention import flex_attention, flex_attention_backward
 
-from phantora.runtime import flex_chunks
-from phantora.runtime.compute import tensors_in
+from phantora.runtime import flex_blocks, flex_chunks
+from phantora.runtime.compute import OpCost, kept_flops, tensors_in
 from phantora.runtime.simcuda import device as simcuda
 from phantora.runtime.simcuda.tensor import SimCudaTensor
 
 _FLASH = torch.ops.aten._scaled_dot_product_flash_attention.default
 _FLASH_BWD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
-CAUSAL_DENSITY = 0.75  # a block mask keeping at most this share of the blocks is charged as causal
 
 
-def causal(block_mask: tuple) -> bool:
-    """Does a flex block mask (its tuple form) look causal, by the share of blocks it keeps?"""
-    kv_num, kv_indices, full_num = block_mask[2], block_mask[3], block_mask[4]
-    if kv_num.is_meta or kv_indices.numel() == 0:
-        return True
-    kept = kv_num.sum().item() + (full_num.sum().item() if full_num is not None else 0)
-    return kept <= CAUSAL_DENSITY * kv_indices.numel()
+def _charge(mode: Any, name: str, op: Any, inputs: tuple, out: Any, block_mask: tuple, q: Any, k: Any) -> None:
+    """Charge the flash op `op` on `inputs` (unwrapped) for the blocks `block_mask` keeps (flex_blocks.py)."""
+    s = mode.session
+    how = flex_blocks.charge(simcuda.unwrap(block_mask), q.shape[-2], k.shape[-2])
+    c = s.model.cost(op, inputs, how.flags(), out)
+    if how.kept != how.of:
+        c = OpCost(kept_flops(c.flops, how.kept, how.of), c.nbytes, c.dtype, c.ns, c.tier)
+    s.charge(name, c)
 
 
 def _run(mode: Any, hop: Any, args: tuple, kwargs: dict) -> Any:
@@ -67,19 +68,15 @@ def _run(mode: Any, hop: Any, args: tuple, kwargs: dict) -> Any:
 
 def _forward(mode: Any, q: Any, k: Any, v: Any, score_mod: Any, block_mask: tuple, *rest: Any, **kw: Any) -> Any:
     out = _run(mode, flex_attention, (q, k, v, score_mod, block_mask, *rest), kw)
-    s = mode.session
-    flags = {"is_causal": causal(simcuda.unwrap(block_mask))}
-    s.charge("flex_attention", s.model.cost(_FLASH, simcuda.unwrap((q, k, v)), flags, simcuda.unwrap(out[:2])))
+    _charge(mode, "flex_attention", _FLASH, simcuda.unwrap((q, k, v)), simcuda.unwrap(out[:2]), block_mask, q, k)
     return out
 
 
 def _backward(mode: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, *rest: Any, **kw: Any) -> Any:
     grads = _run(mode, flex_attention_backward, (q, k, v, out, lse, grad_out, *rest), kw)
-    s = mode.session
     block_mask = rest[3]  # after grad_logsumexp, fw_graph, joint_graph
-    flags = {"is_causal": causal(simcuda.unwrap(block_mask))}
     inputs = simcuda.unwrap((grad_out, q, k, v, out, lse))
-    s.charge("flex_attention_backward", s.model.cost(_FLASH_BWD, inputs, flags, simcuda.unwrap(grads[:3])))
+    _charge(mode, "flex_attention_backward", _FLASH_BWD, inputs, simcuda.unwrap(grads[:3]), block_mask, q, k)
     return grads
 
 

@@ -70,6 +70,12 @@ ref16.float().sum().backward()
 out["flex_ms"] = ev[0].elapsed_time(ev[1])
 out["sdpa_ms"] = ev[1].elapsed_time(ev[2])
 
+# A causal sliding window of 128 keys over 1,024 (bf16), forward and backward: charged for the blocks it keeps.
+W = 1024
+window = create_block_mask(lambda b, h, q, kv: (q >= kv) & (q - kv <= 128), B, H, W, W, device="cuda")
+wq = [torch.randn(B, H, W, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+flex_attention(*wq, block_mask=window).float().sum().backward()
+
 # The program's peak restarts at reset_peak_memory_stats; the run's peak (results.json) does not.
 big = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 del big

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from phantora.perfmodel.features import window_pairs
-from phantora.runtime.compute import OpCost
+from phantora.runtime.compute import OpCost, kept_flops
 from phantora.runtime.simcuda import attention
 
 aten = torch.ops.aten
@@ -206,7 +206,7 @@ def cost(model: Any, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -
         f = c.flops
         if window:  # the kernel's FLOPs without the window, times the share of its pairs the window keeps
             kept = window_pairs(sq, sk, causal, window["window_size_left"], window["window_size_right"])
-            f = round(f * kept / window_pairs(sq, sk, causal, -1, -1))
+            f = kept_flops(f, kept, window_pairs(sq, sk, causal, -1, -1))
         flops, nbytes, ns = flops + f, nbytes + c.nbytes, ns + c.ns - model.launch_ns
         dtype, tier = c.dtype or dtype, c.tier
     return OpCost(flops, nbytes, dtype, ns + model.launch_ns if ns or flops else 0, tier)
