@@ -28,8 +28,9 @@ from phantora.runtime.compute import Calibrated, OpCost, Roofline
 from phantora.runtime.dispatch import ChargeMode
 from phantora.runtime.nonet import NoNetworkClient
 from phantora.runtime.session import RankSession
-from phantora.runtime.simcuda import attention, device, tensor
+from phantora.runtime.simcuda import attention, device
 from phantora.runtime.simcuda.tensor import SimCudaTensor
+from tests.charged_session import charged_session
 
 B, H, S, D = 1, 2, 1024, 16
 N = S // 128
@@ -93,19 +94,7 @@ def test_no_mask_and_a_meta_mask() -> None:
 
 @pytest.fixture(params=[False, True], ids=["real", "phantom"])
 def session(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[RankSession, list]]:
-    monkeypatch.setattr(device, "_installed", True)
-    if request.param:
-        monkeypatch.setattr(tensor, "_inner_device", torch.device("meta"))
-    model = Calibrated(get_gpu("h100"), DEFAULT_LAUNCH_NS)
-    s = RankSession(0, 1, NoNetworkClient(), model, trace_level="none", phantom=request.param)
-    seen: list[tuple[str, OpCost]] = []
-    charge = s.charge
-    monkeypatch.setattr(s, "charge", lambda name, cost: (seen.append((name, cost)), charge(name, cost))[1])
-    session_module.install(s)
-    try:
-        yield s, seen
-    finally:
-        session_module.install(None)
+    yield from charged_session(monkeypatch, request.param, Calibrated(get_gpu("h100"), DEFAULT_LAUNCH_NS))
 
 
 def _on_device(mask: BlockMask, phantom: bool) -> BlockMask:

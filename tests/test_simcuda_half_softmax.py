@@ -19,13 +19,11 @@ import torch
 
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import DEFAULT_LAUNCH_NS
-from phantora.runtime import session as session_module
 from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
-from phantora.runtime.nonet import NoNetworkClient
 from phantora.runtime.session import RankSession
-from phantora.runtime.simcuda import device, tensor
 from phantora.runtime.simcuda.tensor import SimCudaTensor
+from tests.charged_session import charged_session
 
 ROWS, D = 64, 1024
 N = ROWS * D
@@ -38,24 +36,10 @@ def _roofline_ns(nbytes: int) -> int:
 
 
 @pytest.fixture(params=[False, True], ids=["real", "phantom"])
-def charged(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[RankSession, list[tuple[str, int]]]]:
-    """A rank's session under the roofline, in real and in phantom mode (meta data), and the (name, ns) of every op
-    it charges."""
-    monkeypatch.setattr(device, "_installed", True)
-    if request.param:
-        monkeypatch.setattr(tensor, "_inner_device", torch.device("meta"))
-    model = Roofline(H100, launch_ns=DEFAULT_LAUNCH_NS)
-    s = RankSession(0, 1, NoNetworkClient(), model, trace_level="none", phantom=request.param)
-    seen: list[tuple[str, int]] = []
-    charge = s.charge
-    monkeypatch.setattr(s, "charge", lambda name, cost: (seen.append((name, cost.ns)), charge(name, cost))[1])
-    session_module.install(s)
-    try:
-        yield s, seen
-    finally:
-        session_module.install(None)
+def charged(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[RankSession, list]]:
+    """A rank's session under the roofline, in real and in phantom mode (meta data), and the (name, cost) of every
+    op it charges."""
+    yield from charged_session(monkeypatch, request.param, Roofline(H100, launch_ns=DEFAULT_LAUNCH_NS))
 
 
 @pytest.mark.parametrize("log", [False, True])
@@ -71,7 +55,9 @@ def test_fp16_to_fp32_softmax_is_one_kernel_with_the_closed_form(
     with ChargeMode(s):
         y = fn(x, -1, dtype=torch.float32)
     name = "aten._log_softmax" if log else "aten._softmax"
-    assert seen == [(name, _roofline_ns(2 * N + 4 * N))]  # fp16 in, fp32 out: one kernel, no cast of its own
+    assert [(n, c.ns) for n, c in seen] == [
+        (name, _roofline_ns(2 * N + 4 * N))
+    ]  # fp16 in, fp32 out: one kernel, no cast of its own
     assert y.device == torch.device("cuda", 0) and y.dtype == torch.float32 and y.shape == (ROWS, D)
     if not phantom:
         xd = host.double()
@@ -94,7 +80,7 @@ def test_its_backward_gives_the_fp16_gradient_in_one_kernel(
     g, y = (SimCudaTensor(t.float().to("meta") if s.phantom else t.float(), 0) for t in (grad, out))
     with ChargeMode(s):
         dx = op(g, y, -1, torch.float16)
-    assert seen == [(str(op.overloadpacket), _roofline_ns(4 * N + 4 * N + 2 * N))]
+    assert [(n, c.ns) for n, c in seen] == [(str(op.overloadpacket), _roofline_ns(4 * N + 4 * N + 2 * N))]
     assert dx.dtype == torch.float16 and dx.device == torch.device("cuda", 0)
     if s.phantom:
         return
@@ -112,7 +98,10 @@ def test_without_a_conversion_the_cpu_kernel_runs_as_before(charged: tuple[RankS
     x32, x16 = (SimCudaTensor(t.to("meta") if s.phantom else t, 0) for t in hosts)
     with ChargeMode(s):
         y32, y16 = torch.softmax(x32, -1), torch.softmax(x16, -1)
-    assert seen == [("aten._softmax", _roofline_ns(8 * N)), ("aten._softmax", _roofline_ns(4 * N))]
+    assert [(n, c.ns) for n, c in seen] == [
+        ("aten._softmax", _roofline_ns(8 * N)),
+        ("aten._softmax", _roofline_ns(4 * N)),
+    ]
     assert (y32.dtype, y16.dtype) == (torch.float32, torch.float16)
     if s.phantom:
         return

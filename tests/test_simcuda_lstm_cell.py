@@ -17,13 +17,11 @@ import torch
 
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import DEFAULT_LAUNCH_NS
-from phantora.runtime import session as session_module
 from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
-from phantora.runtime.nonet import NoNetworkClient
 from phantora.runtime.session import RankSession
-from phantora.runtime.simcuda import device, tensor
 from phantora.runtime.simcuda.tensor import SimCudaTensor
+from tests.charged_session import charged_session
 
 aten = torch.ops.aten
 B, H = 3, 5
@@ -31,19 +29,7 @@ B, H = 3, 5
 
 @pytest.fixture(params=[False, True], ids=["real", "phantom"])
 def charged(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[RankSession, list]]:
-    monkeypatch.setattr(device, "_installed", True)
-    if request.param:
-        monkeypatch.setattr(tensor, "_inner_device", torch.device("meta"))
-    model = Roofline(get_gpu("h100"), launch_ns=DEFAULT_LAUNCH_NS)
-    s = RankSession(0, 1, NoNetworkClient(), model, trace_level="none", phantom=request.param)
-    seen: list[str] = []
-    charge = s.charge
-    monkeypatch.setattr(s, "charge", lambda name, cost: (seen.append(name), charge(name, cost))[1])
-    session_module.install(s)
-    try:
-        yield s, seen
-    finally:
-        session_module.install(None)
+    yield from charged_session(monkeypatch, request.param, Roofline(get_gpu("h100"), launch_ns=DEFAULT_LAUNCH_NS))
 
 
 def _closed_form(xg: torch.Tensor, hg: torch.Tensor, cx: torch.Tensor, bi: torch.Tensor, bh: torch.Tensor) -> tuple:
@@ -66,7 +52,7 @@ def test_the_cell_forward_and_backward_are_one_kernel_each_with_the_closed_form(
         grad_gates, grad_cx, grad_bias = aten._thnn_fused_lstm_cell_backward_impl(
             g_hy, g_cy, sims[2], cy, workspace, True
         )
-    assert seen == ["aten._thnn_fused_lstm_cell", "aten._thnn_fused_lstm_cell_backward_impl"]
+    assert [n for n, _ in seen] == ["aten._thnn_fused_lstm_cell", "aten._thnn_fused_lstm_cell_backward_impl"]
     assert [tuple(t.shape) for t in (hy, cy, workspace, grad_gates, grad_cx, grad_bias)] == [
         (B, H), (B, H), (B, 4 * H), (B, 4 * H), (B, H), (4 * H,),
     ]  # fmt: skip
@@ -127,7 +113,7 @@ def test_the_gru_cell_forward_and_backward_are_one_kernel_each_with_the_closed_f
         hy, workspace = aten._thnn_fused_gru_cell(*sims)
         g = SimCudaTensor(grad.to("meta") if s.phantom else grad, 0)
         grads = aten._thnn_fused_gru_cell_backward(g, workspace, True)
-    assert seen == ["aten._thnn_fused_gru_cell", "aten._thnn_fused_gru_cell_backward"]
+    assert [n for n, _ in seen] == ["aten._thnn_fused_gru_cell", "aten._thnn_fused_gru_cell_backward"]
     assert [tuple(t.shape) for t in (hy, workspace, *grads)] == [
         (B, H), (B, 5 * H), (B, 3 * H), (B, 3 * H), (B, H), (3 * H,), (3 * H,),
     ]  # fmt: skip

@@ -18,13 +18,11 @@ import torch
 
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import DEFAULT_LAUNCH_NS
-from phantora.runtime import session as session_module
-from phantora.runtime.compute import OpCost, Roofline
+from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
-from phantora.runtime.nonet import NoNetworkClient
 from phantora.runtime.session import RankSession
-from phantora.runtime.simcuda import device, tensor
 from phantora.runtime.simcuda.tensor import SimCudaTensor
+from tests.charged_session import charged_session
 
 aten = torch.ops.aten
 LENGTHS = [5, 12, 7, 12]  # four packed sequences, two of one length
@@ -33,19 +31,7 @@ HEADS, KV_HEADS, D = 4, 2, 16
 
 @pytest.fixture(params=[False, True], ids=["real", "phantom"])
 def charged(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[RankSession, list]]:
-    monkeypatch.setattr(device, "_installed", True)
-    if request.param:
-        monkeypatch.setattr(tensor, "_inner_device", torch.device("meta"))
-    model = Roofline(get_gpu("h100"), launch_ns=DEFAULT_LAUNCH_NS)
-    s = RankSession(0, 1, NoNetworkClient(), model, trace_level="none", phantom=request.param)
-    seen: list[tuple[str, OpCost]] = []
-    charge = s.charge
-    monkeypatch.setattr(s, "charge", lambda name, cost: (seen.append((name, cost)), charge(name, cost))[1])
-    session_module.install(s)
-    try:
-        yield s, seen
-    finally:
-        session_module.install(None)
+    yield from charged_session(monkeypatch, request.param, Roofline(get_gpu("h100"), launch_ns=DEFAULT_LAUNCH_NS))
 
 
 def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, left: int = -1) -> tuple:

@@ -22,13 +22,12 @@ import torch.nn.functional as F
 
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import DEFAULT_LAUNCH_NS
-from phantora.runtime import session as session_module
 from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
-from phantora.runtime.nonet import NoNetworkClient
 from phantora.runtime.session import RankSession
-from phantora.runtime.simcuda import attention, device, flash_api, flash_kernels, simflash, tensor
+from phantora.runtime.simcuda import attention, flash_api, flash_kernels, simflash
 from phantora.runtime.simcuda.tensor import SimCudaTensor
+from tests.charged_session import charged_session
 from tests.installed import needs
 
 B, S, HEADS, KV_HEADS, D = 2, 10, 4, 2, 16
@@ -38,19 +37,7 @@ TOL = {"rtol": 2e-2, "atol": 2e-2}  # bf16 data
 
 @pytest.fixture(params=[False, True], ids=["real", "phantom"])
 def charged(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[RankSession, list]]:
-    monkeypatch.setattr(device, "_installed", True)
-    if request.param:
-        monkeypatch.setattr(tensor, "_inner_device", torch.device("meta"))
-    model = Roofline(get_gpu("h100"), launch_ns=DEFAULT_LAUNCH_NS)
-    s = RankSession(0, 1, NoNetworkClient(), model, trace_level="none", phantom=request.param)
-    seen: list = []
-    charge = s.charge
-    monkeypatch.setattr(s, "charge", lambda name, cost: (seen.append((name, cost)), charge(name, cost))[1])
-    session_module.install(s)
-    try:
-        yield s, seen
-    finally:
-        session_module.install(None)
+    yield from charged_session(monkeypatch, request.param, Roofline(get_gpu("h100"), launch_ns=DEFAULT_LAUNCH_NS))
 
 
 def _data(*shape_heads: tuple[int, ...]) -> list[torch.Tensor]:

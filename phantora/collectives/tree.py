@@ -7,14 +7,19 @@ carries the whole `size` bytes in each phase it takes part in.
 from __future__ import annotations
 
 import bisect
+import collections
+import functools
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import ParamSpec
 
 from phantora.collectives.back_pressure import Credits, written
 from phantora.collectives.dag import DagBuilder, split
 from phantora.collectives.layout import children_of, topo_order
 from phantora.collectives.nccl.part_loops import part_chunks
+
+P = ParamSpec("P")
 
 
 def tree_height(parent: list[int | None]) -> int:
@@ -44,32 +49,6 @@ def net_lines(b: DagBuilder) -> bool:
     NCCL_IB_SPLIT_DATA_ON_QPS spreads every message over several queue pairs side by side (`DagBuilder.split_qps`),
     whose lines then land in as many places at once (not modelled: such a step crosses whole)."""
     return b.qps == 1 or not b.split_qps
-
-
-def tree_flows(
-    b: DagBuilder,
-    parent: list[int | None],
-    size: int,
-    channel: int,
-    *,
-    up: bool,
-    down: bool,
-    chunked: bool,
-    chunk_bytes: int,
-    step_delay_ns: int,
-    name: str,
-    sweeps: tuple[int, int] | None = None,
-    window: int = 1,
-    shared_sender: bool = False,
-    pieces: list[int] | None = None,
-    ready: Sequence[Sequence[tuple[int, ...]]] | None = None,
-    landed: list[list[tuple[int, ...]]] | None = None,
-) -> None:
-    """Add the flows of a reduce up the tree (`up`) and/or a broadcast down it (`down`): `tree_steps` run through."""
-    for _ in tree_steps(b, parent, size, channel, up=up, down=down, chunked=chunked, chunk_bytes=chunk_bytes,
-                        step_delay_ns=step_delay_ns, name=name, sweeps=sweeps, window=window,
-                        shared_sender=shared_sender, pieces=pieces, ready=ready, landed=landed):  # fmt: skip
-        pass
 
 
 def tree_steps(
@@ -317,3 +296,16 @@ def tree_steps(
             d += 1
     for e in down_ticks[d:]:
         down_tick(e)
+
+
+def _run_through(steps: Callable[P, Iterator[int]]) -> Callable[P, None]:
+    """`steps` run to its end, for callers that want only the flows it adds."""
+
+    @functools.wraps(steps)
+    def run(*args: P.args, **kwargs: P.kwargs) -> None:
+        collections.deque(steps(*args, **kwargs), maxlen=0)
+
+    return run
+
+
+tree_flows = _run_through(tree_steps)  # add a tree's flows: `tree_steps`, its steps' ends not wanted
