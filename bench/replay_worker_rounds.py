@@ -228,12 +228,12 @@ def dump(args: argparse.Namespace) -> None:
     digests: list[list[str]] = []
     replies: list[list[Any]] = []
 
-    def spawner(topology: Any, cfg: PacketConfig, assignment: list[list[int]], *sides: str) -> WorkerPool:
+    def spawner(topology: Any, cfg: PacketConfig, assignment: list[list[int]], side: str = "packet") -> WorkerPool:
         for i in range(len(assignment)):
             rounds.append([])
             digests.append([])
-            (out / f"setup.w{i}.msgpack").write_bytes(worker_spec(topology, cfg, *sides).to_bytes())
-        pool = spawn_workers(topology, cfg, assignment, *sides)
+            (out / f"setup.w{i}.msgpack").write_bytes(worker_spec(topology, cfg, side).to_bytes())
+        pool = spawn_workers(topology, cfg, assignment, side)
         return _Recorder(pool, rounds, digests, replies)  # type: ignore[return-value]
 
     sim = HybridDecomposedSimulator(topo, config, spawner)
