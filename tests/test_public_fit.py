@@ -113,7 +113,7 @@ def test_shipped_fit_belongs_to_the_shipped_data():
     doc = json.loads(Path(pubfit.__file__).with_name(pubfit.PUBLIC_CURVES).read_text())
     assert doc["data_sha256"] == pubfit.data_digest()
     fits = pubfit.parse(doc)
-    assert set(fits) == {"GA100", "GH100", "GB100"}
+    assert set(fits) == {"GA100", "GH100", "GB100", "GH100/fa3"}  # FlashAttention-3 fitted on its own
     assert fits["GA100"].gpus == ["a100", "a100-40gb", "a100-pcie"]
 
 

@@ -110,11 +110,12 @@ def run_public(args: argparse.Namespace) -> int:
     print(f"{len(points)} public rows from {source}; base curves: default_curves.json (perfdb/l40s)")
     fits: dict[str, pubfit.DieFit] = {}
     held: list[pubfit.Held] = []
-    for chip, pts in pubfit.by_chip(points).items():
+    for chip, pts in pubfit.by_fit(points).items():  # a die, then its FlashAttention-3 fit over the die's
         t0 = time.perf_counter()
-        fits[chip] = pubfit.fit_die(pts, base)
+        start = pubfit.base_for(chip, base, fits)
+        fits[chip] = pubfit.fit_die(pts, start, name=chip)
         t1 = time.perf_counter()
-        held += pubfit.leave_one_out(pts, base)
+        held += pubfit.leave_one_out(pts, start)
         t2 = time.perf_counter()
         knobs = ", ".join(f"{g}.{k}={v:.3g}" for g, vals in fits[chip].params.items() for k, v in vals.items())
         print(f"{chip} ({', '.join(fits[chip].gpus)}): {len(pts)} rows; fit {t1 - t0:.1f} s, leave-one-out "

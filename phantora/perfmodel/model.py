@@ -60,6 +60,8 @@ class ComputeModel:
     measurements of (`pubfit.py`), tier "public"; the L40S-shaped curves (`default_curves.json`
     through this GPU's peaks), tier "l40s". With `curves` (a `phantora calibrate --out` file) those
     curves time every op the table does not, tier "curves"; `public=False` turns the public fit off.
+    A flash forward call marked `kernel="fa3"` (FlashAttention-3's) is timed by the die's FA3 fit
+    (`pubfit.fa3_curves`), tier "public", where the die has one; elsewhere as any flash forward.
     The table must come from the same GPU (checked when the table names its GPU). `tf32=True` makes
     fp32 matrix products use the TF32 tensor-core peak.
     """
@@ -73,12 +75,13 @@ class ComputeModel:
         tf32: bool = False,
         public: bool = True,
     ) -> None:
-        from phantora.perfmodel.pubfit import public_curves
+        from phantora.perfmodel.pubfit import fa3_curves, public_curves
 
         self.gpu = get_gpu(gpu)
         if table is not None and table.gpu is not None and get_gpu(table.gpu) is not self.gpu:
             raise InputError(f"the measured table is from {table.gpu}, not {self.gpu.name}", field="gpu")
         self.public_classes: frozenset[str] = frozenset()
+        self.fa3_curves: Curves | None = None
         if curves is not None:
             self.curves, self.fallback_tier = curves, "curves"
         else:
@@ -86,6 +89,7 @@ class ComputeModel:
             fit = public_curves(self.gpu, self.curves) if public else None
             if fit is not None:
                 self.curves, self.public_classes = fit
+                self.fa3_curves = fa3_curves(self.gpu, load_curves())
         self.table = table
         self.tf32 = tf32
         self._cache: dict[tuple, tuple[int, str]] = {}
@@ -117,19 +121,23 @@ class ComputeModel:
             out = (measured, "measured")
         else:
             f = compute_features(call)
-            tier = "public" if f.op_class in self.public_classes else self.fallback_tier
-            out = (self.model_ns(f, tf32=tf32), tier)
+            if self.fa3_curves is not None and f.op_class == "attention_fwd" and extra.get("kernel") == "fa3":
+                out = (self.model_ns(f, curves=self.fa3_curves), "public")
+            else:
+                tier = "public" if f.op_class in self.public_classes else self.fallback_tier
+                out = (self.model_ns(f, tf32=tf32), tier)
         self._cache[key] = out
         return out
 
-    def model_ns(self, f: OpFeatures, *, tf32: bool = False) -> int:
+    def model_ns(self, f: OpFeatures, *, tf32: bool = False, curves: Curves | None = None) -> int:
         """The curves' time for features `f` (no table lookup); an unaligned tensor-core GEMM's (an operand's
         contiguous extent, leading dimension or offset off the 16-byte grid) is divided by alignment.UNALIGNED_EFF
         (the curves are fitted on aligned GEMMs)."""
         if f.op_class == "noop":
             return 0
         cols = columns([f], [peak_of(f, self.gpu, tf32)])
-        t = predict_columns(cols, self.curves.params, self.curves.op_mult, self.gpu, np)
+        c = curves or self.curves
+        t = predict_columns(cols, c.params, c.op_mult, self.gpu, np)
         return max(0, int(round(float(t[0]) * unaligned_factor(f, tf32))))
 
     def predict_ns(self, op: str, shapes: list, dtypes: list, extra: dict | None = None) -> int:

@@ -22,6 +22,11 @@ from the a-priori values of START.
 Forward + backward rows alone cannot tell the two apart, so the forward:backward ratio stays the L40S's
 unless forward-only (or backward-only) rows exist.
 
+FlashAttention-3's rows (kind `fa3_fwd`) are fitted on their own, as a second fit of the die ("GH100/fa3"):
+the attention knobs attn_fwd, attn_pair, attn_row and attn_diag over the die's fitted curves (pulled towards
+them, not the L40S's), never the backward's efficiency (no FA3 backward rows). It times only the forward calls
+marked `kernel="fa3"` (`fa3_curves`); the die's own fit, FlashAttention-2 class, times every other flash call.
+
 The op classes a die has rows for are timed by this fit ("public" tier); its other classes keep the
 L40S curves ("l40s" tier). Each row is predicted on its own GPU's peaks (SMs, clocks, bandwidth), so a
 die's efficiencies carry to its variants through their peaks. The fit minimises the mean Huber loss
@@ -47,7 +52,7 @@ from phantora.perfmodel.curves import Curves, columns, predict_columns
 from phantora.perfmodel.features import compute_features
 from phantora.perfmodel.fit import minimise, peak_of
 from phantora.perfmodel.gpus import GpuSpec, get_gpu
-from phantora.perfmodel.public import PublicPoint, default_path
+from phantora.perfmodel.public import FA3, PublicPoint, default_path
 
 PUBLIC_CURVES = "public_curves.json"
 FORMAT = "phantora-public-curves"
@@ -92,7 +97,28 @@ def knobs_of(point: PublicPoint) -> set[str]:
             out.add("attn_fwd")
         elif classes == {"attention_bwd"}:
             out.add("attn_bwd")
+        if point.row.kernel == FA3:  # forward rows only: the backward's efficiency is not theirs to move
+            out.discard("attn")
     return out
+
+
+def fit_key(point: PublicPoint) -> str:
+    """The fit a point belongs to: its die's ("GH100"), or its die's FlashAttention-3 fit ("GH100/fa3")."""
+    return f"{point.gpu.chip}/{point.row.kernel}" if point.row.kernel else point.gpu.chip
+
+
+def by_fit(points: list[PublicPoint]) -> dict[str, list[PublicPoint]]:
+    """Points grouped by `fit_key`, a die before its FlashAttention-3 fit."""
+    out: dict[str, list[PublicPoint]] = {}
+    for p in points:
+        out.setdefault(fit_key(p), []).append(p)
+    return dict(sorted(out.items()))
+
+
+def base_for(key: str, base: Curves, fits: dict[str, DieFit]) -> Curves:
+    """The curves a fit starts from: `base` for a die, the die's fitted curves for its FA3 fit."""
+    chip = key.partition("/")[0]
+    return merged(base, fits[chip]) if key != chip and chip in fits else base
 
 
 @dataclass
@@ -140,8 +166,9 @@ class _Design:
         return total
 
 
-def fit_die(points: list[PublicPoint], base: Curves, *, max_iter: int = 200) -> DieFit:
-    """Fit the knobs the points inform, starting from (and pulled towards) `base`."""
+def fit_die(points: list[PublicPoint], base: Curves, *, max_iter: int = 200, name: str | None = None) -> DieFit:
+    """Fit the knobs the points inform, starting from (and pulled towards) `base`; `name`: the fit's key (the
+    die's name by default)."""
     import torch
 
     if not points:
@@ -181,7 +208,7 @@ def fit_die(points: list[PublicPoint], base: Curves, *, max_iter: int = 200) -> 
                     fitted.setdefault(group, {})[key] = float(value)
     classes = sorted({c for p in points for c in p.op_classes})
     gpus = sorted({p.gpu.name for p in points})
-    return DieFit(next(iter(chips)), fitted, classes, len(points), gpus, final)
+    return DieFit(name or next(iter(chips)), fitted, classes, len(points), gpus, final)
 
 
 def merged(base: Curves, fit: DieFit) -> Curves:
@@ -201,7 +228,11 @@ def by_chip(points: list[PublicPoint]) -> dict[str, list[PublicPoint]]:
 
 
 def fit_all(points: list[PublicPoint], base: Curves) -> dict[str, DieFit]:
-    return {chip: fit_die(pts, base) for chip, pts in by_chip(points).items()}
+    """Every fit of the points (`by_fit`): each die's, then its FlashAttention-3 fit over it."""
+    fits: dict[str, DieFit] = {}
+    for key, pts in by_fit(points).items():
+        fits[key] = fit_die(pts, base_for(key, base, fits), name=key)
+    return fits
 
 
 @dataclass(frozen=True)
@@ -221,12 +252,19 @@ class Held:
 
 
 def leave_one_out(points: list[PublicPoint], base: Curves) -> list[Held]:
-    """Every row predicted by its die's fit on the die's other rows (a die with one row: the L40S curves)."""
+    """Every row predicted by its fit (`by_fit`) on the fit's other rows (a die with one row: the L40S curves). An
+    FA3 row's fit starts from its die's fit on all the die's other rows given (`base_for`; none given: `base`)."""
     out: list[Held] = []
-    for _, pts in by_chip(points).items():
+    groups = by_fit(points)
+    dies: dict[str, DieFit] = {}
+    for key, pts in groups.items():
+        chip = key.partition("/")[0]
+        if key != chip and chip in groups and chip not in dies:
+            dies[chip] = fit_die(groups[chip], base)
+        start = base_for(key, base, dies)
         for i, p in enumerate(pts):
             rest = pts[:i] + pts[i + 1 :]
-            curves = merged(base, fit_die(rest, base)) if rest else base
+            curves = merged(start, fit_die(rest, start)) if rest else start
             pred = float(_Design([p]).predict(curves.params, curves.op_mult, np)[0])
             out.append(Held(p.gpu.name, p.row.kind, p.row.kernel_class, p.nanos, pred, p.row.where))
     return out
@@ -280,6 +318,16 @@ def shipped_fits() -> dict[str, DieFit]:
     except FileNotFoundError:
         return {}
     return parse(json.loads(text))
+
+
+def fa3_curves(gpu: GpuSpec, base: Curves) -> Curves | None:
+    """The curves that time `gpu`'s FlashAttention-3 forward calls: its die's FA3 fit over the die's fit; None
+    without one (a die FA3 has no published figures of, or no public fit)."""
+    fits = shipped_fits()
+    fa3, die = fits.get(f"{gpu.chip}/{FA3}"), fits.get(gpu.chip)
+    if fa3 is None or die is None:
+        return None
+    return merged(merged(base, die), fa3)
 
 
 def public_curves(gpu: GpuSpec, base: Curves) -> tuple[Curves, frozenset[str]] | None:
@@ -361,8 +409,8 @@ def held_out(points: list[PublicPoint], base: Curves, holdout: float = 0.3, seed
     fits = fit_all([points[i] for i in train_idx], base)
     test = [points[i] for i in test_idx]
     out: list[Held] = []
-    for chip, pts in by_chip(test).items():
-        curves = merged(base, fits[chip]) if chip in fits else base
+    for key, pts in by_fit(test).items():
+        curves = merged(base_for(key, base, fits), fits[key]) if key in fits else base_for(key, base, fits)
         for p, t in zip(pts, _Design(pts).predict(curves.params, curves.op_mult, np), strict=True):
             out.append(Held(p.gpu.name, p.row.kind, p.row.kernel_class, p.nanos, float(t), p.row.where))
     return out

@@ -1,7 +1,8 @@
 """Public kernel-level measurements (`data/public_kernels.csv`): reader and conversion to timed op calls.
 
 Each row is one published measurement with its citation: a GEMM's TFLOP/s at one shape, a flash
-attention kernel's TFLOP/s at one (batch, heads, sequence, head dim), or a STREAM kernel's GB/s. A
+attention kernel's TFLOP/s at one (batch, heads, sequence, head dim; FlashAttention-2 class, or
+FlashAttention-3's forward, kind `fa3_fwd`, its calls marked `kernel="fa3"`), or a STREAM kernel's GB/s. A
 row becomes a `PublicPoint`: the op calls it timed (a forward + backward row is two calls, timed
 together) and their time in ns, from the published rate and the source's own FLOP or byte counting
 (column `flops`), so a point's time is what the source measured whatever phantora counts.
@@ -27,13 +28,17 @@ KINDS = {  # kind -> the counting conventions it may use
     "attn_fwd": ("fa",),
     "attn_bwd": ("fa",),
     "attn_fwd_bwd": ("fa",),
+    "fa3_fwd": ("fa",),
     "stream_copy": ("stream",),
     "stream_mul": ("stream",),
     "stream_add": ("stream",),
     "stream_triad": ("stream",),
 }
 UNITS = {"TFLOP/s": 1e12, "GB/s": 1e9}
-FA_FACTOR = {"attn_fwd": 1.0, "attn_bwd": 2.5, "attn_fwd_bwd": 3.5}  # of the forward FLOPs (FlashAttention papers)
+FA_FACTOR = {"attn_fwd": 1.0, "attn_bwd": 2.5, "attn_fwd_bwd": 3.5, "fa3_fwd": 1.0}  # of the forward FLOPs (FA papers)
+ATTN_KINDS = frozenset(FA_FACTOR)
+FA3_KINDS = frozenset({"fa3_fwd"})  # FlashAttention-3's kernels: calls marked `kernel="fa3"`, fitted on their own
+FA3 = "fa3"
 STREAM_ARRAYS = {"stream_copy": 2, "stream_mul": 2, "stream_add": 3, "stream_triad": 3}  # arrays read + written
 
 
@@ -55,9 +60,16 @@ class PublicRow:
     where: str  # file:line
 
     @property
+    def kernel(self) -> str:
+        """The flash kernel family a row measures: "fa3" for FlashAttention-3's, else "" (FlashAttention-2 class)."""
+        return FA3 if self.kind in FA3_KINDS else ""
+
+    @property
     def kernel_class(self) -> str:
-        """The class the row informs: gemm, attention, or memory (STREAM)."""
-        return "gemm" if self.kind == "gemm" else "attention" if self.kind.startswith("attn") else "memory"
+        """The class the row informs: gemm, attention (FlashAttention-2 class), attention-fa3, or memory (STREAM)."""
+        if self.kind in ATTN_KINDS:
+            return f"attention-{self.kernel}" if self.kernel else "attention"
+        return "gemm" if self.kind == "gemm" else "memory"
 
 
 @dataclass(frozen=True)
@@ -122,7 +134,7 @@ def _row(f: dict[str, str], where: str) -> PublicRow:
         shape = tuple(int(x) for x in f["shape"].lower().split("x"))
     except ValueError:
         raise InputError(f"shape {f['shape']!r} is not integers joined by 'x'", field="shape") from None
-    want = 3 if kind == "gemm" else 4 if kind.startswith("attn") else 1
+    want = 3 if kind == "gemm" else 4 if kind in ATTN_KINDS else 1
     if len(shape) != want or min(shape) <= 0:
         raise InputError(f"{kind} needs {want} positive dimensions, got {f['shape']!r}", field="shape")
     try:
@@ -159,10 +171,10 @@ def to_point(row: PublicRow) -> PublicPoint:
         m, n, k = row.shape
         op = "aten::_scaled_mm" if d.startswith("float8") else "aten::mm"
         calls: tuple[OpCall, ...] = (make_call(op, [[m, k], [k, n]], [d, d]),)
-    elif row.kind.startswith("attn"):
+    elif row.kind in ATTN_KINDS:
         b, h, s, hd = row.shape
         qkv = [[b, h, s, hd]] * 3
-        extra = {"causal": row.causal}
+        extra: dict[str, object] = {"causal": row.causal} | ({"kernel": row.kernel} if row.kernel else {})
         fwd = make_call("aten::_scaled_dot_product_flash_attention", qkv, [d] * 3, extra)
         bwd = make_call(
             "aten::_scaled_dot_product_flash_attention_backward",
@@ -170,7 +182,7 @@ def to_point(row: PublicRow) -> PublicPoint:
             [d, d, d, d, d, "float32"],
             extra,
         )
-        calls = {"attn_fwd": (fwd,), "attn_bwd": (bwd,), "attn_fwd_bwd": (fwd, bwd)}[row.kind]
+        calls = {"attn_fwd": (fwd,), "attn_bwd": (bwd,), "attn_fwd_bwd": (fwd, bwd), "fa3_fwd": (fwd,)}[row.kind]
     else:
         (n,) = row.shape
         if row.kind == "stream_copy":
