@@ -34,6 +34,7 @@ _SCALARS = {
     "window_size_left": "window_left",  # FlashAttention's sliding window (simcuda/varlen.py passes it)
     "window_size_right": "window_right",
     "kept_pairs": "pairs",  # the (query, key) pairs a FlexAttention block mask keeps (runtime/flex_blocks.py)
+    "flash_kernel": "kernel",  # "fa3": FlashAttention-3's forward (simcuda/varlen.py passes it), its own public fit
 }
 
 

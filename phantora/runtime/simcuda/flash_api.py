@@ -35,10 +35,12 @@ class _Flash(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: Any, cu_k: Any, max_q: Any, max_k: Any,
-        scale: float | None, causal: bool, window: Any, softcap: float,
+        scale: float | None, causal: bool, window: Any, softcap: float, fa3: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         left, right = (-1, -1) if window is None else (int(window[0]), int(window[1]))
-        out, lse = flash_kernels.FORWARD(q, k, v, cu_q, cu_k, max_q, max_k, scale, bool(causal), left, right, softcap)
+        out, lse = flash_kernels.FORWARD(
+            q, k, v, cu_q, cu_k, max_q, max_k, scale, bool(causal), left, right, softcap, fa3
+        )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
         ctx.rest = (max_q, max_k, scale, bool(causal), left, right, softcap)
         ctx.mark_non_differentiable(lse)
@@ -49,7 +51,7 @@ class _Flash(torch.autograd.Function):
         q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
         max_q, max_k, *rest = ctx.rest
         dq, dk, dv = flash_kernels.BACKWARD(dout.contiguous(), q, k, v, out, lse, cu_q, cu_k, max_q, max_k, *rest)
-        return dq, dk, dv, *([None] * 8)
+        return dq, dk, dv, *([None] * 9)
 
 
 def _scale(q: torch.Tensor, softmax_scale: float | None) -> float:
@@ -68,7 +70,9 @@ def flash_attn_func(
     """FA3's dense attention of (batch, seq, heads, dim) tensors: out, or (out, softmax_lse (batch, heads, seq))."""
     _refuse("flash_attn_func", qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
             attention_chunk=attention_chunk)  # fmt: skip
-    out, lse = _Flash.apply(q, k, v, None, None, None, None, _scale(q, softmax_scale), causal, window_size, softcap)
+    out, lse = _Flash.apply(
+        q, k, v, None, None, None, None, _scale(q, softmax_scale), causal, window_size, softcap, True
+    )  # fmt: skip
     return (out, lse) if return_attn_probs else out
 
 
@@ -86,7 +90,7 @@ def flash_attn_varlen_func(
             k_descale=k_descale, v_descale=v_descale, attention_chunk=attention_chunk)  # fmt: skip
     out, lse = _Flash.apply(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, _scale(q, softmax_scale), causal, window_size,
-        softcap,
+        softcap, True,
     )  # fmt: skip
     return (out, lse) if return_attn_probs else out
 
@@ -121,7 +125,9 @@ def fa2_func(
 ) -> Any:  # fmt: skip
     """FA2's dense attention of (batch, seq, heads, dim) tensors: out, or (out, softmax_lse, None)."""
     _refuse("flash_attn_func", dropout_p=dropout_p, alibi_slopes=alibi_slopes)
-    out, lse = _Flash.apply(q, k, v, None, None, None, None, _scale(q, softmax_scale), causal, window_size, softcap)
+    out, lse = _Flash.apply(
+        q, k, v, None, None, None, None, _scale(q, softmax_scale), causal, window_size, softcap, False
+    )  # fmt: skip
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -135,7 +141,7 @@ def fa2_varlen_func(
     _refuse("flash_attn_varlen_func", dropout_p=dropout_p, alibi_slopes=alibi_slopes, block_table=block_table)
     out, lse = _Flash.apply(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, _scale(q, softmax_scale), causal, window_size,
-        softcap,
+        softcap, False,
     )  # fmt: skip
     return (out, lse, None) if return_attn_probs else out
 

@@ -10,9 +10,11 @@ Outputs: the output in the query's layout and dtype, and the fp32 log-sum-exp, (
 (heads, total) packed, as FlashAttention's; the backward's dq, dk, dv.
 
 Each is charged as the compute model's flash kernel of the same shapes (varlen.py `cost`: a group of sequences of one
-length as the batched ``_scaled_dot_product_flash_attention``, a window by the pairs it keeps). The model is
-calibrated on FlashAttention 2's published H100 figures; it has none of FlashAttention 3's, so FA3 is charged as
-that kernel too. A softcap's tanh is not charged beyond it (a few elementwise operations per score, in registers).
+length as the batched ``_scaled_dot_product_flash_attention``, a window by the pairs it keeps). A forward with `fa3`
+(FlashAttention 3's: simflash.py's ``flash_attn_3::fwd`` and `flash_attn_interface`'s functions) is charged by the
+model's FA3 fit of FA3's published H100 forward figures (perfmodel/pubfit.py; elsewhere as the flash kernel); its
+backward, of which none is published in FA3's repository, as FlashAttention 2's. A softcap's tanh is not charged
+beyond it (a few elementwise operations per score, in registers).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from phantora.runtime.simcuda import varlen
 _LIB = torch.library.Library("phantora_flash", "DEF")
 _LIB.define(
     "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int? max_seqlen_q, "
-    "int? max_seqlen_k, float? softmax_scale, bool causal, int window_left, int window_right, float softcap) "
-    "-> (Tensor, Tensor)"
+    "int? max_seqlen_k, float? softmax_scale, bool causal, int window_left, int window_right, float softcap, "
+    "bool fa3=False) -> (Tensor, Tensor)"
 )
 _LIB.define(
     "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, Tensor? cu_seqlens_q, "
@@ -111,8 +113,10 @@ def _softcapped(
 def forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: Any,
     max_seqlen_k: Any, softmax_scale: float | None, causal: bool, window_left: int, window_right: int, softcap: float,
+    fa3: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(out, softmax_lse) of FlashAttention's forward on the data (meta in phantom mode: the shapes)."""
+    """(out, softmax_lse) of FlashAttention's forward on the data (meta in phantom mode: the shapes); `fa3` changes
+    only the charge."""
     cum_q, cum_k, max_q, max_k, dense = _packed(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     fq, fk, fv = _flat(q), _flat(k), _flat(v)
     is_causal, window = _mode(causal, window_left, window_right)
@@ -166,7 +170,7 @@ def cost(model: Any, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -
         q, k, named["cu_seqlens_q"], named["cu_seqlens_k"], named["max_seqlen_q"], named["max_seqlen_k"]
     )
     is_causal, window = _mode(named["causal"], named["window_left"], named["window_right"])
-    kw = {"scale": named["softmax_scale"], **window}
+    kw = {"scale": named["softmax_scale"], **window, "flash_kernel": "fa3" if named.get("fa3") else ""}
     flat = {name: _flat(named[name]) for name in ("q", "k", "v")}
     if func is FORWARD:
         forward_args = (flat["q"], flat["k"], flat["v"], cum_q, cum_k, max_q, max_k, 0.0, is_causal, False)

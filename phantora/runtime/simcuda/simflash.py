@@ -64,7 +64,7 @@ def _fa3_fwd(
     )  # fmt: skip
     o, lse = flash_kernels.FORWARD(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, is_causal, window_size_left,
-        window_size_right, softcap,
+        window_size_right, softcap, True,
     )  # fmt: skip
     if out is not None:
         out.copy_(o)

@@ -188,8 +188,9 @@ def cost(model: Any, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -
     """The op's charge: the compute model's batched flash kernel for each group of sequences of the same (query,
     key) lengths, summed, with one launch. `args` are the op's own (the data: CPU tensors, or meta)."""
     query, key = args[1:3] if func is BACKWARD else args[0:2]
+    kernel = _kernel(func, kwargs)
     if query.dim() != 3:  # no sequence lengths: already the batched kernel
-        return model.cost(func, args, kwargs, out)
+        return model.cost(func, args, {k: v for k, v in kwargs.items() if k != "flash_kernel"} | kernel, out)
     cum_q, cum_k, max_q, max_k = args[6:10] if func is BACKWARD else args[3:7]
     groups = Counter((q1 - q0, k1 - k0) for (q0, q1), (k0, k1) in _sequences(query, key, cum_q, cum_k, max_q, max_k))
     window = _active_window(kwargs)
@@ -202,7 +203,7 @@ def cost(model: Any, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -
         if sq <= 0 or sk <= 0:
             continue
         op, a, kw = _batched(func, args, kwargs, n, sq, sk)
-        c = model.cost(op, a, {**kw, **window}, None)
+        c = model.cost(op, a, {**kw, **window, **kernel}, None)
         f = c.flops
         if window:  # the kernel's FLOPs without the window, times the share of its pairs the window keeps
             kept = window_pairs(sq, sk, causal, window["window_size_left"], window["window_size_right"])
@@ -210,6 +211,26 @@ def cost(model: Any, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -
         flops, nbytes, ns = flops + f, nbytes + c.nbytes, ns + c.ns - model.launch_ns
         dtype, tier = c.dtype or dtype, c.tier
     return OpCost(flops, nbytes, dtype, ns + model.launch_ns if ns or flops else 0, tier)
+
+
+def _kernel(func: Any, kwargs: dict[str, Any]) -> dict[str, str]:
+    """The model's keyword marking a forward as FlashAttention 3's ({"flash_kernel": "fa3"}), else {}: as the caller
+    says (flash_kernels.py: "fa3" or ""), else FA3 when torch's FA3 implementation is active, which on a real GPU
+    runs this op as FA3's kernel (torch.nn.attention's `activate_flash_attention_impl("FA3")`, torchtitan's on SM
+    9.0). A backward is FlashAttention 2's either way (FA3's repository publishes no backward figures)."""
+    if func is not FORWARD:
+        return {}
+    kernel = kwargs["flash_kernel"] if "flash_kernel" in kwargs else "fa3" if _torch_fa3_active() else ""
+    return {"flash_kernel": "fa3"} if kernel == "fa3" else {}
+
+
+def _torch_fa3_active() -> bool:
+    """Is torch's FlashAttention 3 implementation the active one (torch.nn.attention's registry)?"""
+    try:
+        from torch.nn.attention import current_flash_attention_impl
+    except ImportError:  # a torch without the registry
+        return False
+    return current_flash_attention_impl() == "FA3"
 
 
 def _active_window(kwargs: dict[str, Any]) -> dict[str, int]:
