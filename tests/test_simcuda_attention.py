@@ -4,10 +4,19 @@ float64 on the same fp32 inputs (the bias's gradient included: torch lets the ef
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
+from phantora.perfmodel.gpus import get_gpu
+from phantora.rank_options import DEFAULT_LAUNCH_NS
+from phantora.runtime.compute import Roofline
+from phantora.runtime.dispatch import ChargeMode
+from phantora.runtime.session import RankSession
 from phantora.runtime.simcuda import attention
+from phantora.runtime.simcuda.tensor import SimCudaTensor
+from tests.charged_session import charged_session
 
 
 def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -44,3 +53,35 @@ def test_no_bias_gradient_unless_asked() -> None:
     out, lse, seed, offset = attention.efficient_forward(q, q, q, bias, True)
     grads = attention.efficient_backward(q, q, q, q, bias, out, lse, seed, offset, 0.0, [True, True, True, False])
     assert grads[3] is None
+
+
+@pytest.fixture
+def charged(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[RankSession, list]]:
+    yield from charged_session(monkeypatch, False, Roofline(get_gpu("h100"), launch_ns=DEFAULT_LAUNCH_NS))
+
+
+def test_flash_with_dropout_runs_on_the_data_without_it(charged: tuple[RankSession, list]) -> None:
+    """SDPA's flash choice with dropout 0.1 (GPT-2's attention, which stopped with the CPU kernel's "Currently do not
+    support dropout > 0"): the data is attention's closed form without dropout, forward and backward, and each op is
+    charged as called, with its dropout_p."""
+    s, seen = charged
+    torch.manual_seed(0)
+    host = [torch.randn(2, 3, 40, 16) for _ in range(4)]
+    q, k, v, grad_out = (SimCudaTensor(x, 0) for x in host)
+    cpu_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    with ChargeMode(s):
+        out, lse = cpu_flash(q, k, v, 0.1, True)
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default(
+            grad_out, q, k, v, out, lse, 0.1, True
+        )
+    leaves = [t.double().requires_grad_() for t in host[:3]]
+    ref = _reference(*leaves, torch.zeros(40, 40, dtype=torch.float64), True)
+    ref.backward(host[3].double())
+    assert (out.elem.double() - ref.detach()).abs().max() < 1e-5
+    for got, leaf in zip(grads, leaves, strict=True):
+        assert (got.elem.double() - leaf.grad).abs().max() < 1e-4
+    assert len(seen) == 2
+    meta = [x.to("meta") for x in host]
+    outs = (out.elem.to("meta"), lse.elem.to("meta"))
+    fwd = s.model.cost(cpu_flash, (*meta[:3], 0.1, True), {}, outs)  # timed as the GPU's flash (compute.py)
+    assert seen[0][1] == fwd and seen[0][1].flops == 2 * 2 * 3 * 40 * 40 * 16 * 2  # torch's formula: every pair

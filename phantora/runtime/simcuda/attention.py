@@ -7,7 +7,10 @@ On a simulated-GPU tensor, tensor.py runs it as the CPU flash kernel on the data
 the same FLOPs (the compute model times the CPU op as the CUDA one), with the CUDA op's outputs.
 The memory-efficient kernel (``_scaled_dot_product_efficient_attention``, which takes an additive bias) is
 computed by the same CPU flash kernel, with the bias as its mask; cuda_only.py charges it as the efficient op.
-Dropout is not applied to the data (the CPU flash kernel has none); the timed op keeps its dropout_p.
+Dropout is not applied to the data (the CPU flash kernel refuses dropout_p > 0): the data is computed with none, the
+timed op keeps its dropout_p. So is the CPU flash op itself when a program's SDPA picks the flash kernel on the
+simulated GPU (phantom_mode.py runs it; GPT-2's attention dropout of 0.1 stopped there with "Currently do not
+support dropout > 0").
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def flash_forward(
     scale: float | None = None,
 ) -> tuple[Any, ...]:
     """``_scaled_dot_product_flash_attention``'s nine outputs, computed by the CPU flash kernel."""
-    out, logsumexp = _CPU_FLASH(query, key, value, dropout_p, is_causal, scale=scale)
+    out, logsumexp = _CPU_FLASH(query, key, value, 0.0, is_causal, scale=scale)
     seed = torch.empty(2, dtype=torch.uint64, device=query.device)  # Philox seed and offset: no dropout state
     offset = torch.empty((), dtype=torch.uint64, device=query.device)
     debug_mask = torch.empty(0, dtype=query.dtype, device=query.device)
@@ -64,8 +67,40 @@ def flash_backward(
     scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``_scaled_dot_product_flash_attention_backward``'s gradients, computed by the CPU flash kernel."""
-    grads = _CPU_FLASH_BACKWARD(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, scale=scale)
+    grads = _CPU_FLASH_BACKWARD(grad_out, query, key, value, out, logsumexp, 0.0, is_causal, scale=scale)
     return grads[0], grads[1], grads[2]
+
+
+def cpu_flash_forward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    attn_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_scaled_dot_product_flash_attention_for_cpu`` on a simulated GPU's data: without dropout (module doc)."""
+    return _CPU_FLASH(query, key, value, 0.0, is_causal, attn_mask=attn_mask, scale=scale)
+
+
+def cpu_flash_backward(
+    grad_out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    out: torch.Tensor,
+    logsumexp: torch.Tensor,
+    dropout_p: float,
+    is_causal: bool,
+    *,
+    attn_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Its backward on the data, without dropout as its forward."""
+    args = (grad_out, query, key, value, out, logsumexp, 0.0, is_causal)
+    return _CPU_FLASH_BACKWARD(*args, attn_mask=attn_mask, scale=scale)
 
 
 def efficient_forward(
@@ -159,6 +194,11 @@ def _bias_for_cpu(bias: torch.Tensor | None, query: torch.Tensor) -> torch.Tenso
     return bias.to(query.dtype)
 
 
-KERNELS: dict[Any, Callable[..., Any]] = {FLASH: flash_forward, FLASH_BACKWARD: flash_backward}
+KERNELS: dict[Any, Callable[..., Any]] = {
+    FLASH: flash_forward,
+    FLASH_BACKWARD: flash_backward,
+    _CPU_FLASH: cpu_flash_forward,
+    _CPU_FLASH_BACKWARD: cpu_flash_backward,
+}
 """The CUDA-only ops and how they run on the data of a simulated-GPU tensor (on meta data too, so that real
 and phantom mode charge the same op)."""
