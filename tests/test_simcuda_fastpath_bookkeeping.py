@@ -133,3 +133,30 @@ def test_the_matmul_precision_in_the_cost_key_follows_each_setter(
     assert _mm_ns(session, n, device_op) == tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     assert _mm_ns(session, n, device_op) == fp32
+
+
+@pytest.mark.usefixtures("restore_precision")
+def test_torchs_newer_precision_api_is_read_when_the_legacy_getter_refuses(
+    session: RankSession, device_op: Callable[..., Any]
+) -> None:
+    """transformers' `enable_tf32` (Trainer's `--torch_compile` or `--bf16` on a TF32 GPU) sets the generic
+    `torch.backends.fp32_precision = "tf32"`, after which `torch.get_float32_matmul_precision()` raises ("checking the
+    matmul precision without a specific backend name"); the matmul is charged at the TF32 peak, and at the fp32 peak
+    once it is "ieee" again."""
+    gpu, n = get_gpu("h100"), 512
+    memory_s = 3 * n * n * 4 / gpu.mem_bw
+
+    def closed_form(peak: float) -> int:
+        return math.ceil(max(2 * n**3 / peak, memory_s) * 1e9) + DEFAULT_LAUNCH_NS
+
+    try:
+        for backend in (torch.backends.cuda.matmul, torch.backends.mkldnn.matmul):
+            backend.fp32_precision = "none"  # a fresh process's: each follows the generic setting
+        torch.backends.fp32_precision = "tf32"
+        with pytest.raises(RuntimeError, match="without a specific backend name"):
+            torch.get_float32_matmul_precision()
+        assert _mm_ns(session, n, device_op) == closed_form(gpu.peak("tf32"))
+        torch.backends.fp32_precision = "ieee"
+        assert _mm_ns(session, n, device_op) == closed_form(gpu.peak("fp32"))
+    finally:
+        torch.backends.fp32_precision = "ieee"

@@ -78,7 +78,7 @@ def call_of(func: Any, args: tuple, kwargs: dict, out: Any) -> OpCall:
     if cls == "gemm":  # the operands' layouts decide whether cuBLAS runs an unaligned kernel (gemm_layout.py)
         extra["strides"] = [list(t.stride()) for t in tensors]
         extra["offsets"] = [t.storage_offset() for t in tensors]
-    if any(t.dtype == torch.float32 for t in tensors[:2]) and torch.get_float32_matmul_precision() != "highest":
+    if any(t.dtype == torch.float32 for t in tensors[:2]) and fp32_matmul_precision() != "highest":
         extra["tf32"] = True
     return make_call(op, [tuple(t.shape) for t in tensors], [_dtype_name(t.dtype) for t in tensors], extra)
 
@@ -95,3 +95,21 @@ class CalibratedModel:
         if getattr(func, "is_view", False) or (schema is not None and not schema.name.startswith("aten::")):
             return 0  # views, and profiler or other non-kernel namespaces
         return self.model.predict_call(call_of(func, args, kwargs, out))
+
+
+_NEW_API_NAMES = {"ieee": "highest", "tf32": "high", "bf16": "medium"}
+
+
+def fp32_matmul_precision() -> str:
+    """The fp32 matmul precision as `torch.get_float32_matmul_precision()` names it ("highest": IEEE fp32, else TF32
+    or lower). That getter refuses ("PyTorch is checking the matmul precision without a specific backend name")
+    once a program set torch's newer per-backend API apart from it, as transformers' `enable_tf32` does
+    (`torch.backends.fp32_precision = "tf32"`); CUDA's matmuls then follow `torch.backends.cuda.matmul.fp32_precision`
+    ("none": its parent's, `torch.backends.fp32_precision`), which is read instead."""
+    try:
+        return torch._C._get_float32_matmul_precision()
+    except RuntimeError:
+        p = torch.backends.cuda.matmul.fp32_precision
+        if p == "none":
+            p = torch.backends.fp32_precision  # type: ignore[attr-defined]  # set on the module at import
+        return _NEW_API_NAMES.get(p, "high")

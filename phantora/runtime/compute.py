@@ -131,7 +131,7 @@ def _first_dtype(args: Any) -> str:
     for t in tensors_in(args):
         if t.is_floating_point():
             name = DTYPE_NAMES.get(t.dtype, "fp32")
-            if name == "fp32" and torch.get_float32_matmul_precision() != "highest":
+            if name == "fp32" and precision.matmul_precision() != "highest":
                 return "tf32"
             return name
     return "fp32"

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-_get = torch._C._get_float32_matmul_precision
+from phantora.perfmodel.torch_adapter import fp32_matmul_precision as _get
+
 value: str | None = None  # the cached precision; None: read torch's at the next use
 
 
