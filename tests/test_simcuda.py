@@ -193,21 +193,28 @@ def test_unmodified_tensor_parallel_on_a_cuda_mesh_trains_as_on_gloo() -> None:
 
 @pytest.mark.parametrize("tensors", ["real", "phantom"])
 def test_triton_kernels_are_charged_an_estimate_and_listed(tmp_path: Path, tensors: str) -> None:
-    """A program's own triton kernels: right values in real mode (triton's interpreter on the host data),
-    each launch charged its tensor arguments' bytes at HBM bandwidth plus the launch, and listed."""
+    """A program's own triton kernels: right values in real mode (triton's interpreter on the host data, a kernel's
+    @triton.jit helpers interpreted with it), each launch charged its tensor arguments' bytes at HBM bandwidth plus
+    the launch, and listed."""
     n = 1 << 16  # triton's interpreter runs the kernels element by element in real mode: keep them small
     script = ROOT / "tests" / "scripts" / "cuda_triton.py"
     cfg = RunConfig(str(script), [str(n)], "testbed16", nproc=1, tensors=tensors, out_dir=tmp_path, timeout_s=300)
     rep = launch(cfg)
     if tensors == "real":
-        assert "add right True scale right True" in rep.logs["rank 0"]
+        assert "add right True scale right True square right True" in rep.logs["rank 0"]
     listed = rep.summary["untimed_kernels"]
     assert listed["triton::add_kernel"]["count"] == 1 and listed["triton::scale_kernel"]["count"] == 2  # no trials
     assert "HBM bandwidth" in listed["triton::add_kernel"]["charged"]
     events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     durs = {e["name"]: e["dur"] for e in events if e.get("name", "").startswith("triton::")}
     gpu, launch_ns = get_gpu("h100"), 1000  # the default launch overhead (docs/runtime.md)
-    for name, tensors_bytes in (("triton::add_kernel", 3 * 4 * n), ("triton::scale_kernel", 2 * 4 * n)):
+    assert listed["triton::square_kernel"]["count"] == 1  # its helper runs inside it: no launch of its own
+    sizes = (
+        ("triton::add_kernel", 3 * 4 * n),
+        ("triton::scale_kernel", 2 * 4 * n),
+        ("triton::square_kernel", 2 * 4 * n),
+    )
+    for name, tensors_bytes in sizes:
         want_ns = math.ceil(tensors_bytes / gpu.mem_bw * 1e9) + launch_ns
         assert durs[name] * 1000 == pytest.approx(want_ns, abs=1), name
 

@@ -55,11 +55,26 @@ def _simulated_launch(s: Any, kernel: Any, args: tuple, grid: Any, kwargs: dict)
     if s.phantom:
         return None
     from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
 
     host_args, host_kwargs = simcuda.unwrap(args), simcuda.unwrap(kwargs)
-    with s.internal(), torch.no_grad():  # the interpreter's host copies are not GPU work
-        InterpretedFunction(kernel.fn)[grid](*host_args, **host_kwargs)
+    call = JITFunction.__call__
+    JITFunction.__call__ = _device_call  # the kernel's own @triton.jit helpers, interpreted with it
+    try:
+        with s.internal(), torch.no_grad():  # the interpreter's host copies are not GPU work
+            InterpretedFunction(kernel.fn)[grid](*host_args, **host_kwargs)
+    finally:
+        JITFunction.__call__ = call
     return None
+
+
+def _device_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """A @triton.jit function called inside an interpreted kernel: interpreted too, as under TRITON_INTERPRET=1
+    (where `triton.jit` makes every function an `InterpretedFunction`). Outside the interpreter torch's JITFunction
+    refuses such a call ("Cannot call @triton.jit'd outside of the scope of a kernel"), and so the interpreter did."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return InterpretedFunction(self.fn)(*args, **kwargs)
 
 
 def _patch_autotune(autotuner: ModuleType) -> None:

@@ -1,6 +1,6 @@
 # ruff: noqa: N803 - triton kernels take their compile-time constants in capitals
-"""A CUDA program with its own triton kernels, one plain and one autotuned. Prints whether their outputs are
-right (on the simulated GPU: triton's interpreter runs them on the host data in real mode)."""
+"""A CUDA program with its own triton kernels, one plain, one autotuned, one calling a @triton.jit helper. Prints
+whether their outputs are right (on the simulated GPU: triton's interpreter runs them on the host data in real mode)."""
 
 import os
 import sys
@@ -28,6 +28,18 @@ def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, 2.0 * tl.load(x_ptr + offs, mask=mask), mask=mask)
 
 
+@triton.jit
+def _square(v):
+    return v * v
+
+
+@triton.jit
+def square_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):  # calls a @triton.jit helper, as TRL's kernels do
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, _square(tl.load(x_ptr + offs, mask=mask)), mask=mask)
+
+
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
 dist.init_process_group("nccl")
 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
@@ -38,6 +50,9 @@ add_kernel[(triton.cdiv(N, 256),)](x, y, out, N, BLOCK=256)
 scaled = torch.empty_like(x)
 for _ in range(2):
     scale_kernel[lambda meta: (triton.cdiv(N, meta["BLOCK"]),)](x, scaled, N)
+squared = torch.empty_like(x)
+square_kernel[(triton.cdiv(N, 256),)](x, squared, N, BLOCK=256)
 if not phantom():  # phantom tensors have no values to compare
-    print(f"add right {torch.equal(out, x + y)} scale right {torch.equal(scaled, 2 * x)}", flush=True)
+    right = (torch.equal(out, x + y), torch.equal(scaled, 2 * x), torch.equal(squared, x * x))
+    print("add right {} scale right {} square right {}".format(*right), flush=True)
 dist.destroy_process_group()
