@@ -223,8 +223,45 @@ def _no_cudnn(*args: Any, **kwargs: Any) -> bool:
     return False
 
 
+def _out_dtype_product(name: str) -> Callable[..., Any]:
+    """``aten.<name>.dtype`` / ``.dtype_out`` (mm, bmm, addmm, baddbmm with ``out_dtype``: fp16 / bf16 operands, a
+    product accumulated and returned in fp32, CUDA kernels only) on the data: the fp32 product of the operands'
+    values, which a GPU's fp32 accumulation computes up to summation order, cast to ``out_dtype``."""
+    plain = getattr(torch.ops.aten, name).default
+    inputs = 2 if name in ("mm", "bmm") else 3
+
+    def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = kwargs.pop("out", None)
+        operands, out_dtype = args[:inputs], args[inputs]
+        result = plain(*(t.float() for t in operands), **kwargs).to(out_dtype)
+        return result if out is None else out.copy_(result)
+
+    return kernel
+
+
+def _out_dtype_cost(name: str) -> Callable[..., Any]:
+    """The charge of a product with ``out_dtype``: the compute model's plain ``aten.<name>`` of the same operands and
+    output (torch's FLOP formulas take no ``out_dtype`` argument)."""
+    plain = getattr(torch.ops.aten, name).default
+    inputs = 2 if name in ("mm", "bmm") else 3
+
+    def cost(model: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
+        rest = {k: v for k, v in kwargs.items() if k != "out"}
+        return model.cost(plain, args[:inputs], rest, out)
+
+    return cost
+
+
+OUT_DTYPE_PRODUCTS = {
+    op: one_kernel(op, _out_dtype_product(name), _out_dtype_cost(name))
+    for name in ("mm", "bmm", "addmm", "baddbmm")
+    for op in (getattr(torch.ops.aten, name).dtype, getattr(torch.ops.aten, name).dtype_out)
+}
+
+
 KERNELS: dict[Any, Callable[..., Any]] = {
     **NESTED,
+    **OUT_DTYPE_PRODUCTS,
     **{getattr(packet, o): _no_cudnn for packet in _CTC_CHECKS for o in packet.overloads()},
     **attention.KERNELS,
     attention.EFFICIENT: one_kernel(attention.EFFICIENT, attention.efficient_forward),
