@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import sys
-from collections.abc import Sequence
 from types import ModuleType
 
 from phantora.runtime.simcuda import apex_norm
+from phantora.runtime.simcuda.last_resort import LastResort
 
 _MODULES = {"apex": True, "apex.normalization": True, "apex.normalization.fused_layer_norm": False}  # is a package
 _NORMALIZATION = ["FusedLayerNorm", "FusedRMSNorm", "MixedFusedLayerNorm", "MixedFusedRMSNorm"]
@@ -43,22 +42,12 @@ class _Loader(importlib.abc.Loader):
             module.__dict__.update({name: getattr(apex_norm, name) for name in _NORMALIZATION})
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in _MODULES:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=_MODULES[fullname])
-
-
-_finder = _Finder()
+_finder = LastResort(_MODULES, _Loader())
 
 
 def install() -> None:
     """Let `import apex` find the simulated apex when nothing else provides one (after every other finder)."""
-    if _finder not in sys.meta_path:
-        sys.meta_path.append(_finder)
+    _finder.install()
 
 
 def simulated_packages() -> list[str] | None:

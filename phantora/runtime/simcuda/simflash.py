@@ -25,13 +25,14 @@ import importlib.machinery
 import importlib.metadata
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
 import torch
 
 from phantora.runtime.simcuda import flash_api, flash_kernels
+from phantora.runtime.simcuda.last_resort import LastResort
 
 FA2_VERSION = "2.8.3"
 FA3_VERSION = "3.0.0"
@@ -189,16 +190,8 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in _MODULES:
-            return None
-        spec = importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=_MODULES[fullname][0])
-        if _MODULES[fullname][0]:
-            spec.submodule_search_locations = []
-        return spec
+class _Finder(LastResort):
+    """The simulated modules, and the metadata of their distributions (HF's checks read it)."""
 
     def find_distributions(self, context: Any = None) -> Iterator[importlib.metadata.Distribution]:
         """The simulated distributions not installed for real (`importlib.metadata.version("flash-attn")`)."""
@@ -221,14 +214,13 @@ def _installed(name: str) -> bool:
     return False
 
 
-_finder = _Finder()
+_finder = _Finder({name: package for name, (package, _) in _MODULES.items()}, _Loader())
 
 
 def install() -> None:
     """Let `import flash_attn_interface` / `flash_attn` find the simulated ones when nothing else provides them
     (after every other finder)."""
-    if _finder not in sys.meta_path:
-        sys.meta_path.append(_finder)
+    _finder.install()
 
 
 def simulated_packages() -> list[str]:
