@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,9 +178,46 @@ def gemm_dims(call: OpCall) -> tuple[int, int, int, int, int]:
             return _check_k(call, 1, 1, 1, k, k2, 0)
         if base == "matmul":
             return _matmul_dims(call, s[0], s[1])
+        if base == "_grouped_mm":
+            g, m, n, k, _ = grouped_mm_dims(call, s)
+            return g, m, n, k, 0
     except (ValueError, IndexError, TypeError):
         raise _bad(call, "shapes do not fit a matrix product") from None
     raise _bad(call, "not a matrix product")
+
+
+def grouped_mm_dims(call: OpCall, s: Sequence[Shape]) -> tuple[int, int, int, int, int]:
+    """(groups, m, n, k, FLOPs) of `_grouped_mm(mat_a, mat_b, offs)`: its G products as G equal ones (m, n, k the
+    mean group's, rounded up) and the FLOPs of all of them. The four forms of torch's meta function
+    (`_create_grouped_mm_output_tensor`): 2-D x 3-D (an MoE forward: a's rows split by `offs` among b's G
+    matrices), 3-D x 3-D (a batched product), 2-D x 2-D (the weight gradient: the shared k split by `offs`, one
+    [m, n] output a group) and 3-D x 2-D (b's columns split by `offs`)."""
+    a, b = s[0], s[1]
+    offs = s[2] if len(s) > 2 and len(s[2]) == 1 else None
+    if len(a) == 2 and len(b) == 3:
+        (rows, k), (g, k2, n) = a, b
+        _check_k(call, g, rows, n, k, k2, 0)
+        return g, -(-rows // max(g, 1)), n, k, 2 * rows * k * n
+    if len(a) == 3 and len(b) == 3:
+        (g, m, k), (g2, k2, n) = a, b
+        if g != g2:
+            raise _bad(call, "group counts differ")
+        _check_k(call, g, m, n, k, k2, 0)
+        return g, m, n, k, 2 * g * m * n * k
+    if offs is None:
+        raise _bad(call, "a 2-D operand needs `offs`")
+    g = offs[0]
+    if len(a) == 2 and len(b) == 2:
+        (m, k), (k2, n) = a, b
+        _check_k(call, g, m, n, k, k2, 0)
+        return g, m, n, -(-k // max(g, 1)), 2 * m * n * k
+    if len(a) == 3 and len(b) == 2:
+        (g2, m, k), (k2, cols) = a, b
+        if g != g2:
+            raise _bad(call, "group counts differ")
+        _check_k(call, g, m, cols, k, k2, 0)
+        return g, m, -(-cols // max(g, 1)), k, 2 * m * k * cols
+    raise _bad(call, "operands must be 2-D or 3-D")
 
 
 def _check_k(call: OpCall, b: int, m: int, n: int, k: int, k2: int, extra: int) -> tuple[int, int, int, int, int]:
@@ -203,6 +241,19 @@ def _matmul_dims(call: OpCall, a: Shape, b: Shape) -> tuple[int, int, int, int, 
     return _check_k(call, batch, a[-2], b[-1], a[-1], b[-2], 0)
 
 
+def grouped_mm_out(s: Sequence[Shape]) -> int:
+    """Elements of `_grouped_mm`'s output (torch's meta function): [G, m, n] for 2-D x 2-D, [a0, n] for 2-D x 3-D,
+    [m, cols] for 3-D x 2-D, [G, m, n] for 3-D x 3-D."""
+    a, b = s[0], s[1]
+    if len(a) == 2 and len(b) == 2:
+        return s[2][0] * a[0] * b[1]
+    if len(a) == 2:
+        return a[0] * b[-1]
+    if len(b) == 2:
+        return a[1] * b[1]
+    return a[0] * a[1] * b[-1]
+
+
 def _gemm(call: OpCall) -> OpFeatures:
     b, m, n, k, extra = gemm_dims(call)
     base = base_name(call.op)
@@ -210,11 +261,16 @@ def _gemm(call: OpCall) -> OpFeatures:
     da, db = call.dtypes[ia], call.dtypes[ib]
     if base == "_scaled_mm":
         out_dtype = normalize_dtype(call.extra.get("out_dtype", "bfloat16"))
+    elif base == "_grouped_mm" and call.extra.get("out_dtype"):
+        out_dtype = normalize_dtype(call.extra["out_dtype"])
     else:
         out_dtype = da
     reads = nbytes(call.shapes[ia], da) + nbytes(call.shapes[ib], db) + extra * dtype_bytes(out_dtype)
     writes = b * m * n * dtype_bytes(out_dtype)
     flops = 2 * b * m * n * k + (b * m * n if extra else 0)
+    if base == "_grouped_mm":  # the exact FLOPs and output of the ragged groups (b, m, n, k: the mean group's)
+        flops = grouped_mm_dims(call, call.shapes)[4]
+        writes = grouped_mm_out(call.shapes) * dtype_bytes(out_dtype)
     grid = grid_bytes(base, call.shapes, call.dtypes, out_dtype, call.extra)
     return OpFeatures(
         "gemm", flops, reads + writes, da, reads + writes, dims=(b, m, n, k), op=call.op, writes=writes, grid=grid

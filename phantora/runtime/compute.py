@@ -51,6 +51,19 @@ _FLOP_ALIASES: dict[Any, Any] = {
     aten._scaled_dot_product_flash_attention_for_cpu_backward: aten._scaled_dot_product_flash_attention_backward,
 }
 
+
+def _grouped_mm_flops(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Any = None, *_: Any, **__: Any) -> int:
+    """FLOPs of `_grouped_mm`, which torch.utils.flop_counter has no formula for: its groups' products."""
+    from phantora.perfmodel.features import grouped_mm_dims, make_call
+
+    shapes = [tuple(mat_a.shape), tuple(mat_b.shape)] + ([tuple(offs.shape)] if offs is not None else [])
+    call = make_call("aten::_grouped_mm", shapes, ["bfloat16"] * len(shapes))
+    return grouped_mm_dims(call, call.shapes)[4]
+
+
+# Ops torch.utils.flop_counter has no formula for, with phantora's.
+_OWN_FORMULAS: dict[Any, Any] = {aten._grouped_mm: _grouped_mm_flops}
+
 # Kernels whose fp32 products run as three TF32 tensor-core products (GpuSpec.fast_f32_peak).
 _FAST_F32 = {
     aten._scaled_dot_product_efficient_attention.default,
@@ -163,7 +176,7 @@ def _classify(func: Any) -> tuple[int, Any]:
         return _FREE, None
     if name in _LAUNCH_ONLY:
         return _LAUNCH, None
-    formula = flop_registry.get(_FLOP_ALIASES.get(packet, packet))
+    formula = _OWN_FORMULAS.get(packet) or flop_registry.get(_FLOP_ALIASES.get(packet, packet))
     return (_GATHER if name in _GATHERS else _NLL.get(name, _PLAIN)), formula
 
 
