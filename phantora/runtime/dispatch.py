@@ -8,9 +8,10 @@ phantom mode meta tensors are the rank's tensors and are charged like any other.
 AsyncCollectiveTensor) are left to their own dispatch, whose plain-tensor ops come back here.
 
 A thread the program starts gets the mode too (`adopt`, from bootstrap.py's `threading.Thread.start`): its ops are
-the simulated GPU's, charged on the lane of that thread's current stream (`RankSession.charge_on`); its host ops
-run as plain torch. From its start until it ends, the rank's GPU ops run one at a time under one lock: the program's
-holds it in the compiled entry (simcuda/_fastop.c), the others' in the Python route (`_off_thread`).
+the simulated GPU's, charged on the lane of that thread's current stream (`RankSession.charge_on`) from its host
+time, each in its turn in simulated time (host_clocks.py); its host ops run as plain torch, timed on its host
+clock. From its start until it ends, the rank's GPU ops run one at a time under one lock: the program's holds it in
+the compiled entry (simcuda/_fastop.c), the others' in the Python route (`_off_thread`).
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class ChargeMode(TorchDispatchMode):
         self.thread: int | None = threading.get_ident()  # None: detached, every op runs as plain torch
         # (the compiled entry charges this thread's ops; it hands the others' to the Python route, `_off_thread`)
         self.program: int | None = self.thread  # the program's thread
-        self._threads: dict[int, int] = {}  # a thread the program started -> the compute lane's time at its start
+        self._threads: dict[int, Any] = {}  # a thread the program started -> its host clock (host_clocks.Part)
         self._lock = threading.Lock()  # one op at a time while such threads live
         self._holder: int | None = None  # the thread whose op holds the lock
         self._live = 0  # threads started for adoption that have not ended (the rank's ops in turn meanwhile)
@@ -176,12 +177,13 @@ class ChargeMode(TorchDispatchMode):
                 self._live += 1
                 self._turns = self._lock
 
-    def adopt(self, floor_ns: int) -> None:
-        """The calling thread, one `starting` announced, runs its GPU work on the simulated GPU from now on, not
-        before `floor_ns`; its host ops stay plain torch, as on a thread of a GPU host."""
+    def adopt(self, part: Any) -> None:
+        """The calling thread, one `starting` announced, runs its GPU work on the simulated GPU from now on, each
+        kernel not before its host time (`part`, host_clocks.py); its host ops stay plain torch, as on a thread of a
+        GPU host (their time on its host clock)."""
         with self._held():
             if self.thread is not None:
-                self._threads[threading.get_ident()] = floor_ns
+                self._threads[threading.get_ident()] = part
 
     def release(self) -> None:
         """A thread `starting` announced ends (or did not start); with the last, the rank's ops run without the
@@ -196,23 +198,31 @@ class ChargeMode(TorchDispatchMode):
         """An op the entry does not run straight on: gloo's workers' (which inherit the mode: their copies are not
         GPU work) and a detached mode's run as plain torch; the program's while threads live (where the compiled
         entry does not take the lock itself: without `_fastop`) and its adopted threads' run under the lock, an
-        adopted thread's charged on its current stream's lane."""
+        adopted thread's in its turn in simulated time (host_clocks.py), charged on its current stream's lane from
+        its host time; its host ops run as plain torch, their time on its host clock."""
         me = _get_ident()
-        floor = self._threads.get(me)
-        if self.thread is None or (floor is None and me != self.program):
+        part = self._threads.get(me)
+        if self.thread is None or (part is None and me != self.program):
             return func(*args, **kwargs)
-        if floor is not None and not _gpu_work(types, kwargs):
-            return func(*args, **kwargs)  # host work of a thread: plain torch, uncharged
+        s = self.session
+        clocks = s.host_clocks
+        if part is not None and not _gpu_work(types, kwargs):  # host work of a thread: plain torch
+            out = func(*args, **kwargs)
+            if s.host is not None and clocks is not None and simcuda.cuda_seen():
+                clocks.spend(part, s.host.op_ns(func, args, kwargs, out))
+            return out
+        if part is not None and clocks is not None:
+            clocks.turn(part)  # every thread that could launch before it has: the lanes' order is simulated time's
         with self._lock:
-            s = self.session
             self._holder = me  # its ops within this one (the op's own dispatch) go straight on
-            if floor is None:
+            if part is None:
                 try:
                     return type(self).__torch_dispatch__(self, func, types, args, kwargs)
                 finally:
                     self._holder = None
             prev = s.__dict__.get("charge")  # a compiled region's (fusion.py), if one is open
-            charge = _thread_charge(s, me, simstreams.current_stream().stream_id, floor, prev)
+            launches = [0]
+            charge = _thread_charge(s, me, simstreams.current_stream().stream_id, part, launches, prev)
             s.charge = charge  # type: ignore[method-assign]
             try:
                 return type(self).__torch_dispatch__(self, func, types, args, kwargs)
@@ -223,6 +233,8 @@ class ChargeMode(TorchDispatchMode):
                         del s.charge
                     else:
                         s.charge = prev  # type: ignore[method-assign]
+                if clocks is not None:  # its host spent each kernel's launch
+                    clocks.spend(part, launches[0] * s._launch_ns)
 
     def __enter__(self) -> ChargeMode:
         self.session.memory.activate()  # parameter, gradient, optimizer and saved-tensor hooks
@@ -380,13 +392,15 @@ def _gpu_work(types: tuple[type, ...], kwargs: dict) -> bool:
     return dev is not None and simcuda.is_cuda_device(dev)
 
 
-def _thread_charge(s: RankSession, me: int, stream: int, floor_ns: int, prev: Any) -> Any:
-    """The session's `charge` while thread `me`'s op runs: its charges on its stream's lane (`charge_on`); another
-    thread's (the program's, which does not wait for the lock to charge a Triton kernel) as before."""
+def _thread_charge(s: RankSession, me: int, stream: int, part: Any, launches: list[int], prev: Any) -> Any:
+    """The session's `charge` while thread `me`'s op runs: its charges on its stream's lane (`charge_on`), each
+    kernel not before its launch on the thread's host clock (`part`: the op's `launches` so far after its host time);
+    another thread's (the program's, which does not wait for the lock to charge a Triton kernel) as before."""
 
     def charge(name: str, cost: Any) -> None:
         if _get_ident() == me:
-            s.charge_on(stream, floor_ns, name, cost)
+            if s.charge_on(stream, part.h + launches[0] * s._launch_ns, name, cost):
+                launches[0] += 1
         elif prev is not None:
             prev(name, cost)
         else:

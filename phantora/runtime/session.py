@@ -302,6 +302,9 @@ class RankSession:
         self._nccl_charged: int | None = None  # the group launch last charged it (its later calls are not)
         self._group_ops: dict[int, list[tuple[int, int, bool]]] = {}  # a group launch's p2p (peer, bytes, send)
         self.host_ns = start_ns  # the host's clock as its NCCL launches see it (`_nccl_launch`)
+        # the host clocks of the threads the program started, while any lives (host_clocks.py): the program's thread
+        # waits where its host clock moves on until they have caught up
+        self.host_clocks: Any = None
         self.nccl_launches = 0  # the host launches charged so far ...
         self.nccl_launch_total_ns = 0  # ... their host time ...
         self.nccl_launch_idle_ns = 0  # ... and the compute lane's idle time waiting for them (the exposed part)
@@ -394,21 +397,22 @@ class RankSession:
             self._last_report = wall
             self.client.advance_clock(end)
 
-    def charge_on(self, stream: int, floor_ns: int, name: str, cost: OpCost) -> None:
+    def charge_on(self, stream: int, floor_ns: int, name: str, cost: OpCost) -> bool:
         """Run one compute op of a thread other than the program's (dispatch.py) on the lane of its current
         `stream`: the compute lane for the default stream (0), in turn with the program's ops, else that stream's
-        side lane (clock.py), not before `floor_ns` (the compute lane's time when the thread started). It reports
-        no clock to the bridge: only the program's thread talks to the coordinator."""
+        side lane (clock.py), not before `floor_ns` (the thread's host time at its launch, host_clocks.py). It
+        reports no clock to the bridge: only the program's thread talks to the coordinator. Whether it ran a kernel
+        (a time to charge)."""
         self.ops += 1
         if cost.flops:
             self.flops_by_dtype[cost.dtype] = self.flops_by_dtype.get(cost.dtype, 0) + cost.flops
         ns = int(cost.ns)
         if ns <= 0:
-            return
+            return False
         if ns > self._launch_ns:
             self.tier_ns[cost.tier] = self.tier_ns.get(cost.tier, 0) + ns - self._launch_ns
         clock = self.clock
-        start = max(clock.lanes.get(stream, 0), floor_ns) if stream else clock.compute_ns
+        start = max(clock.lanes.get(stream, 0) if stream else clock.compute_ns, floor_ns)
         if self.scenario is not None:
             ns = int(self.scenario.stretch(start, ns))
         end = clock.occupy(stream, start, ns)
@@ -417,6 +421,7 @@ class RankSession:
                 self.trace.lane_op(stream, name, start, end)
             else:
                 self._trace_ops(name, start, end)
+        return True
 
     def charge_untimed(self, name: str, cost: OpCost, how: str) -> None:
         """Run a kernel the compute model cannot time, charged `cost` as `how` says; it is listed in results."""
@@ -762,6 +767,8 @@ class RankSession:
         compute lane moves up to the host if behind (an idle gap, traced as the host's launch)."""
         clock = self.clock
         self.host_ns = end = self.host_ns + ns * count
+        if self.host_clocks is not None:  # the threads catch up first (host_clocks.py)
+            self.host_clocks.moved()
         self.nccl_launches += count
         self.nccl_launch_total_ns += ns * count
         start = clock.compute_ns
@@ -781,6 +788,8 @@ class RankSession:
         self.host_ops += 1
         self.host_work_ns += ns
         self.host_ns = end = self.host_ns + ns
+        if self.host_clocks is not None:  # the threads catch up first (host_clocks.py)
+            self.host_clocks.moved()
         clock = self.clock
         start = clock.compute_ns
         if end > start:  # the GPU waits for the host
@@ -1072,6 +1081,8 @@ class RankSession:
         """The host blocked until the compute lane got here (a barrier's wait, a wait with a timeout, a plain gloo
         group's call: a join on the host): the host clock of its NCCL launches moves up to the lane."""
         self.host_ns = max(self.host_ns, self.clock.compute_ns)
+        if self.host_clocks is not None:
+            self.host_clocks.moved()
 
     def sync(self) -> int:
         """Join every lane and every collective in flight (a device synchronise): the host waits there too."""
@@ -1082,6 +1093,8 @@ class RankSession:
                 self.join(p)
         end = self.clock.sync()
         self.host_ns = max(self.host_ns, end)
+        if self.host_clocks is not None:
+            self.host_clocks.moved()
         return end
 
     # ----- steps and results -------------------------------------------------------------------------

@@ -36,11 +36,19 @@ def _session() -> Any:
     return session.current()
 
 
+def _in_turn() -> None:
+    """A thread the program started reads or orders its lanes in its turn in simulated time (host_clocks.py)."""
+    from phantora.runtime import host_clocks
+
+    mine = host_clocks._mine()
+    if mine is not None:
+        mine[0].turn(mine[1])
+
+
 def synchronize(device: Any = None) -> None:
     """Wait for the simulated GPU: join every lane and collective in flight. From a thread other than the
-    program's (DCP's `async_save` writer syncs its CUDA stream in its own), nothing: that thread's host time is not
-    simulated (its GPU ops run on its stream's lane from the thread's start: dispatch.py), and only the program's
-    thread may wait on the coordinator."""
+    program's (DCP's `async_save` writer syncs its CUDA stream in its own), nothing: that thread's host clock
+    (host_clocks.py) does not move up to the lanes, and only the program's thread may wait on the coordinator."""
     s = _session()
     if s is not None and threading.get_ident() == s.thread:
         s.sync()
@@ -70,6 +78,7 @@ class Stream:
     def wait_stream(self, stream: Stream) -> None:
         s = _session()
         if s is not None:
+            _in_turn()
             s.stream_wait(self.stream_id, s.streams.tail(stream.stream_id))
             _lane_wait(s, self.stream_id, stream.stream_id, None)
 
@@ -188,6 +197,7 @@ class Event:
 
     def record(self, stream: Stream | None = None) -> None:
         s = _session()
+        _in_turn()
         self._stream = (stream or current_stream()).stream_id
         self.t_ns = s.clock.lane_now(self._stream) if s is not None else 0
         self._after = s.streams.tail(self._stream) if s is not None else []
@@ -196,6 +206,7 @@ class Event:
         s = _session()
         if s is None:
             return
+        _in_turn()
         waiter = (stream or current_stream()).stream_id
         if self._after:
             s.stream_wait(waiter, self._after)
