@@ -15,7 +15,7 @@ from bridge.columns import completion_columns, completions_to_columns
 from bridge.errors import ProtocolError
 from bridge.workers import spawn_workers
 from phantora.netsim.base import Completion
-from phantora.netsim.completion_columns import CompletionColumns, completions_of
+from phantora.netsim.completion_columns import ROW_BY_ROW_MAX, CompletionColumns, completions_of
 from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
@@ -45,6 +45,30 @@ def test_a_row_builds_the_completion_it_describes() -> None:
     assert cols[1].lost_bytes == 128 and hash(cols[0]) == hash(want[0])
     with pytest.raises(IndexError):
         cols[3]
+
+
+def test_few_rows_and_many_build_the_same_completions() -> None:
+    """Fewer rows than `ROW_BY_ROW_MAX` are built one by one, more a column at a time: each is its row's, either
+    way, lost ranges included, and a row past the batch raises."""
+    n = 2 * ROW_BY_ROW_MAX + 1
+    lost = {3: ((0, 64),), n - 2: ((128, 32), (512, 64))}
+    cols = CompletionColumns(
+        [100 + i for i in range(n)], list(range(n)), [10 * i for i in range(n)], [64 * i for i in range(n)],
+        [i % 8 for i in range(n)], [(i + 1) % 8 for i in range(n)], [f"t{i}" for i in range(n)], lost,
+    )  # fmt: skip
+
+    def row(i: int) -> Completion:
+        return Completion(100 + i, i, 10 * i, 64 * i, i % 8, (i + 1) % 8, f"t{i}", lost.get(i, ()))
+
+    for rows in (range(n), range(2, 6), [n - 2, 3, 0], range(1, 1 + ROW_BY_ROW_MAX), range(ROW_BY_ROW_MAX - 1)):
+        assert cols.built(rows) == [row(i) for i in rows]
+    assert cols.built([3])[0].lost_bytes == 64 and cols.built([n - 2])[0].lost_bytes == 96
+    with pytest.raises(IndexError):
+        cols.built([n])
+    with pytest.raises(IndexError):
+        cols.built(range(n - 1, n + 1))
+    with pytest.raises(IndexError):
+        cols.built(range(n + 1))
 
 
 def test_refs_come_back_in_their_order_from_any_batch() -> None:
