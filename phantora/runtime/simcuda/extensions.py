@@ -9,6 +9,7 @@ modelled: each foreach op is charged on its own). Any other CUDA extension is re
   exp_avg_sqs], lr, beta1, beta2, eps, step, mode, bias_correction, weight_decay)`, Adam (Kingma & Ba, 2015)
   with L2 weight decay (`mode` 0) or AdamW's decoupled decay (Loshchilov & Hutter, 2019; `mode` 1). Half-precision
   tensors are updated in fp32 and written back, as a fused kernel computes.
+- `quantizer` (DeepSpeed's, ZeRO++'s quantized weights): ds_quantizer.py.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+
+from phantora.runtime.simcuda import ds_quantizer
 
 
 @torch.no_grad()  # a kernel writes its tensors whatever autograd thinks of them (DeepSpeed passes bf16 leaves)
@@ -64,7 +67,10 @@ def multi_tensor_adam(
             torch._foreach_copy_(dst, src)
 
 
-MODULES: dict[str, Any] = {"fused_adam": SimpleNamespace(multi_tensor_adam=multi_tensor_adam)}
+MODULES: dict[str, Any] = {
+    "fused_adam": SimpleNamespace(multi_tensor_adam=multi_tensor_adam),
+    "quantizer": ds_quantizer.MODULE,
+}
 
 
 def provided(name: str) -> Any | None:
