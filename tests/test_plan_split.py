@@ -272,6 +272,39 @@ def test_workers_plan_ahead_before_they_load_ns3(tmp_path: Path, monkeypatch: py
     same_plan(got, plan_workload(wl, topo, opts))
 
 
+def test_a_worker_counts_its_planning_not_numpys_first_import(tmp_path: Path) -> None:
+    """`bridge.plan_first` imports numpy (which `rank_last` needs) before the plan's CPU is counted, as the driver and
+    one engine have before their clocks: in a fresh interpreter numpy is not loaded by the worker's imports, and is
+    loaded when `write_planned` starts counting."""
+    import subprocess
+    import sys
+
+    from bridge.workers import worker_spec
+    from phantora.plan_split import split_jobs
+
+    topo = load_topology("rail128")
+    split = split_jobs(moe_1mib(tmp_path, topo), AlgoOptions())
+    assert split is not None
+    config = PacketConfig(cc="dcqcn", nvlink="fluid", payload_bytes=4096, header_bytes=62, nic_latency=1000)
+    worker_spec(topo, replace(config, workers=2), plan_jobs=split[1][:1]).write(tmp_path / "setup.msgpack")
+    probe = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "import bridge.plan_first as pf\n"
+        "before = 'numpy' in sys.modules\n"
+        "seen = []\n"
+        "def write_planned(path, topo, jobs, limit):\n"
+        "    seen.append('numpy' in sys.modules)\n"
+        "    return 0.0\n"
+        "pf.write_planned = write_planned\n"
+        "pf.plan_ahead(Path(sys.argv[1]))\n"
+        "print(before, seen)\n"
+    )
+    got = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "setup.msgpack")], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    assert got.stdout.split("\n")[-2] == "False [True]", got.stdout + got.stderr
+
+
 def test_a_worker_that_dies_before_it_plans_ends_the_plan_named(tmp_path: Path) -> None:
     """A worker given its groups at its start, killed before it planned them: the plan ends with `WorkerDiedError`
     naming it, not a wait."""
