@@ -44,7 +44,7 @@ def install(mode: Any, now: Callable[[], int]) -> None:
         starter = clocks.part_of(threading.get_ident())
         # from the later of the compute lane's time and the program's host time; a thread's, from its starter's
         floor = now() if starter is clocks.main else 0
-        part = clocks.register(f"thread {thread.name!r}", starter, floor)
+        part = clocks.register(f'thread "{thread.name}"', starter, floor)
         thread._phantora_part = part  # type: ignore[attr-defined]  # its host time, for a join (host_clocks.py)
         _adopt(thread, mode, clocks, part)
         try:

@@ -21,6 +21,10 @@ woken by another's notify carries that one's host time on (a join, the joined th
 the program's). A thread that waits where phantora does not see it (a bare lock, a socket, a sleep loop polling
 a flag) would hold the others up for ever: after `STALL_S` of real time in which nothing moved it is passed over
 until it next moves, and the rank says so once on its stderr (the order of that GPU work is then the host's).
+
+A thread's NCCL collectives are GPU work too (session.py `_thread_issue`): issued in its turn, so a communicator's
+calls take their sequence numbers in the same order run after run; from the first thread on, the rank's calls to
+the coordinator go one at a time (`LockedClient`).
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ class HostClocks:
             p = Part(self._orders, h, name)
             self.live.append(p)
             self.session.host_clocks = self
+            if not isinstance(self.session.client, LockedClient):  # its collectives talk to the coordinator too
+                self.session.client = LockedClient(self.session.client)
             self._moved()
             return p
 
@@ -127,6 +133,12 @@ class HostClocks:
         with self._cv:
             p.stalled = False
             self._wait_until(lambda: [q for q in self._everyone() if q is not p and self._before(q, p)])
+
+    def turn_outside_ops(self, p: Part) -> None:
+        """`turn`, unless the calling thread is inside an op of its own (a functional collective), which took its
+        turn before it took the rank's op lock (waiting again there would hold the program's next op up)."""
+        if self.mode._holder != threading.get_ident():
+            self.turn(p)
 
     def moved(self) -> None:
         """The program's thread's host time moved on: wait until every other thread has caught up with it."""
@@ -230,6 +242,30 @@ class HostClocks:
             self.session.host_ns = max(self.session.host_ns, h_ns)
         else:
             p.h = max(p.h, h_ns)
+
+
+class LockedClient:
+    """The rank's coordinator client once threads issue collectives too: one call at a time (its socket is not
+    thread-safe, and its protocol takes one request in flight); every other attribute is the client's."""
+
+    def __init__(self, client: Any) -> None:
+        object.__setattr__(self, "_client", client)
+        object.__setattr__(self, "_lock", threading.RLock())
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._client, name)
+        if not callable(value) or name.startswith("__"):
+            return value
+        lock = self._lock
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                return value(*args, **kwargs)
+
+        return locked
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._client, name, value)
 
 
 def current() -> HostClocks | None:

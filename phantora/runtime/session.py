@@ -305,6 +305,9 @@ class RankSession:
         # the host clocks of the threads the program started, while any lives (host_clocks.py): the program's thread
         # waits where its host clock moves on until they have caught up
         self.host_clocks: Any = None
+        # the latest stamp a thread's collective was issued at: the program's later ones are no earlier (a rank's
+        # stamps never go back, bridge/client.py)
+        self._stamp_floor = 0
         self.nccl_launches = 0  # the host launches charged so far ...
         self.nccl_launch_total_ns = 0  # ... their host time ...
         self.nccl_launch_idle_ns = 0  # ... and the compute lane's idle time waiting for them (the exposed part)
@@ -536,11 +539,17 @@ class RankSession:
         a plain gloo group's call (backend.py, `gloo_sync`), a host-side synchronisation of zero network bytes that
         follows no CUDA stream.
         """
-        if not host:
-            self._nccl_launch(launch)
-        t = self.clock.issue()
+        part = self._thread_part() if self.host_clocks is not None else None
+        if part is not None:  # a thread's collective: in its turn, from its stream's lane (host_clocks.py)
+            t = self._thread_issue(part, cuda_stream, launch, host)
+        else:
+            if not host:
+                self._nccl_launch(launch)
+            t = max(self.clock.issue(), self._stamp_floor)
         seq = self.next_seq(group, pg)
         label = call_name(name, seq, pg=pg)
+        if self.host_clocks is not None and not host and transfers is None:  # whose call, for a mismatch's error
+            label += f" from {part.name if part is not None else self.host_clocks.main.name}"
         after = [] if host else self.streams.after(cuda_stream)
         if transfers is None:
             # what the network sees: ProcessGroupNCCL::barrier all-reduces one float on the group's stream
@@ -626,6 +635,47 @@ class RankSession:
             self.streams.launched(cuda_stream, p)
         return p
 
+    def _thread_part(self) -> Any:
+        """The host clock of the calling thread if it is one the program started (host_clocks.py), else None."""
+        me = threading.get_ident()
+        return None if me == self.thread else self.host_clocks.part_of(me)
+
+    def _thread_issue(self, part: Any, cuda_stream: int, launch: int | None, host: bool) -> int:
+        """A thread's NCCL call, in its turn in simulated time: its host launches it (the host launch's time on the
+        thread's host clock); it is stamped at its stream's lane (the compute lane for the default stream), not
+        before its launch, nor before the rank's last stamp. The program's later stamps are no earlier."""
+        clocks = self.host_clocks
+        clocks.turn_outside_ops(part)
+        ns = 0 if host or (launch is not None and launch == self._nccl_charged) else self._nccl_launch_ns
+        if launch is not None and not host:
+            self._nccl_charged = launch
+        clocks.spend(part, ns)
+        clock = self.clock
+        lane = clock.lanes.get(cuda_stream, 0) if cuda_stream else clock.compute_ns
+        said = getattr(self.client, "clock", 0)
+        t = max(lane, part.h, said if isinstance(said, int) else 0)
+        self._stamp_floor = max(self._stamp_floor, t)
+        return t
+
+    def _thread_join(self, p: Pending, stream: int) -> int:
+        """A thread's CUDA stream `stream` waits for `p` (its Work.wait, a data dependency of its kernel): that
+        stream's lane (the compute lane for the default stream) joins its completion, which the thread's wait for
+        the coordinator learns."""
+        handoff = self.handoff_at(p)
+        t_done = self.complete(p) if handoff is None else handoff
+        if p.reads_user and p.inner:
+            with self.internal():
+                for work in p.inner:
+                    work.wait()
+            p.inner = []
+        if stream:
+            self.clock.lanes[stream] = max(self.clock.lanes.get(stream, 0), t_done)
+        else:
+            self.clock.join(t_done)
+        for listener in self.listeners:
+            listener.on_wait(p.handles, t_done)
+        return t_done
+
     def issue_p2p(
         self,
         *,
@@ -676,7 +726,7 @@ class RankSession:
             self._nccl_launch(launch)
             if launch is not None and self._nccl_launch_ns:
                 self._group_ops.setdefault(launch, []).append((peer, nbytes, is_send))
-        t = self.clock.issue()
+        t = max(self.clock.issue(), self._stamp_floor)
         key = (peer, tag, is_send, pg)
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
@@ -1045,8 +1095,13 @@ class RankSession:
     def stream_wait(self, stream: int, pending: Iterable[Pending]) -> None:
         """CUDA stream `stream` waits for `pending` (Work.wait, wait_stream, wait_event): the compute stream joins
         them; another stream's later collectives, sends and receives follow them. Not from a thread other than the
-        program's (as `join_tensors`)."""
+        program's (as `join_tensors`) unless the program started it: its stream's lane joins them (`_thread_join`)."""
         if threading.get_ident() != self.thread:
+            part = self._thread_part() if self.host_clocks is not None else None
+            if part is not None:
+                self.host_clocks.turn_outside_ops(part)
+                for p in list(pending):
+                    self._thread_join(p, stream)
             return
         for p in list(pending):
             if stream == COMPUTE_STREAM:
@@ -1058,14 +1113,21 @@ class RankSession:
         """Has `p` completed by the compute lane's current time? (Work.is_completed; no stall.)"""
         if p.t_done is not None:
             return p.t_done <= self.clock.now()
-        now = self.clock.now()
+        now = max(self.clock.now(), self._stamp_floor)
         return all(self.client.test(h, now) is not None for h in p.handles)
 
     def join_tensors(self, tensors: Iterable[Any]) -> None:
-        """Join every collective in flight that reads or writes the memory of one of `tensors`. Not from a thread
-        other than the program's (its ops do not wait for collectives: only the program's thread joins them)."""
+        """Join every collective in flight that reads or writes the memory of one of `tensors`. From a thread the
+        program started, on its current stream's lane (`_thread_join`); from another thread (gloo's), none."""
+        join: Callable[[Pending], Any] = self.join
         if threading.get_ident() != self.thread:
-            return
+            part = self._thread_part() if self.host_clocks is not None else None
+            if part is None:
+                return
+            from phantora.runtime.simcuda import streams as simstreams
+
+            stream = simstreams.current_stream().stream_id
+            join = functools.partial(self._thread_join, stream=stream)
         ids: set[int] = set()
         for t in tensors:
             if isinstance(t, torch.Tensor):
@@ -1075,7 +1137,7 @@ class RankSession:
         for i in sorted(ids):
             p = self.pending.get(i)
             if p is not None:
-                self.join(p)
+                join(p)
 
     def host_waits(self) -> None:
         """The host blocked until the compute lane got here (a barrier's wait, a wait with a timeout, a plain gloo
