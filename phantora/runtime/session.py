@@ -56,6 +56,15 @@ NCCL_LAUNCH = "nccl:host_launch"  # the trace's name of the host's launch of an 
 HOST_WORK = "host:"  # the trace's name prefix of the GPU's idle wait for a host op (runtime/hostwork.py)
 
 
+def _default_stream_id() -> int:
+    """The calling thread's current CUDA stream id while no thread has set a stream: the default stream's, 0."""
+    return 0
+
+
+# The calling thread's current stream id; simcuda/streams.py, a layer above, installs its own at its first set_stream.
+current_stream_id: Callable[[], int] = _default_stream_id
+
+
 class StorageLike(Protocol):
     """The storage a checkpoint file goes through (`runtime.storage.StorageModel`, which calls the session)."""
 
@@ -1124,10 +1133,7 @@ class RankSession:
             part = self._thread_part() if self.host_clocks is not None else None
             if part is None:
                 return
-            from phantora.runtime.simcuda import streams as simstreams
-
-            stream = simstreams.current_stream().stream_id
-            join = functools.partial(self._thread_join, stream=stream)
+            join = functools.partial(self._thread_join, stream=current_stream_id())
         ids: set[int] = set()
         for t in tensors:
             if isinstance(t, torch.Tensor):

@@ -31,9 +31,7 @@ _ids = itertools.count(1)
 
 
 def _session() -> Any:
-    from phantora.runtime import session
-
-    return session.current()
+    return _session_module().current()
 
 
 def _in_turn() -> None:
@@ -151,9 +149,20 @@ def current_stream(device: Any = None) -> Stream:
     return (mine and mine.get(i)) or default_stream(i)
 
 
+def _current_stream_id() -> int:
+    return current_stream().stream_id
+
+
+def _session_module() -> Any:
+    from phantora.runtime import session
+
+    return session
+
+
 def set_stream(stream: Stream | None) -> None:
     """Make `stream` the calling thread's current stream on its device (other threads' stay as they are)."""
     if stream is not None:
+        _session_module().current_stream_id = _current_stream_id
         mine = getattr(_current, "streams", None)
         if mine is None:
             mine = _current.streams = {}
