@@ -452,6 +452,11 @@ class RankClient:
         self._sock.send(encode("plans", self._clock, comm=[int(r) for r in comm], ops=wire, **more))
         return int(self._await("planned")["plans"])
 
+    def known(self, handle: int) -> int | None:
+        """`handle`'s t_done if the coordinator has told it already (in any answer), else None; sends nothing and
+        leaves the clock where it is."""
+        return self._results.get(handle)
+
     def lost(self, handle: int) -> list[tuple[int, int]]:
         """DLCP: the (offset, bytes) ranges of a done loss-tolerant collective's result that the network dropped
         (to be zeroed); [] for any other. Asked once, after `wait`."""

@@ -8,6 +8,13 @@ after the host's 4.26 us + 24 x 32 ns launch: 43.37 us, on either stream's lane.
 each rank's tensor equals gloo's all-reduce of the same values. A rank whose thread all-reduces while the other
 rank's program broadcasts at the same place breaks NCCL's contract (every rank issues a communicator's calls in
 one order): the run stops on the coordinator's mismatch, naming each rank's call and the thread that issued it.
+
+Two communicators crossed between a thread and the program (scripts/thread_cross_groups.py): rank 0's thread
+all-reduces on group G1 and waits while rank 0's program must all-reduce on group G2, which rank 1's program does
+and synchronises on before its thread all-reduces on G1. Real NCCL runs it; the thread's wait must not hold the
+rank's calls up (before, it held the coordinator client: "deadlock at 0 ns"). From an event before both, after a
+kernel and a synchronise of K ns on each rank: G2's ends at K + (launch + ring), G1's at K + 2 (launch + ring) (rank
+1's thread launches it after G2's end), on both ranks.
 """
 
 from __future__ import annotations
@@ -23,15 +30,18 @@ from phantora.errors import PhantoraError
 from phantora.launcher import RunConfig, launch
 from tests.test_backend_identity import SIZE, ring_all_reduce_ns
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "thread_collective.py"
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+LAUNCH_NS = 1000 * (HOST_LAUNCH_US + HOST_CHANNEL_US * DEFAULT_BATCHES)  # the host's launch of one NCCL call
 
 
-def run(tmp: Path, where: str, tensors: str = "real") -> list[dict[str, Any]]:
+def run(
+    tmp: Path, where: str | None, tensors: str = "real", script: str = "thread_collective.py"
+) -> list[dict[str, Any]]:
     seen = tmp / "seen"
     seen.mkdir()
-    args = [str(seen), where] + (["phantom"] if tensors == "phantom" else [])
-    launch(RunConfig(str(SCRIPT), args, "testbed16", nproc=2, tensors=tensors, trace="none", out_dir=tmp / "run",
-                     timeout_s=300))  # fmt: skip
+    args = [str(seen)] + ([where] if where else []) + (["phantom"] if tensors == "phantom" else [])
+    launch(RunConfig(str(SCRIPTS / script), args, "testbed16", nproc=2, tensors=tensors, trace="none",
+                     out_dir=tmp / "run", timeout_s=300))  # fmt: skip
     return [json.loads((seen / f"rank{r}.json").read_text()) for r in range(2)]
 
 
@@ -39,7 +49,7 @@ def run(tmp: Path, where: str, tensors: str = "real") -> list[dict[str, Any]]:
 def test_a_threads_all_reduce_moves_glooss_values_in_the_ring_time_on_its_lane(
     tmp_path: Path, where: str, tensors: str
 ) -> None:
-    want_ns = ring_all_reduce_ns(2, SIZE) + 1000 * (HOST_LAUNCH_US + HOST_CHANNEL_US * DEFAULT_BATCHES)
+    want_ns = ring_all_reduce_ns(2, SIZE) + LAUNCH_NS
     for seen in run(tmp_path, where, tensors):
         assert seen["ns"] == pytest.approx(want_ns, abs=1)  # whole ns
         if tensors == "real":
@@ -53,3 +63,15 @@ def test_a_thread_and_a_program_crossing_their_calls_stop_the_run_naming_both(tm
     assert "collective mismatch on group [0, 1] seq 0" in text
     assert """rank 0 called all_reduce 'all_reduce#0 from thread "background all-reduce"'""" in text
     assert "rank 1 called broadcast 'broadcast#0 from the program's thread'" in text
+
+
+@pytest.mark.parametrize("tensors", ["real", "phantom"])
+def test_a_threads_wait_on_one_group_lets_the_programs_call_on_another_go_on(tmp_path: Path, tensors: str) -> None:
+    one = ring_all_reduce_ns(2, SIZE) + LAUNCH_NS
+    for seen in run(tmp_path, None, tensors, "thread_cross_groups.py"):
+        k = seen["K"]
+        assert k > 2 * one  # rank 0's thread is in G1's wait before its program's G2 call
+        assert seen["B"] == pytest.approx(k + one, abs=1)
+        assert seen["A"] == pytest.approx(k + 2 * one, abs=2)
+        if tensors == "real":
+            assert seen["equal"] == [True, True] and seen["values"] == [1.0 + 2.0, 10.0 + 20.0]

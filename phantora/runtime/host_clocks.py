@@ -24,7 +24,10 @@ until it next moves, and the rank says so once on its stderr (the order of that 
 
 A thread's NCCL collectives are GPU work too (session.py `_thread_issue`): issued in its turn, so a communicator's
 calls take their sequence numbers in the same order run after run; from the first thread on, the rank's calls to
-the coordinator go one at a time (`LockedClient`).
+the coordinator go one at a time (`LockedClient`). A thread learning when its collective completes (session.py
+`_thread_learn`) holds no one up and holds the client for one bounded wait at a time: the network runs no further
+than the earliest time another running thread of the rank can still call at (`floor`), so the program's next call
+is neither held behind the wait nor stamped late (a wait on another communicator that needs it completes).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -133,6 +137,34 @@ class HostClocks:
         with self._cv:
             p.stalled = False
             self._wait_until(lambda: [q for q in self._everyone() if q is not p and self._before(q, p)])
+
+    def floor(self, p: Part) -> int | None:
+        """The earliest time at which a running thread of the rank other than `p` can still call the coordinator (the
+        program's thread: its compute lane, where its calls are stamped; another: its host time), None if none runs
+        (every other one waits, ended or was passed over)."""
+        with self._cv:
+            others = [q for q in self._everyone() if q is not p and self._active(q)]
+            return min((self.session.clock.compute_ns if q is self.main else q.h for q in others), default=None)
+
+    def idle(self, p: Part, quiet_since: float) -> None:
+        """`p` waits for another thread to move (20 ms of real time at most); after `STALL_S` since `quiet_since`
+        the running ones are passed over until they move (they wait where phantora does not see it)."""
+        with self._cv:
+            _ORIG.get("wait", threading.Condition.wait)(self._cv, 0.02)
+            if time.monotonic() - quiet_since > STALL_S:
+                ahead = [q for q in self._everyone() if q is not p and self._active(q)]
+                for q in ahead:
+                    q.stalled = True
+                if ahead:
+                    self._say_stalled(ahead)
+
+    def resume(self, p: Part) -> None:
+        """`p` is back from a wait on the device (a collective's completion learned): its host time stays."""
+        with self._cv:
+            if p.blocked:
+                p.blocked -= 1
+            p.stalled = False
+            self._moved()
 
     def turn_outside_ops(self, p: Part) -> None:
         """`turn`, unless the calling thread is inside an op of its own (a functional collective), which took its
@@ -266,6 +298,21 @@ class LockedClient:
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._client, name, value)
+
+    def wait_within(self, handle: int, floor: int | None) -> int | None:
+        """A thread's wait for `handle`: its t_done if known or learned, the network let run no further than `floor`
+        (None: as far as it takes); None if the network got to `floor` first (or is there already)."""
+        with self._lock:
+            client = self._client
+            t = client.known(handle)
+            if t is not None:
+                return int(t)
+            if floor is None:
+                return int(client.wait(handle))
+            if floor <= client.clock:
+                return None
+            got = client.wait_any([handle], until_ns=floor)
+            return None if got is None else int(got[1])
 
 
 def current() -> HostClocks | None:

@@ -15,6 +15,7 @@ import itertools
 import json
 import resource
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -666,6 +667,40 @@ class RankSession:
         self._stamp_floor = max(self._stamp_floor, t)
         return t
 
+    def _thread_learn(self, part: Any, handle: int) -> int:
+        """When `handle` (a collective a thread the program started waits for) completes, learned without holding
+        the rank up: the thread waits as blocked (host_clocks.py), outside the rank's op lock, in waits on the
+        coordinator that let the network run only up to the earliest time another running thread of the rank can
+        still call at (`HostClocks.floor`), with the client free between them, so the program's calls go on (a
+        wait that needs the program's next call on another communicator completes). Its host time stays (the
+        device waits, not the host); the program's later stamps are no earlier than the rank's reported time."""
+        clocks, mode = self.host_clocks, self.host_clocks.mode
+        wait_within = getattr(self.client, "wait_within", None)
+        if wait_within is None:  # a client of its own (no coordinator, or no thread of the rank ever met it)
+            return int(self.client.wait(handle))
+        held = mode._holder == threading.get_ident()  # inside an op of its own: let the others' ops run meanwhile
+        if held:
+            mode._holder = None
+            mode._lock.release()
+        clocks.block(part)
+        try:
+            quiet, last = time.monotonic(), None
+            while True:
+                floor = clocks.floor(part)
+                t = wait_within(handle, floor)
+                if t is not None:
+                    return t
+                if floor != last:
+                    quiet, last = time.monotonic(), floor
+                clocks.idle(part, quiet)
+        finally:
+            clocks.resume(part)
+            said = getattr(self.client, "clock", 0)
+            self._stamp_floor = max(self._stamp_floor, said if isinstance(said, int) else 0)
+            if held:
+                mode._lock.acquire()
+                mode._holder = threading.get_ident()
+
     def _thread_join(self, p: Pending, stream: int) -> int:
         """A thread's CUDA stream `stream` waits for `p` (its Work.wait, a data dependency of its kernel): that
         stream's lane (the compute lane for the default stream) joins its completion, which the thread's wait for
@@ -1029,10 +1064,15 @@ class RankSession:
         host's wall-clock instant (`time.monotonic()`) past which a wait for the coordinator raises WaitTimedOut."""
         if p.t_done is not None:
             return p.t_done
-        self.client.advance_clock(self.clock.now())
+        part = self._thread_part() if self.host_clocks is not None else None
+        if part is None:
+            self.client.advance_clock(self.clock.now())
         t_done = p.t_issue
         for h in p.handles:
-            t_done = max(t_done, self.client.wait(h) if deadline is None else self.client.wait(h, deadline))
+            if part is not None:  # a thread the program started: the rank runs on meanwhile
+                t_done = max(t_done, self._thread_learn(part, h))
+            else:
+                t_done = max(t_done, self.client.wait(h) if deadline is None else self.client.wait(h, deadline))
         t_done += p.host_ns
         with self.internal():  # ops that gloo or the finaliser run here are not GPU work
             for work in p.inner:
@@ -1305,7 +1345,7 @@ class RankSession:
         res = self.results()
         if self.out_dir is not None:
             self.trace.append_to(RunDir(self.out_dir).rank_trace(self.rank), None)
-        self.client.finish(end, res)
+        self.client.finish(max(end, self._stamp_floor), res)  # a thread's wait may have reported a later time
         self.finished = True
         for listener in self.listeners:
             listener.on_finish(self.clock.now())
