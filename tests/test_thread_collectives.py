@@ -15,6 +15,12 @@ and synchronises on before its thread all-reduces on G1. Real NCCL runs it; the 
 rank's calls up (before, it held the coordinator client: "deadlock at 0 ns"). From an event before both, after a
 kernel and a synchronise of K ns on each rank: G2's ends at K + (launch + ring), G1's at K + 2 (launch + ring) (rank
 1's thread launches it after G2's end), on both ranks.
+
+A thread's send and receive (scripts/thread_p2p.py): on a side stream busy with a kernel of K ns (its events), rank
+0's thread isends 1 MiB to rank 1, whose thread irecvs it, each waiting. Issued at that stream's lane, the send
+hands off K + 8.4 + 3.4 us + 1 MiB / (16 x 20.6 GB/s) = K + 14,981 ns after the thread's first event, the receive
+ends with NCCL's lone p2p inside the host, K + 14,982 (whole ns, rounded up; tests/test_handoff_zero_copy.py).
+Before, they were issued as the program's thread's, at its compute lane: both ended at K.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from phantora.collectives.nccl.host_launch import DEFAULT_BATCHES, HOST_CHANNEL_
 from phantora.errors import PhantoraError
 from phantora.launcher import RunConfig, launch
 from tests.test_backend_identity import SIZE, ring_all_reduce_ns
+from tests.test_handoff_zero_copy import NVL_HANDOFF, NVL_TRANSFER
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 LAUNCH_NS = 1000 * (HOST_LAUNCH_US + HOST_CHANNEL_US * DEFAULT_BATCHES)  # the host's launch of one NCCL call
@@ -75,3 +82,12 @@ def test_a_threads_wait_on_one_group_lets_the_programs_call_on_another_go_on(tmp
         assert seen["A"] == pytest.approx(k + 2 * one, abs=2)
         if tensors == "real":
             assert seen["equal"] == [True, True] and seen["values"] == [1.0 + 2.0, 10.0 + 20.0]
+
+
+@pytest.mark.parametrize("tensors", ["real", "phantom"])
+def test_a_threads_send_and_receive_start_on_its_streams_lane(tmp_path: Path, tensors: str) -> None:
+    sender, receiver = run(tmp_path, None, tensors, "thread_p2p.py")
+    assert sender["ns"] == sender["K"] + NVL_HANDOFF
+    assert receiver["ns"] == receiver["K"] + NVL_TRANSFER
+    if tensors == "real":
+        assert receiver["equal"] is True and receiver["value"] == 1.0

@@ -766,15 +766,21 @@ class RankSession:
         gloo group's send or recv: `nbytes` 0, not `eager`)."""
         if not is_send:
             self.any_recvs.check_named(peer, tag, pg)
-        if not host:
-            self._nccl_launch(launch)
-            if launch is not None and self._nccl_launch_ns:
-                self._group_ops.setdefault(launch, []).append((peer, nbytes, is_send))
-        t = max(self.clock.issue(), self._stamp_floor)
+        part = self._thread_part() if self.host_clocks is not None else None
+        if not host and launch is not None and self._nccl_launch_ns:
+            self._group_ops.setdefault(launch, []).append((peer, nbytes, is_send))
+        if part is not None:  # a thread's send or recv: in its turn, from its stream's lane, as its collectives
+            t = self._thread_issue(part, cuda_stream, launch, host)
+        else:
+            if not host:
+                self._nccl_launch(launch)
+            t = max(self.clock.issue(), self._stamp_floor)
         key = (peer, tag, is_send, pg)
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
         label = call_name("send" if is_send else "recv", seq, tag, pg)
+        if self.host_clocks is not None and not host:  # whose call, for the records
+            label += f" from {part.name if part is not None else self.host_clocks.main.name}"
         after = [] if host else self.streams.after(cuda_stream)
         match = (tag, seq, pg) if start_copied is not None else None
         on = tuple(comm_ranks) if comm_ranks and set(comm_ranks) != {self.rank, peer} else ()  # (): the pair's own
