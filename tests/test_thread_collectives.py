@@ -21,6 +21,13 @@ A thread's send and receive (scripts/thread_p2p.py): on a side stream busy with 
 hands off K + 8.4 + 3.4 us + 1 MiB / (16 x 20.6 GB/s) = K + 14,981 ns after the thread's first event, the receive
 ends with NCCL's lone p2p inside the host, K + 14,982 (whole ns, rounded up; tests/test_handoff_zero_copy.py).
 Before, they were issued as the program's thread's, at its compute lane: both ended at K.
+
+A thread's host waiting for the device (scripts/thread_sync_wait.py, both ranks alike): on a side stream a kernel of
+K ns, then an all-reduce of 4 MiB (ring R, launch L hidden behind the kernel: it runs K to K + R), which the thread
+either does not wait for but `torch.cuda.synchronize()`s after, or waits for with a timeout (that stream's next
+event at K + R); then it all-reduces on a second side stream, launched from its host clock, which the wait left at
+K + R: that ends at K + R + L + R. Before, the synchronise waited for nothing and the wait with a timeout joined the
+compute lane and moved the program's host clock: the second all-reduce ended at K + 2 R, the event at K.
 """
 
 from __future__ import annotations
@@ -91,3 +98,18 @@ def test_a_threads_send_and_receive_start_on_its_streams_lane(tmp_path: Path, te
     assert receiver["ns"] == receiver["K"] + NVL_TRANSFER
     if tensors == "real":
         assert receiver["equal"] is True and receiver["value"] == 1.0
+
+
+@pytest.mark.parametrize(("mode", "tensors"), [("sync", "real"), ("timeout", "real"), ("sync", "phantom")])
+def test_a_threads_synchronise_and_timed_wait_hold_its_host_until_the_device_is_done(
+    tmp_path: Path, mode: str, tensors: str
+) -> None:
+    ring = ring_all_reduce_ns(2, SIZE)
+    for seen in run(tmp_path, mode, tensors, "thread_sync_wait.py"):
+        k = seen["K"]
+        assert k > LAUNCH_NS  # the first all-reduce's launch is hidden behind the kernel
+        assert seen["ns"] == pytest.approx(k + 2 * ring + LAUNCH_NS, abs=2)
+        if mode == "timeout":
+            assert seen["wait"] == pytest.approx(k + ring, abs=1)
+        if tensors == "real":
+            assert seen["values"] == [1.0 + 2.0, 10.0 + 20.0]

@@ -1,10 +1,11 @@
 """A plain gloo group's call made off the rank's own thread runs on gloo alone, unsimulated (backend.py `gloo_sync`).
 
-The rank session (its clock, its connection to the coordinator) belongs to the thread that runs the program; ops of
-other threads are not charged (dispatch.py). A background thread may still call a gloo group: DCP's `async_save`
-runs its plan exchange in one, on the gloo group torchtitan makes for it. Such a call is what it was before gloo
-groups were synchronisations: the real gloo call, whose wait waits for gloo and then runs the call's finish (an
-average's divide), with no simulated time.
+A plain gloo group's call is a synchronisation the rank session times on the thread that runs the program (its
+host clock, its calls to the coordinator). A thread the program starts has a host clock of its own and its GPU work,
+NCCL collectives, sends and receives are charged (host_clocks.py, session.py `_thread_issue`), but its gloo calls
+are not: DCP's `async_save` runs its plan exchange in one, on the gloo group torchtitan makes for it. Such a call,
+from any thread other than the group's maker, is what it was before gloo groups were synchronisations: the real gloo
+call, whose wait waits for gloo and then runs the call's finish (an average's divide), with no simulated time.
 """
 
 from __future__ import annotations

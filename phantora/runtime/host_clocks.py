@@ -42,6 +42,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.client import WaitTimedOut
+
 STALL_S = 2.0  # real seconds a thread may hold the others up without a move before it is passed over
 
 _ORIG: dict[str, Any] = {}  # the patched functions as the process had them
@@ -299,19 +301,22 @@ class LockedClient:
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._client, name, value)
 
-    def wait_within(self, handle: int, floor: int | None) -> int | None:
+    def wait_within(self, handle: int, floor: int | None, deadline: float | None = None) -> int | None:
         """A thread's wait for `handle`: its t_done if known or learned, the network let run no further than `floor`
-        (None: as far as it takes); None if the network got to `floor` first (or is there already)."""
+        (None: as far as it takes); None if the network got to `floor` first (or is there already). `deadline`: the
+        wait's wall-clock end (`time.monotonic()`), past which WaitTimedOut, as `RankClient.wait`'s."""
         with self._lock:
             client = self._client
             t = client.known(handle)
             if t is not None:
                 return int(t)
             if floor is None:
-                return int(client.wait(handle))
+                return int(client.wait(handle, deadline))
             if floor <= client.clock:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise WaitTimedOut(f"rank {client.rank}: a thread's wait passed its timeout")
                 return None
-            got = client.wait_any([handle], until_ns=floor)
+            got = client.wait_any([handle], until_ns=floor, deadline=deadline)
             return None if got is None else int(got[1])
 
 

@@ -667,17 +667,18 @@ class RankSession:
         self._stamp_floor = max(self._stamp_floor, t)
         return t
 
-    def _thread_learn(self, part: Any, handle: int) -> int:
+    def _thread_learn(self, part: Any, handle: int, deadline: float | None = None) -> int:
         """When `handle` (a collective a thread the program started waits for) completes, learned without holding
         the rank up: the thread waits as blocked (host_clocks.py), outside the rank's op lock, in waits on the
         coordinator that let the network run only up to the earliest time another running thread of the rank can
         still call at (`HostClocks.floor`), with the client free between them, so the program's calls go on (a
         wait that needs the program's next call on another communicator completes). Its host time stays (the
-        device waits, not the host); the program's later stamps are no earlier than the rank's reported time."""
+        device waits, not the host); the program's later stamps are no earlier than the rank's reported time.
+        `deadline`: as `complete`'s."""
         clocks, mode = self.host_clocks, self.host_clocks.mode
         wait_within = getattr(self.client, "wait_within", None)
         if wait_within is None:  # a client of its own (no coordinator, or no thread of the rank ever met it)
-            return int(self.client.wait(handle))
+            return int(self.client.wait(handle) if deadline is None else self.client.wait(handle, deadline))
         held = mode._holder == threading.get_ident()  # inside an op of its own: let the others' ops run meanwhile
         if held:
             mode._holder = None
@@ -687,7 +688,7 @@ class RankSession:
             quiet, last = time.monotonic(), None
             while True:
                 floor = clocks.floor(part)
-                t = wait_within(handle, floor)
+                t = wait_within(handle, floor, deadline)
                 if t is not None:
                     return t
                 if floor != last:
@@ -701,12 +702,12 @@ class RankSession:
                 mode._lock.acquire()
                 mode._holder = threading.get_ident()
 
-    def _thread_join(self, p: Pending, stream: int) -> int:
+    def _thread_join(self, p: Pending, stream: int, deadline: float | None = None) -> int:
         """A thread's CUDA stream `stream` waits for `p` (its Work.wait, a data dependency of its kernel): that
         stream's lane (the compute lane for the default stream) joins its completion, which the thread's wait for
-        the coordinator learns."""
+        the coordinator learns. `deadline`: as `complete`'s."""
         handoff = self.handoff_at(p)
-        t_done = self.complete(p) if handoff is None else handoff
+        t_done = self.complete(p, deadline) if handoff is None else handoff
         if p.reads_user and p.inner:
             with self.internal():
                 for work in p.inner:
@@ -1076,7 +1077,7 @@ class RankSession:
         t_done = p.t_issue
         for h in p.handles:
             if part is not None:  # a thread the program started: the rank runs on meanwhile
-                t_done = max(t_done, self._thread_learn(part, h))
+                t_done = max(t_done, self._thread_learn(part, h, deadline))
             else:
                 t_done = max(t_done, self.client.wait(h) if deadline is None else self.client.wait(h, deadline))
         t_done += p.host_ns
@@ -1129,7 +1130,13 @@ class RankSession:
     def join(self, p: Pending, deadline: float | None = None) -> int:
         """The compute lane waits for `p` (Work.wait, a data dependency); return its completion. A send handed off
         within its connection's buffer (`t_handoff`) ends there for the lane, without waiting for its receiver:
-        its flow's end is learned later (`sync`, the end of the run). `deadline`: as `complete`'s."""
+        its flow's end is learned later (`sync`, the end of the run). `deadline`: as `complete`'s. From a thread the
+        program started, its current stream's lane joins `p` instead (`_thread_join`)."""
+        if self.host_clocks is not None and threading.get_ident() != self.thread:
+            part = self._thread_part()
+            if part is not None:
+                self.host_clocks.turn_outside_ops(part)
+                return self._thread_join(p, current_stream_id(), deadline)
         handoff = self.handoff_at(p)
         t_done = self.complete(p, deadline) if handoff is None else handoff
         if p.reads_user and p.inner:  # its receive is issued (its receiver's gloo recv is in): the bytes go now
@@ -1193,10 +1200,37 @@ class RankSession:
 
     def host_waits(self) -> None:
         """The host blocked until the compute lane got here (a barrier's wait, a wait with a timeout, a plain gloo
-        group's call: a join on the host): the host clock of its NCCL launches moves up to the lane."""
+        group's call: a join on the host): the host clock of its NCCL launches moves up to the lane. From a thread
+        the program started, its host clock moves up to its current stream's lane."""
+        if self.host_clocks is not None and threading.get_ident() != self.thread:
+            part = self._thread_part()
+            if part is not None:
+                self.host_clocks.spend(part, self.clock.lane_now(current_stream_id()) - part.h)
+                return
         self.host_ns = max(self.host_ns, self.clock.compute_ns)
         if self.host_clocks is not None:
             self.host_clocks.moved()
+
+    def thread_sync(self) -> None:
+        """A device synchronise from a thread the program started (none from another thread): in its turn, its host
+        clock moves up to every lane's end and to the end of every collective, send and receive in flight (a send
+        handed off: its hand-off, where its kernel ends), learned as its waits learn them (`_thread_learn`), without
+        joining them: the thread waits, not the lanes, and a call's data is still made valid by a wait or a read."""
+        part = self._thread_part() if self.host_clocks is not None else None
+        if part is None:
+            return
+        self.host_clocks.turn_outside_ops(part)
+        clock = self.clock
+        end = max([clock.compute_ns, *clock.lanes.values()])
+        for i in sorted(self.pending):
+            p = self.pending.get(i)
+            if p is None:
+                continue
+            done = p.t_done if p.t_done is not None else self.handoff_at(p)
+            if done is None:
+                done = max([p.t_issue, *(self._thread_learn(part, h) for h in p.handles)]) + p.host_ns
+            end = max(end, done)
+        self.host_clocks.spend(part, end - part.h)
 
     def sync(self) -> int:
         """Join every lane and every collective in flight (a device synchronise): the host waits there too."""

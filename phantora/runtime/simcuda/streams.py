@@ -44,12 +44,16 @@ def _in_turn() -> None:
 
 
 def synchronize(device: Any = None) -> None:
-    """Wait for the simulated GPU: join every lane and collective in flight. From a thread other than the
-    program's (DCP's `async_save` writer syncs its CUDA stream in its own), nothing: that thread's host clock
-    (host_clocks.py) does not move up to the lanes, and only the program's thread may wait on the coordinator."""
+    """Wait for the simulated GPU: join every lane and collective in flight. From a thread the program started
+    (DCP's `async_save` writer syncs its CUDA stream in its own), its host clock (host_clocks.py) moves up to every
+    lane and every collective in flight (`RankSession.thread_sync`); from another thread (gloo's), nothing."""
     s = _session()
-    if s is not None and threading.get_ident() == s.thread:
+    if s is None:
+        return
+    if threading.get_ident() == s.thread:
         s.sync()
+    elif s.host_clocks is not None:
+        s.thread_sync()
 
 
 class Stream:
