@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from phantora.runtime.simcuda import attention, flash_kernels, lstm_cell, torch_release, varlen
 from phantora.runtime.simcuda.devices import NotSimulatedError
@@ -110,15 +111,26 @@ def rms_norm_backward(
     return dx, dw
 
 
+def join_inputs(s: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+    """Session `s` waits for the collectives in flight on the memory of a tensor among `args` and `kwargs` (a
+    simulated-GPU tensor's data or a plain one, in lists too), as a GPU's stream order makes a kernel wait: the
+    internal ops of a one-kernel op skip the wait that each op of the program takes (dispatch.py), so it is taken
+    here, once, before them."""
+    if s.by_storage:
+        s.join_tensors(getattr(x, "elem", x) for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor))
+
+
 def one_kernel(func: Any, compute: Callable[..., Any], cost: Callable[..., Any] | None = None) -> Callable[..., Any]:
-    """`compute` (several torch ops on the data) charged as the single kernel `func`: its ops run as the session's
-    own (uncharged), then `func` is charged by the compute model (or `cost(model, func, args, kwargs, out)`) and its
-    outputs counted in device memory."""
+    """`compute` (several torch ops on the data) charged as the single kernel `func`: it first waits for the
+    collectives still writing or reading its tensors (`join_inputs`), its ops run as the session's own (uncharged),
+    then `func` is charged by the compute model (or `cost(model, func, args, kwargs, out)`) and its outputs counted
+    in device memory."""
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         s = _current()
         if s is None:
             return compute(*args, **kwargs)
+        join_inputs(s, args, kwargs)
         with s.internal():
             out = compute(*args, **kwargs)
         if s.memory.enabled:

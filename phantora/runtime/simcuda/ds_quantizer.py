@@ -28,7 +28,6 @@ import torch
 
 from phantora.runtime.simcuda import cuda_only
 from phantora.runtime.simcuda.devices import NotSimulatedError
-from phantora.runtime.simcuda.tensor import SimCudaTensor
 
 _COPY = torch.ops.aten._to_copy.default
 
@@ -111,8 +110,9 @@ def _one_kernel(name: str, compute: Callable[..., Any]) -> Callable[..., Any]:
         s = cuda_only._current()
         if s is None:
             return compute(*args, **kwargs)
-        if s.by_storage:  # it reads its inputs: a collective still writing one (ZeRO++'s gather) ends first
-            s.join_tensors(a.elem if isinstance(a, SimCudaTensor) else a for a in args if isinstance(a, torch.Tensor))
+        cuda_only.join_inputs(
+            s, args, kwargs
+        )  # it reads its inputs: a collective writing one (ZeRO++'s gather) ends first
         with s.internal():  # its ops are the one kernel's parts
             out = compute(*args, **kwargs)
         first = out[0] if isinstance(out, list) else out
