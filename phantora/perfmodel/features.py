@@ -178,12 +178,23 @@ def gemm_dims(call: OpCall) -> tuple[int, int, int, int, int]:
             return _check_k(call, 1, 1, 1, k, k2, 0)
         if base == "matmul":
             return _matmul_dims(call, s[0], s[1])
-        if base == "_grouped_mm":
-            g, m, n, k, _ = grouped_mm_dims(call, s)
+        if base in _GROUPED:
+            g, m, n, k, _ = grouped_mm_dims(call, grouped_operands(base, s))
             return g, m, n, k, 0
     except (ValueError, IndexError, TypeError):
         raise _bad(call, "shapes do not fit a matrix product") from None
     raise _bad(call, "not a matrix product")
+
+
+_GROUPED = ("_grouped_mm", "_scaled_grouped_mm")
+
+
+def grouped_operands(base: str, s: Sequence[Shape]) -> list[Shape]:
+    """`_grouped_mm`'s shapes [a, b, offs?] of grouped product `base`'s: `_scaled_grouped_mm(a, b, scale_a, scale_b,
+    offs?, ...)` (fp8 operands, their scales read beside them) has its `offs` after the two scales."""
+    if base == "_scaled_grouped_mm":
+        return [*s[:2], *s[4:5]]
+    return list(s)
 
 
 def grouped_mm_dims(call: OpCall, s: Sequence[Shape]) -> tuple[int, int, int, int, int]:
@@ -259,7 +270,7 @@ def _gemm(call: OpCall) -> OpFeatures:
     base = base_name(call.op)
     ia, ib = (1, 2) if base in ("addmm", "baddbmm", "addmv") else (0, 1)
     da, db = call.dtypes[ia], call.dtypes[ib]
-    if base == "_scaled_mm":
+    if base in ("_scaled_mm", "_scaled_grouped_mm"):
         out_dtype = normalize_dtype(call.extra.get("out_dtype", "bfloat16"))
     elif base == "_grouped_mm" and call.extra.get("out_dtype"):
         out_dtype = normalize_dtype(call.extra["out_dtype"])
@@ -268,9 +279,10 @@ def _gemm(call: OpCall) -> OpFeatures:
     reads = nbytes(call.shapes[ia], da) + nbytes(call.shapes[ib], db) + extra * dtype_bytes(out_dtype)
     writes = b * m * n * dtype_bytes(out_dtype)
     flops = 2 * b * m * n * k + (b * m * n if extra else 0)
-    if base == "_grouped_mm":  # the exact FLOPs and output of the ragged groups (b, m, n, k: the mean group's)
-        flops = grouped_mm_dims(call, call.shapes)[4]
-        writes = grouped_mm_out(call.shapes) * dtype_bytes(out_dtype)
+    if base in _GROUPED:  # the exact FLOPs and output of the ragged groups (b, m, n, k: the mean group's)
+        shapes = grouped_operands(base, call.shapes)
+        flops = grouped_mm_dims(call, shapes)[4]
+        writes = grouped_mm_out(shapes) * dtype_bytes(out_dtype)
     grid = grid_bytes(base, call.shapes, call.dtypes, out_dtype, call.extra)
     return OpFeatures(
         "gemm", flops, reads + writes, da, reads + writes, dims=(b, m, n, k), op=call.op, writes=writes, grid=grid

@@ -17,8 +17,22 @@ CLASSES = (
     "noop",
 )
 
-# `_grouped_mm`: one kernel of G matrix products (an MoE layer's experts), timed as a batched product (features.py)
-GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_mm", "_grouped_mm", "mv", "addmv", "dot"}
+# `_grouped_mm`: one kernel of G matrix products (an MoE layer's experts), timed as a batched product (features.py);
+# `_scaled_grouped_mm` the same of fp8 operands with their scales
+GEMM_OPS = {
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "matmul",
+    "linear",
+    "_scaled_mm",
+    "_grouped_mm",
+    "_scaled_grouped_mm",
+    "mv",
+    "addmv",
+    "dot",
+}
 ATTN_FWD_OPS = {
     "_scaled_dot_product_flash_attention",
     "_scaled_dot_product_flash_attention_for_cpu",  # what a CPU (phantom) run dispatches to; same FLOPs

@@ -61,8 +61,18 @@ def _grouped_mm_flops(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Any = None
     return grouped_mm_dims(call, call.shapes)[4]
 
 
+def _scaled_grouped_mm_flops(
+    mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: Any, scale_b: Any, offs: Any = None, *_: Any, **__: Any
+) -> int:
+    """FLOPs of `_scaled_grouped_mm` (fp8 operands, their scales applied in the same kernel): `_grouped_mm`'s."""
+    return _grouped_mm_flops(mat_a, mat_b, offs)
+
+
 # Ops torch.utils.flop_counter has no formula for, with phantora's.
-_OWN_FORMULAS: dict[Any, Any] = {aten._grouped_mm: _grouped_mm_flops}
+_OWN_FORMULAS: dict[Any, Any] = {
+    aten._grouped_mm: _grouped_mm_flops,
+    aten._scaled_grouped_mm: _scaled_grouped_mm_flops,
+}
 
 # Kernels whose fp32 products run as three TF32 tensor-core products (GpuSpec.fast_f32_peak).
 _FAST_F32 = {

@@ -17,7 +17,8 @@ one kernel a GPU launches:
 - packed (variable-length) flash attention, ``aten._flash_attention_forward`` / ``_backward`` with sequence lengths,
   and `varlen_attn`'s custom ops around them (varlen.py);
 - the simulated FlashAttention packages' forward and backward (flash_kernels.py, simflash.py);
-- the LSTM and GRU cells' fused kernels and their backwards (lstm_cell.py).
+- the LSTM and GRU cells' fused kernels and their backwards (lstm_cell.py);
+- ``aten._scaled_grouped_mm``, fp8 MoE experts in one kernel (scaled_grouped.py).
 
 `HALF_TO_FLOAT` below are ops the CPU has, but not with an fp16 input to an fp32 output in one kernel (a softmax).
 """
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from phantora.runtime.simcuda import attention, flash_kernels, lstm_cell, torch_release, varlen
+from phantora.runtime.simcuda import attention, flash_kernels, lstm_cell, scaled_grouped, torch_release, varlen
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
 RMS_NORM = torch.ops.aten._fused_rms_norm.default
@@ -289,6 +290,7 @@ KERNELS: dict[Any, Callable[..., Any]] = {
     lstm_cell.BACKWARD: one_kernel(lstm_cell.BACKWARD, lstm_cell.backward),
     lstm_cell.GRU_FORWARD: one_kernel(lstm_cell.GRU_FORWARD, lstm_cell.gru_forward),
     lstm_cell.GRU_BACKWARD: one_kernel(lstm_cell.GRU_BACKWARD, lstm_cell.gru_backward),
+    scaled_grouped.OP: one_kernel(scaled_grouped.OP, scaled_grouped.forward),
 }
 """The CUDA-only ops and how they run on the data of a simulated-GPU tensor (on meta data too, so that real
 and phantom mode charge the same op)."""
