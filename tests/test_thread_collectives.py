@@ -28,6 +28,10 @@ either does not wait for but `torch.cuda.synchronize()`s after, or waits for wit
 event at K + R); then it all-reduces on a second side stream, launched from its host clock, which the wait left at
 K + R: that ends at K + R + L + R. Before, the synchronise waited for nothing and the wait with a timeout joined the
 compute lane and moved the program's host clock: the second all-reduce ended at K + 2 R, the event at K.
+
+A thread's wait tells the coordinator a time past the program's compute lane (the program was joining the thread);
+the program's next calls are stamped no earlier (scripts/thread_then_recv_any.py: a receive from any source on a
+gloo group stopped the run before, "recv stamped 4110 ns, before the rank's clock (47478 ns)").
 """
 
 from __future__ import annotations
@@ -113,3 +117,8 @@ def test_a_threads_synchronise_and_timed_wait_hold_its_host_until_the_device_is_
             assert seen["wait"] == pytest.approx(k + ring, abs=1)
         if tensors == "real":
             assert seen["values"] == [1.0 + 2.0, 10.0 + 20.0]
+
+
+def test_the_programs_calls_after_a_threads_wait_are_stamped_no_earlier(tmp_path: Path) -> None:
+    receiver, _ = run(tmp_path, None, "real", "thread_then_recv_any.py")
+    assert receiver == {"src": 1, "got": [7.0] * 4}

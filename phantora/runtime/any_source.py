@@ -63,7 +63,7 @@ class AnyRecvs:
         if p2p_any is None:
             raise NotSimulatedError("a recv from any source without a coordinator: name the source rank")
         client.on_source = self.told
-        t = s.clock.issue()
+        t = s.issue_at()
         label = call_name("recv_any", self._count, tag)
         self._count += 1
         algo = {"nccl_env": [list(kv) for kv in nccl_env]} if nccl_env is not None else None

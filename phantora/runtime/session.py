@@ -457,7 +457,7 @@ class RankSession:
         """The host reads or writes a checkpoint file (`kind` "read" or "write"): a host stall, so the compute lane
         waits (nothing is issued meanwhile); not compute time (runtime/storage.py). Through the bridge, the file
         is a transfer on the storage all ranks share (bridge.storage_io); without one, it has the storage alone."""
-        start = self.clock.compute_ns
+        start = self.issue_at()
         issue = getattr(self.client, "storage_io", None)
         if issue is None:
             end = start + model.lone_ns(nbytes)
@@ -555,7 +555,7 @@ class RankSession:
         else:
             if not host:
                 self._nccl_launch(launch)
-            t = max(self.clock.issue(), self._stamp_floor)
+            t = self.issue_at()
         seq = self.next_seq(group, pg)
         label = call_name(name, seq, pg=pg)
         if self.host_clocks is not None and not host and transfers is None:  # whose call, for a mismatch's error
@@ -644,6 +644,11 @@ class RankSession:
         if sync and not host:
             self.streams.launched(cuda_stream, p)
         return p
+
+    def issue_at(self) -> int:
+        """The stamp of the program's thread's next call to the coordinator: the compute lane's time, not before the
+        latest time the rank reported for a thread's call or wait (a rank's stamps never go back)."""
+        return max(self.clock.issue(), self._stamp_floor)
 
     def _thread_part(self) -> Any:
         """The host clock of the calling thread if it is one the program started (host_clocks.py), else None."""
@@ -775,7 +780,7 @@ class RankSession:
         else:
             if not host:
                 self._nccl_launch(launch)
-            t = max(self.clock.issue(), self._stamp_floor)
+            t = self.issue_at()
         key = (peer, tag, is_send, pg)
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
@@ -1279,7 +1284,7 @@ class RankSession:
         self.scenario.step_started(step, t)
         tell = getattr(self.client, "step_boundary", None)
         if self.scenario.wants_steps and tell is not None:
-            tell(step, t)
+            tell(step, max(t, self._stamp_floor))
 
     def _log_step(self, start: int, end: int) -> None:
         """Append this step's line to out_dir/steps/rank<R>.jsonl at once, so it survives a crash later."""
