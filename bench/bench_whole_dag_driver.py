@@ -13,6 +13,10 @@ Cases (each run is a fresh process, nvlink=fluid, wire=roce4k, nic_latency=1us, 
   collective chunked (`AlgoOptions(granularity="chunked")`, 90,112 flows at 64 MiB).
 - ``moe:SIZE``: the same of workloads/moe_rail_alltoall.toml at SIZE per GPU (per rail a dispatch all-to-all, 1 ms
   of expert compute, a combine; `bench_decompose.py --pattern a2a-rail`'s traffic with the workload's gap).
+- ``job:DIR``: a user's job, `phantora replay DIR` of a recording (`phantora run --record DIR ...`) on rail128 with
+  the settings above and ``reuse=on``, run in this process as the `phantora` program runs it (its GC policy); its key
+  is of the files a user reads (flows.csv, links.csv and results.json's simulated figures), and its driver CPU the
+  whole command's (loading, planning, writing the files), against the same of one engine.
 - ``nccl``: the live `phantora nccl-tests all_reduce_perf -b 1M -e 4M -f 2 -n 2 -w 1` (c7472cb's command), which
   submits as it goes; its hybrid run is the factory made to build the hybrid there too (whole_dag forced).
 
@@ -28,6 +32,7 @@ critical path (the 1.7x goal).
     cd CLONE && PYTHONPATH=CLONE nice -n 10 .venv/bin/python bench/bench_whole_dag_driver.py \\
         --cases replay:8MiB replay:64MiB nccl --timeout 600
     ... --cases replay:64MiB moe:16MiB --order one plain hybrid hybrid plain one
+    ... --cases job:G replay:1GiB --order one planned planned one --timeout 1500   (G: a recorded job)
 """
 
 from __future__ import annotations
@@ -163,6 +168,55 @@ def run_replay(case: str, size: str, workers: int) -> dict[str, Any]:
     return {**out, "crit": crit, "flows": len(comps)}
 
 
+JOB_SETTINGS = [*SETTINGS[:-2], "--set", "reuse=on"]  # (workers set per run)
+
+
+def job_key(out: Path) -> str:
+    """sha256 (12 hex digits) of a replay's tables (flows.csv, links.csv, pfc.csv, ...: every one it wrote, byte for
+    byte) and results.json's figures of the simulation (all but `engine_stats`, the engine's own counters, and `run`,
+    the command's settings)."""
+    from phantora.results.reproduce import TABLES
+
+    h = hashlib.sha256()
+    for name in TABLES:
+        if (out / name).is_file():
+            h.update(name.encode() + b"\0" + (out / name).read_bytes())
+    res = json.loads((out / "results.json").read_text())
+    h.update(json.dumps({k: v for k, v in res.items() if k not in ("engine_stats", "run")}, sort_keys=True).encode())
+    return h.hexdigest()[:12]
+
+
+def run_job(graph: str, workers: int) -> dict[str, Any]:
+    """`phantora replay GRAPH` (a recorded job) in this process under the run's GC policy, `workers=N` (0: one
+    engine); its CPU and wall from the command line's parse to its files written."""
+    from phantora.cli import main
+    from phantora.netsim.gc_pause import use_run_policy
+
+    if not (Path(graph) / "graph.json").is_file():
+        raise SystemExit(f"--cases job:{graph}: no graph.json there (record one with `phantora run --record DIR`)")
+    use_run_policy()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out"
+        argv = ["replay", graph, "--topology", "rail128", "--network", "ns3", "--cc", "dcqcn", *JOB_SETTINGS]
+        argv += ["--set", f"workers={workers}"] if workers else []
+        c0, t0 = time.process_time(), time.perf_counter()
+        rc = main([*argv, "--queue-sample-ns", "0", "--out", str(out)])
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        if rc != 0:
+            raise SystemExit(f"phantora replay {graph} exited {rc}")
+        key = job_key(out)
+        stats = json.loads((out / "results.json").read_text()).get("engine_stats", {})
+    crit = critical_of(stats, cpu) if workers else cpu
+    out_ = {"cls": "-", "driver_cpu": cpu, "wall": wall, "rounds": rounds_of(stats), "key": key, "crit": crit}
+    d = stats.get("decompose") if isinstance(stats, dict) else None
+    if isinstance(d, dict) and "overlap_cpu_s" in d:
+        alone = cpu - float(d["meanwhile_cpu_s"]) - float(d.get("built_cpu_s", 0.0))
+        out_["split"] = [round(alone, 3), round(float(d["overlap_cpu_s"]), 3), round(float(d["critical_cpu_s"]), 3)]
+    if isinstance(d, dict) and d.get("plan_wall_s"):
+        out_["plan"] = [round(float(d["plan_cpu_s"]), 3), round(float(d["plan_wall_s"]), 3)]
+    return out_
+
+
 def run_nccl() -> dict[str, Any]:
     """The live nccl-tests command, in this process, on the factory as forced."""
     from phantora.cli import main
@@ -185,6 +239,8 @@ def one(case: str, driver: str) -> None:
     force_driver("plain" if driver == "one" else driver, everywhere=case == "nccl")
     if case == "nccl":
         out = run_nccl()
+    elif case.startswith("job:"):
+        out = run_job(case[len("job:") :], 0 if driver == "one" else 2)
     else:
         kind, size = case.split(":", 1)
         out = run_replay(kind, size, 0 if driver == "one" else 2)
@@ -220,6 +276,7 @@ def show(case: str, driver: str, r: dict[str, Any] | None, timeout: float) -> No
         f"workers CPU {r['workers_cpu']:7.2f} s  critical {crit}  rounds {r['rounds']}  key {r['key']}  "
         + (f"shards critical {r['shards_cpu']:.2f} s  " if r.get("shards_cpu") else "")
         + (f"planned by workers {r['plan'][0]:.2f} s CPU, waited {r['plan'][1]:.2f} s  " if r.get("plan") else "")
+        + ("alone / rounds / busiest {:.2f} / {:.2f} / {:.2f} s  ".format(*r["split"]) if r.get("split") else "")
         + f"({r['cls']}, {r.get('flows', '-')} flows)",
         flush=True,
     )
@@ -241,8 +298,8 @@ def main() -> None:
         one(*a.one)
         return
     for case in a.cases:
-        if case != "nccl" and case.split(":", 1)[0] not in WORKLOADS:
-            raise SystemExit(f"--cases: {case!r} is neither nccl, replay:SIZE nor moe:SIZE")
+        if case != "nccl" and case.split(":", 1)[0] not in (*WORKLOADS, "job"):
+            raise SystemExit(f"--cases: {case!r} is neither nccl, replay:SIZE, moe:SIZE nor job:DIR")
         if case == "nccl" and "one" in a.order:
             raise SystemExit("--order: one engine is measured on the replay cases only, not nccl")
     print(f"load {os.getloadavg()[0]:.1f} at {time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)

@@ -60,7 +60,6 @@ A rank of a multi-job run adds ``job`` (its job's index) to its hello; its ranks
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +79,7 @@ from phantora.netsim.observe import (
     PfcEvent,
     QueueSample,
     Trim,
+    fields_getter,
 )
 
 VERSION = 1
@@ -372,7 +372,8 @@ def records_to_wire(fabric: FabricObserver, elapsed_ns: int) -> dict[str, list[l
         "transport": list(fabric.flow_transport().values()),
         "usage": fabric.channel_usage(elapsed_ns),
     }
-    out = {k: [list(dataclasses.astuple(r)) for r in v] for k, v in lists.items()}
+    # each row its record's fields in order (astuple's, the records being flat)
+    out = {k: [list(fields_getter(type(r))(r)) for r in v] for k, v in lists.items()}
     out["effective"] = [[k, v] for k, v in fabric.effective().to_pairs()]  # what the fabric runs by
     return out
 

@@ -55,6 +55,7 @@ from phantora.netsim.observe import (
     PfcEvent,
     QueueSample,
     Trim,
+    fields_getter,
 )
 from phantora.netsim.packet import check_packet_batch, check_packet_fields
 from phantora.netsim.packet_config import PacketConfig
@@ -1140,7 +1141,8 @@ class DecomposedSimulator(RunsByCompletion):
                 rows[:] = [t for t in rows if self._ends.get(t.flow_id, INF_NS) <= now]
             elif k != "usage":
                 rows[:] = [r for r in rows if r.time_ns <= now]
-            rows.sort(key=dataclasses.astuple)
+            if rows:  # (in astuple's order: the records are flat)
+                rows.sort(key=fields_getter(type(rows[0])))
         self._records, self._records_at = merged, at
         return merged
 

@@ -9,13 +9,26 @@ a remote engine neither (its network server writes them). Consumers ask these tw
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from phantora.netsim.effective import EffectiveSettings
     from phantora.topology.model import Topology
+
+
+_GETTERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def fields_getter(cls: type) -> Callable[[Any], tuple[Any, ...]]:
+    """A record's fields as a tuple, for a class below (flat: two fields or more, each a number or a bool): what
+    `dataclasses.astuple` gives, without its deep copy (about 5x faster as a sort key)."""
+    get = _GETTERS.get(cls)
+    if get is None:
+        get = _GETTERS[cls] = attrgetter(*(f.name for f in fields(cls)))
+    return get
 
 
 @dataclass(frozen=True, slots=True)
