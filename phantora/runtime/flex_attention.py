@@ -18,7 +18,11 @@ through torch.compile, which refuses a rank's dispatch mode). A rank's dispatch 
   (inductor's `get_float32_precision`: IEEE fp32 on CUDA cores at "highest", else TF32), which is how the
   compute model times an fp32 flash call, where sdpa's fp32 pick, the efficient kernel, always runs 3 TF32
   products (compute._FAST_F32);
-- the outputs count as device memory, and are cuda tensors again when the inputs were.
+- the outputs count as device memory, and are cuda tensors again when the inputs were;
+- `kernel_options={"BACKEND": "FLASH"}` (FlashAttention-4's CuTe kernels) in a region the program compiled with
+  Inductor stops as torch's lowering does on a GPU of any arch when the `flash_attn.cute` package is absent
+  (torch's own check and message, `refuse_flash`). Run eagerly (flex_attention's own compile uses the eager
+  backend), torch ignores the option, and so does this.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import torch.nn.attention.flex_attention
 from torch._C import DispatchKey
 from torch._higher_order_ops.flex_attention import flex_attention, flex_attention_backward
 
-from phantora.runtime import flex_blocks, flex_chunks
+from phantora.runtime import flex_blocks, flex_chunks, fusion
 from phantora.runtime.compute import OpCost, kept_flops, tensors_in
 from phantora.runtime.simcuda import device as simcuda
 from phantora.runtime.simcuda.tensor import SimCudaTensor
@@ -66,7 +70,23 @@ def _run(mode: Any, hop: Any, args: tuple, kwargs: dict) -> Any:
     return out if index is None else simcuda.wrap(out, index)
 
 
+def refuse_flash(session: Any, kernel_options: Any) -> None:
+    """Raise torch's error when Inductor would lower a FLASH-backend call without the `flash_attn.cute` package."""
+    if not isinstance(kernel_options, dict) or kernel_options.get("BACKEND") != "FLASH":
+        return
+    if not fusion.in_inductor(session):
+        return
+    # torch's own check (find_spec of flash_attn.cute) and message, as Inductor's lowering raises them
+    from torch._inductor.kernel.flex import flex_flash_attention as ffa
+
+    if not ffa.ensure_flash_available():
+        raise RuntimeError(
+            f"BACKEND='FLASH' but flash attention cannot be used: {ffa._flash_attention_unavailable_message()}"
+        )
+
+
 def _forward(mode: Any, q: Any, k: Any, v: Any, score_mod: Any, block_mask: tuple, *rest: Any, **kw: Any) -> Any:
+    refuse_flash(mode.session, rest[1] if len(rest) > 1 else kw.get("kernel_options"))
     out = _run(mode, flex_attention, (q, k, v, score_mod, block_mask, *rest), kw)
     _charge(mode, "flex_attention", _FLASH, simcuda.unwrap((q, k, v)), simcuda.unwrap(out[:2]), block_mask, q, k)
     return out

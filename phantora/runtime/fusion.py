@@ -263,6 +263,7 @@ class Fusion:
         self._session = weakref.ref(session)  # weakly: `_modes` holds this layer as long as the session lives
         self.thread = _get_ident()
         self.depth = 0  # compiled calls running (nested ones count)
+        self.inductor = 0  # those of them the program compiled with Inductor (torch.compile's default backend)
         self.in_backward = False
         self.pushed = False
         self.hooked = False  # the session's `charge` is `_charge`
@@ -684,8 +685,9 @@ def _session() -> Any:
     return session.current()
 
 
-def region(fn: Any) -> Any:
-    """`fn` (what torch.compile returned) run as a compiled region: its ops, and its backward's, fused."""
+def region(fn: Any, inductor: bool = True) -> Any:
+    """`fn` (what torch.compile returned) run as a compiled region: its ops, and its backward's, fused. `inductor`:
+    the program asked for Inductor (whose lowering refuses what a GPU's compiler would, `in_inductor`)."""
 
     @functools.wraps(fn)
     def run_compiled(*args: Any, **kwargs: Any) -> Any:
@@ -694,27 +696,35 @@ def region(fn: Any) -> Any:
             return fn(*args, **kwargs)
         m = mode_of(s)
         m.enter_region()
+        m.inductor += inductor
         try:
             return fn(*args, **kwargs)
         finally:
+            m.inductor -= inductor
             m.exit_region()
 
     run_compiled._phantora_region = True  # type: ignore[attr-defined]
     return run_compiled
 
 
-def compiled(result: Any) -> Any:
+def in_inductor(session: Any) -> bool:
+    """Whether `session`'s thread runs a region the program compiled with Inductor (its forward)."""
+    m = _modes.get(session)
+    return m is not None and m.inductor > 0 and m.thread == _get_ident()
+
+
+def compiled(result: Any, inductor: bool = True) -> Any:
     """What torch.compile returned, its calls made compiled regions: a module's `forward` (torch's OptimizedModule
     keeps it on the instance), or the function itself. Also makes autograd's entry points time a region's
-    backward as fused (`_backward_entry`)."""
+    backward as fused (`_backward_entry`). `inductor`: the program asked for Inductor (`region`)."""
     _install_backward()
     if isinstance(result, torch.nn.Module):
         fwd = result.__dict__.get("forward")
         if fwd is not None and not getattr(fwd, "_phantora_region", False):
-            result.forward = region(fwd)
+            result.forward = region(fwd, inductor)
         return result
     if callable(result) and not getattr(result, "_phantora_region", False):
-        return region(result)
+        return region(result, inductor)
     return result
 
 

@@ -142,14 +142,15 @@ def _eager_compile(compile_fn: Any) -> Any:
             )
         # fullgraph=True asks that everything be compiled; nothing is, and torch then refuses the call ("found no
         # compiled frames": torch's own context parallelism compiles create_block_mask so)
+        inductor = kwargs.get("backend", "inductor") == "inductor"  # what the program asked for
         kwargs.update(backend="eager", mode=None, options=None, fullgraph=False)
         if model is not None:
             out = compile_fn(model, **kwargs)
-            return fusion.compiled(out) if fused else out
+            return fusion.compiled(out, inductor) if fused else out
         decorate = compile_fn(**kwargs)
         if not fused:
             return decorate
-        return functools.wraps(decorate)(lambda fn: fusion.compiled(decorate(fn)))
+        return functools.wraps(decorate)(lambda fn: fusion.compiled(decorate(fn), inductor))
 
     compile_eagerly._phantora = True  # type: ignore[attr-defined]
     return compile_eagerly
