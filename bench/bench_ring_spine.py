@@ -23,8 +23,12 @@ Simulated figures, deterministic; about 35 s of CPU.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 import phantora.collectives.nccl.shape as shape_module
 from phantora.collectives import AlgoOptions, Collective, decompose
