@@ -159,6 +159,22 @@ class ChargeMode(TorchDispatchMode):
         return self.thread is not None and (ident == self.program or ident in self._threads)
 
     @contextlib.contextmanager
+    def ops_released(self) -> Iterator[None]:
+        """Inside: the calling thread's own op, if one holds the rank's op lock, lets it go (the other threads' ops run
+        meanwhile), and takes it back after (a thread waiting for its turn or its collective, host_clocks.py)."""
+        me = _get_ident()
+        if self._holder != me:
+            yield
+            return
+        self._holder = None
+        self._lock.release()
+        try:
+            yield
+        finally:
+            self._lock.acquire()
+            self._holder = me
+
+    @contextlib.contextmanager
     def _held(self) -> Iterator[None]:
         """`_lock` for the bookkeeping of adopted threads, unless the calling thread's op already holds it (a thread
         started, or one ending, inside an op run in turn: the lock is not re-entrant)."""

@@ -179,20 +179,10 @@ class HostClocks:
         main = self.main
         if threading.get_ident() != main.ident:
             return
-        mode = self.mode
-        held = mode._holder == main.ident  # in an op of its own: let the others' ops run meanwhile
-        if held:
-            mode._holder = None
-            mode._lock.release()
-        try:
-            with self._cv:
-                main.stalled = False
-                self._moved()
-                self._wait_until(lambda: [q for q in self.live if self._before(q, main)])
-        finally:
-            if held:
-                mode._lock.acquire()
-                mode._holder = main.ident
+        with self.mode.ops_released(), self._cv:  # in an op of its own: the others' ops run meanwhile
+            main.stalled = False
+            self._moved()
+            self._wait_until(lambda: [q for q in self.live if self._before(q, main)])
 
     def _everyone(self) -> list[Part]:
         return [self.main, *self.live]

@@ -684,28 +684,22 @@ class RankSession:
         wait_within = getattr(self.client, "wait_within", None)
         if wait_within is None:  # a client of its own (no coordinator, or no thread of the rank ever met it)
             return int(self.client.wait(handle) if deadline is None else self.client.wait(handle, deadline))
-        held = mode._holder == threading.get_ident()  # inside an op of its own: let the others' ops run meanwhile
-        if held:
-            mode._holder = None
-            mode._lock.release()
-        clocks.block(part)
-        try:
-            quiet, last = time.monotonic(), None
-            while True:
-                floor = clocks.floor(part)
-                t = wait_within(handle, floor, deadline)
-                if t is not None:
-                    return t
-                if floor != last:
-                    quiet, last = time.monotonic(), floor
-                clocks.idle(part, quiet)
-        finally:
-            clocks.resume(part)
-            said = getattr(self.client, "clock", 0)
-            self._stamp_floor = max(self._stamp_floor, said if isinstance(said, int) else 0)
-            if held:
-                mode._lock.acquire()
-                mode._holder = threading.get_ident()
+        with mode.ops_released():  # inside an op of its own: the others' ops run meanwhile
+            clocks.block(part)
+            try:
+                quiet, last = time.monotonic(), None
+                while True:
+                    floor = clocks.floor(part)
+                    t = wait_within(handle, floor, deadline)
+                    if t is not None:
+                        return t
+                    if floor != last:
+                        quiet, last = time.monotonic(), floor
+                    clocks.idle(part, quiet)
+            finally:
+                clocks.resume(part)
+                said = getattr(self.client, "clock", 0)
+                self._stamp_floor = max(self._stamp_floor, said if isinstance(said, int) else 0)
 
     def _thread_join(self, p: Pending, stream: int, deadline: float | None = None) -> int:
         """A thread's CUDA stream `stream` waits for `p` (its Work.wait, a data dependency of its kernel): that
