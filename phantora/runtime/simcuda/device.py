@@ -103,7 +103,19 @@ def install(gpu: Any, device_count: int, phantom: bool) -> None:
     sdpa_op.install()  # also when a graph (torch.export's) calls the aten op itself
     cuda_only.register_fused_rms_norm()  # and RMSNorm as one fused kernel each way, from torch 2.9
     profiler_cuda.install()  # torch.profiler asked for CUDA: CPU ops only, said once
+    _foreach_takes_simulated_tensors()
     _installed = True
+
+
+def _foreach_takes_simulated_tensors() -> None:
+    """torch's optimizers and `clip_grad_norm_` at their defaults take the multi-tensor foreach kernels only for
+    parameter types on two lists, as a CUDA build does for its cuda tensors; DTensor joins them the same way."""
+    from torch.optim import optimizer
+    from torch.utils import _foreach_utils
+
+    for supported in (optimizer._foreach_supported_types, _foreach_utils._foreach_supported_types):
+        if SimCudaTensor not in supported:
+            supported.append(SimCudaTensor)
 
 
 def _run_compiled_code_eagerly() -> None:
