@@ -110,6 +110,30 @@ def test_dcqcn_cuts_at_most_once_per_interval_and_stops_at_min_rate(cc, ns3_cc):
     assert q.GetAlpha() == pytest.approx(1.0)
 
 
+def test_dcqcn_cnp_interval_takes_one_cnp_per_interval(cc, ns3_cc):
+    """CnpInterval 4 us (ConnectX's min_time_between_cnps): of CE echoes every 500 ns, one per 4 us is a CNP, so
+    alpha gains g once per 4 us and decays between (it stays at 1 with every echo a CNP, the test above)."""
+    g = 1 / 256
+    q = cc("CcDcqcn", CnpInterval="4us", MinRate=1)  # no floor: nine cuts go below the default 1 Gb/s
+    t = 0
+    while t < 40_000:  # echoes at 0, 500, ..., 39500: CNPs taken at 0, 4000, ..., 36000
+        q.OnAck(feedback(ns3_cc, 1000, ecn=True))
+        t += 500
+        run_until(ns3_cc, t)
+    run_until(ns3_cc, 40_500)
+    assert q.GetCnpCount() == 10
+    # An alpha update at u (each us) runs before the echo delivered at u, so the CNP taken at 4000 k counts at
+    # 4000 k + 1000; a check at 4001 + 4000 j cuts by the alpha of the update just before it.
+    alpha, rate = 1.0, float(G100)
+    for u in range(1000, 40_001, 1000):
+        alpha = (1 - g) * alpha + (g if u >= 5000 and (u - 1000) % 4000 == 0 else 0.0)
+        if u % 4000 == 0 and u <= 36_000:
+            rate *= 1 - alpha / 2
+    assert q.GetDecreaseCount() == 9  # the check at 40001 finds no CNP taken since 36001
+    assert q.GetAlpha() == pytest.approx(alpha, rel=1e-12)
+    assert q.GetRateBps() == pytest.approx(rate, abs=16)
+
+
 def test_dcqcn_increase_steps_scale_with_line_rate(cc, ns3_cc):
     g = 1 / 256
     q = cc("CcDcqcn", line=G800, FastRecoveryTimes=0)
@@ -176,6 +200,37 @@ def test_dcqcn_byte_counter_follows_the_paper(cc, ns3_cc):
     run_until(ns3_cc, 8001 + 900_001)  # timer stage 2 and byte stage 4, both above F: hyper (200 Mb/s)
     target += 200_000_000
     assert q.GetTargetRateBps() == pytest.approx(target, abs=8)
+
+
+def test_dcqcn_clamps_the_target_only_after_a_timer_increase(cc, ns3_cc):
+    """ClampTargetRate off (ConnectX: clamp_tgt_rate 0, clamp_tgt_rate_after_time_inc 1): a cut keeps the target
+    after byte-counter increases alone, and takes the current rate as the target once the timer has raised it."""
+    g, mb = 1 / 256, 1_000_000
+    q = cc("CcDcqcn", ByteCounter=mb)
+    q.OnAck(feedback(ns3_cc, 1000, ecn=True))
+    run_until(ns3_cc, 4500)  # cut 1 at 4001, no increase before it: the target stays at the line rate
+    cut1 = G100 * (1 - (1 - g) ** 4 / 2)
+    assert q.GetTargetRateBps() == G100
+    assert q.GetRateBps() == pytest.approx(cut1, abs=2)
+    for _ in range(20):  # two byte-counter events: fast recovery (stage 0 < F), then additive (target capped)
+        q.OnSend(100_000, 0)
+    rate = ((cut1 + G100) / 2 + G100) / 2
+    assert q.GetRateBps() == pytest.approx(rate, abs=4)
+    q.OnAck(feedback(ns3_cc, 2000, ecn=True))
+    run_until(ns3_cc, 8500)  # cut 2 at 8001 after byte-counter increases only: the target is not clamped
+    alpha2 = (1 - g) ** 4
+    for t in range(5000, 8001, 1000):
+        alpha2 = (1 - g) * alpha2 + (g if t == 5000 else 0.0)
+    rate *= 1 - alpha2 / 2
+    assert q.GetTargetRateBps() == G100
+    assert q.GetRateBps() == pytest.approx(rate, abs=4)
+    run_until(ns3_cc, 8001 + 300_001)  # a timer increase (byte stage 0 after the cut: fast recovery) ...
+    rate = (rate + G100) / 2
+    assert q.GetRateBps() == pytest.approx(rate, abs=8)
+    q.OnAck(feedback(ns3_cc, 3000, ecn=True))
+    run_until(ns3_cc, 8001 + 304_000 + 500)  # ... so cut 3 (at 312001) takes the current rate as its target
+    assert q.GetTargetRateBps() == pytest.approx(rate, abs=8)
+    assert q.GetDecreaseCount() == 3
 
 
 # ----- HPCC ---------------------------------------------------------------------------------------------

@@ -40,6 +40,11 @@ TypeId CcDcqcn::GetTypeId() {
           .AddAttribute("ClampTargetRate", "Always set the target rate to the current rate on a cut",
                         BooleanValue(false), MakeBooleanAccessor(&CcDcqcn::m_clampTargetRate),
                         MakeBooleanChecker())
+          .AddAttribute("CnpInterval",
+                        "CNPs taken at most once per this interval, the later ones ignored (a notification "
+                        "point's CNP pacing, ConnectX min_time_between_cnps: 4 us); 0 = every CE echo is a CNP",
+                        TimeValue(NanoSeconds(0)), MakeTimeAccessor(&CcDcqcn::m_cnpInterval),
+                        MakeTimeChecker(NanoSeconds(0)))
           .AddAttribute("ByteCounter", "Bytes sent per byte-counter increase event; 0 = timer only (paper: 10 MB)",
                         UintegerValue(0), MakeUintegerAccessor(&CcDcqcn::m_byteCounter),
                         MakeUintegerChecker<uint64_t>());
@@ -66,6 +71,11 @@ void CcDcqcn::OnAck(const CcFeedback& fb) {
 }
 
 void CcDcqcn::OnCnp() {
+  const int64_t now = Simulator::Now().GetNanoSeconds();
+  if (m_lastCnpNs >= 0 && now - m_lastCnpNs < m_cnpInterval.GetNanoSeconds()) {
+    return;  // paced out, as the receiver would not have sent it
+  }
+  m_lastCnpNs = now;
   ++m_cnps;
   m_alphaCnpArrived = true;
   m_decreaseCnpArrived = true;
@@ -95,7 +105,7 @@ void CcDcqcn::CheckRateDecrease() {
     return;
   }
   m_decreaseCnpArrived = false;
-  if (m_clampTargetRate || m_timerStage != 0 || m_byteStage != 0) {
+  if (ClampsTarget()) {
     m_targetRateBps = m_rateBps.Get();
   }
   SetRate(static_cast<double>(m_rateBps.Get()) * (1.0 - m_alpha / 2.0));
@@ -106,6 +116,12 @@ void CcDcqcn::CheckRateDecrease() {
   m_bytesSinceIncrease = 0;
   m_rpEvent.Cancel();
   m_rpEvent = Simulator::Schedule(m_rpTimer, &CcDcqcn::RpTimerExpired, this);
+}
+
+bool CcDcqcn::ClampsTarget() const {
+  // ConnectX's clamp_tgt_rate_after_time_inc (on by default): a cut takes the current rate as its target only
+  // once the timer has raised the rate since the last cut, not after byte-counter increases alone.
+  return m_clampTargetRate || m_timerStage != 0;
 }
 
 void CcDcqcn::RpTimerExpired() {
@@ -204,7 +220,7 @@ void CcDcqcn::OnResume(uint64_t nowNs) {
       m_decreaseDueNs += decP;
       if (m_decreaseCnpArrived) {
         m_decreaseCnpArrived = false;
-        if (m_clampTargetRate || m_timerStage != 0 || m_byteStage != 0) {
+        if (ClampsTarget()) {
           m_targetRateBps = m_rateBps.Get();
         }
         SetRate(static_cast<double>(m_rateBps.Get()) * (1.0 - m_alpha / 2.0));

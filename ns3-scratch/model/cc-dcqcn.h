@@ -3,6 +3,8 @@
 // A CE-echoing ACK plays the role of a CNP. Alpha is refreshed every AlphaResumeInterval; the rate is cut
 // at most once per RateDecreaseInterval, by (1 - alpha/2). Increases come from the RP timer (and, when
 // ByteCounter > 0, from a byte counter as in the paper): fast recovery, then additive, then hyper increase.
+// A cut sets the target to the current rate when ClampTargetRate is on (the paper), else only after a timer
+// increase since the last cut (ConnectX's clamp_tgt_rate_after_time_inc; byte-counter increases do not count).
 // There is no window. Rates scale with the line rate where the reference does (AI, HAI).
 // On a persistent queue pair the timers stop while it is idle (so an idle fabric has no events) and OnResume
 // replays the ticks that fell due meanwhile: alpha decays, a pending cut happens, the rate recovers, exactly as
@@ -43,6 +45,7 @@ class CcDcqcn : public CongestionControl {
   void OnCnp();
   void UpdateAlpha();
   void CheckRateDecrease();
+  bool ClampsTarget() const;
   void RpTimerExpired();
   void IncreaseRate();
   void SetRate(double bps);
@@ -59,6 +62,7 @@ class CcDcqcn : public CongestionControl {
   double m_rateOnFirstCnp = 1.0;
   bool m_clampTargetRate = false;
   uint64_t m_byteCounter = 0;  // bytes per increase event; 0 = timer only (as the HPCC models)
+  Time m_cnpInterval;          // CNPs closer than this to the last one taken are ignored; 0 = none are
 
   // State.
   double m_alpha = 1.0;
@@ -69,6 +73,7 @@ class CcDcqcn : public CongestionControl {
   uint32_t m_timerStage = 0;
   uint32_t m_byteStage = 0;
   uint64_t m_bytesSinceIncrease = 0;
+  int64_t m_lastCnpNs = -1;  // when the last CNP taken arrived (ns; -1 = none yet)
   uint64_t m_cnps = 0;
   uint64_t m_decreases = 0;
   EventId m_alphaEvent;
