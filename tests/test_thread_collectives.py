@@ -29,6 +29,12 @@ event at K + R); then it all-reduces on a second side stream, launched from its 
 K + R: that ends at K + R + L + R. Before, the synchronise waited for nothing and the wait with a timeout joined the
 compute lane and moved the program's host clock: the second all-reduce ended at K + 2 R, the event at K.
 
+A thread's synchronise waits only for the work launched before it (scripts/thread_sync_later.py): rank 0's thread
+waits for its all-reduce of x while its program runs ahead and launches a long kernel; rank 1's program all-reduces
+x after a kernel of K ns (each rank's), so x ends at K + L + R; the thread then synchronises and all-reduces y on
+another side stream, which rank 1 launches after x's end: y ends at K + 2 (L + R) on both ranks, before the long
+kernel ends. Before, the thread's synchronise waited for the long kernel too (y ended after it).
+
 A thread's wait tells the coordinator a time past the program's compute lane (the program was joining the thread);
 the program's next calls are stamped no earlier (scripts/thread_then_recv_any.py: a receive from any source on a
 gloo group stopped the run before, "recv stamped 4110 ns, before the rank's clock (47478 ns)").
@@ -115,6 +121,21 @@ def test_a_threads_synchronise_and_timed_wait_hold_its_host_until_the_device_is_
         assert seen["ns"] == pytest.approx(k + 2 * ring + LAUNCH_NS, abs=2)
         if mode == "timeout":
             assert seen["wait"] == pytest.approx(k + ring, abs=1)
+        if tensors == "real":
+            assert seen["values"] == [1.0 + 2.0, 10.0 + 20.0]
+
+
+@pytest.mark.parametrize("tensors", ["real", "phantom"])
+def test_a_threads_synchronise_does_not_wait_for_work_the_program_launched_after_it(
+    tmp_path: Path, tensors: str
+) -> None:
+    one = ring_all_reduce_ns(2, SIZE) + LAUNCH_NS
+    ranks = run(tmp_path, None, tensors, "thread_sync_later.py")
+    assert ranks[0]["K"] == ranks[1]["K"]
+    long_end = ranks[0]["long"]
+    for seen in ranks:
+        assert seen["ns"] == pytest.approx(seen["K"] + 2 * one, abs=2)
+        assert seen["ns"] < long_end  # the program's later kernel is not waited for
         if tensors == "real":
             assert seen["values"] == [1.0 + 2.0, 10.0 + 20.0]
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.client import WaitTimedOut
+from phantora.runtime.lane_marks import LaneMarks
 
 STALL_S = 2.0  # real seconds a thread may hold the others up without a move before it is passed over
 
@@ -77,6 +78,7 @@ class HostClocks:
         self._cv = threading.Condition(threading.Lock())
         self._moves = 0  # bumped at every change (a stall is a wait through which nothing moved)
         self._warned = False
+        self.marks = LaneMarks(session.clock, lambda: int(session.host_ns), self._least_h)
 
     # ----- whose time is what
     def part_of(self, ident: int) -> Part | None:
@@ -98,6 +100,8 @@ class HostClocks:
             self._orders += 1
             h = max(floor_ns, self._h(starter)) if starter is not None else floor_ns
             p = Part(self._orders, h, name)
+            if not self.live:  # the first to live (again): the lanes' work so far was launched before it
+                self.marks.reset()
             self.live.append(p)
             self.session.host_clocks = self
             if not isinstance(self.session.client, LockedClient):  # its collectives talk to the coordinator too
@@ -184,6 +188,10 @@ class HostClocks:
             self._moved()
             self._wait_until(lambda: [q for q in self.live if self._before(q, main)])
 
+    def _least_h(self) -> int | None:
+        """The least host time of a live thread (where a synchronise may still ask from), None if none lives."""
+        return min((q.h for q in list(self.live)), default=None)
+
     def _everyone(self) -> list[Part]:
         return [self.main, *self.live]
 
@@ -263,6 +271,8 @@ class HostClocks:
 
     def _raise(self, p: Part, h_ns: int) -> None:
         if p is self.main:
+            if h_ns > self.session.host_ns:
+                self.marks.main_moves()
             self.session.host_ns = max(self.session.host_ns, h_ns)
         else:
             p.h = max(p.h, h_ns)

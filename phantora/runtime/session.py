@@ -165,6 +165,7 @@ class Pending:
     reads_user: bool = False  # a handed-off send whose data moves from its caller's tensors: taken before its join
     stream: int | None = None  # the NCCL stream it runs on: its communicator (ProcessGroupNCCL's, one stream each)
     host_ns: int = 0  # a plain gloo group's host cost, added to its end (runtime/gloo_cost.py; opt-in)
+    launched_h: int = 0  # the host time of its launch, on its thread's host clock (a thread's synchronise: lane_marks)
 
 
 @dataclass
@@ -425,10 +426,15 @@ class RankSession:
         if ns > self._launch_ns:
             self.tier_ns[cost.tier] = self.tier_ns.get(cost.tier, 0) + ns - self._launch_ns
         clock = self.clock
+        marks = self.host_clocks.marks if self.host_clocks is not None else None
+        if marks is not None:
+            marks.before(stream)
         start = max(clock.lanes.get(stream, 0) if stream else clock.compute_ns, floor_ns)
         if self.scenario is not None:
             ns = int(self.scenario.stretch(start, ns))
         end = clock.occupy(stream, start, ns)
+        if marks is not None:
+            marks.after(stream, floor_ns)
         if self._trace_ops is not None:  # the compute lane's track, or the side stream's own
             if stream:
                 self.trace.lane_op(stream, name, start, end)
@@ -472,6 +478,7 @@ class RankSession:
             )
             end = max(start, self.client.wait(h))
         self.clock.compute_ns = end
+        self._host_moves()
         self.host_ns = max(self.host_ns, end)  # the host did the I/O: its next launch starts after it
         entry = self.storage.setdefault(kind, [0, 0])
         entry[0] += int(nbytes)
@@ -701,6 +708,27 @@ class RankSession:
                 said = getattr(self.client, "clock", 0)
                 self._stamp_floor = max(self._stamp_floor, said if isinstance(said, int) else 0)
 
+    def _host_moves(self) -> None:
+        """The program's thread's host time is about to move on: its compute lane work so far was launched before
+        (lane_marks.py; nothing while no thread the program started lives)."""
+        if self.host_clocks is not None:
+            self.host_clocks.marks.main_moves()
+
+    @contextlib.contextmanager
+    def lane_write(self, stream: int) -> Iterator[None]:
+        """The calling thread moves `stream`'s lane inside (a join, a wait on another stream): marked with its host
+        time while threads the program started live (lane_marks.py)."""
+        clocks = self.host_clocks
+        me = threading.get_ident()
+        part = None if clocks is None or me == self.thread else clocks.part_of(me)
+        if clocks is None or (part is None and me != self.thread):
+            yield
+            return
+        if part is not None:
+            clocks.marks.before(stream)
+        yield
+        clocks.marks.after(stream, None if part is None else part.h)
+
     def _thread_join(self, p: Pending, stream: int, deadline: float | None = None) -> int:
         """A thread's CUDA stream `stream` waits for `p` (its Work.wait, a data dependency of its kernel): that
         stream's lane (the compute lane for the default stream) joins its completion, which the thread's wait for
@@ -712,10 +740,11 @@ class RankSession:
                 for work in p.inner:
                     work.wait()
             p.inner = []
-        if stream:
-            self.clock.lanes[stream] = max(self.clock.lanes.get(stream, 0), t_done)
-        else:
-            self.clock.join(t_done)
+        with self.lane_write(stream):
+            if stream:
+                self.clock.lanes[stream] = max(self.clock.lanes.get(stream, 0), t_done)
+            else:
+                self.clock.join(t_done)
         for listener in self.listeners:
             listener.on_wait(p.handles, t_done)
         return t_done
@@ -866,6 +895,7 @@ class RankSession:
         """`count` NCCL launches of `ns` each on the host clock; the GPU cannot run later work before them: the
         compute lane moves up to the host if behind (an idle gap, traced as the host's launch)."""
         clock = self.clock
+        self._host_moves()
         self.host_ns = end = self.host_ns + ns * count
         if self.host_clocks is not None:  # the threads catch up first (host_clocks.py)
             self.host_clocks.moved()
@@ -887,6 +917,7 @@ class RankSession:
             return
         self.host_ops += 1
         self.host_work_ns += ns
+        self._host_moves()
         self.host_ns = end = self.host_ns + ns
         if self.host_clocks is not None:  # the threads catch up first (host_clocks.py)
             self.host_clocks.moved()
@@ -1056,6 +1087,8 @@ class RankSession:
         held = list(tensors)
         keys = tuple({k for k in (storage_key(x) for x in held) if k is not None})
         p = Pending(next(self._ids), label, kind, nbytes, t, handles, inner, keys, finalize, group, tensors=held)
+        part = self._thread_part() if self.host_clocks is not None else None
+        p.launched_h = self.host_ns if part is None else part.h
         self.pending[p.id] = p
         for k in keys:
             self.by_storage.setdefault(k, set()).add(p.id)
@@ -1206,24 +1239,28 @@ class RankSession:
             if part is not None:
                 self.host_clocks.spend(part, self.clock.lane_now(current_stream_id()) - part.h)
                 return
+        self._host_moves()
         self.host_ns = max(self.host_ns, self.clock.compute_ns)
         if self.host_clocks is not None:
             self.host_clocks.moved()
 
     def thread_sync(self) -> None:
         """A device synchronise from a thread the program started (none from another thread): in its turn, its host
-        clock moves up to every lane's end and to the end of every collective, send and receive in flight (a send
-        handed off: its hand-off, where its kernel ends), learned as its waits learn them (`_thread_learn`), without
-        joining them: the thread waits, not the lanes, and a call's data is still made valid by a wait or a read."""
+        clock moves up to the end of the work launched before it, at its host time or earlier, by any thread of the
+        rank (as CUDA's waits for the work launched before it): each lane's (lane_marks.py), each collective's, send's
+        and receive's in flight (a send handed off: its hand-off, where its kernel ends), learned as its waits learn
+        them (`_thread_learn`), without joining them: the thread waits, not the lanes, and a call's data is still
+        made valid by a wait or a read. Work the program's thread launched at a later host time (it runs ahead while
+        this thread waits for its collective) is not waited for."""
         part = self._thread_part() if self.host_clocks is not None else None
         if part is None:
             return
         self.host_clocks.turn_outside_ops(part)
-        clock = self.clock
-        end = max([clock.compute_ns, *clock.lanes.values()])
+        h = part.h
+        end = self.host_clocks.marks.upto(h)
         for i in sorted(self.pending):
             p = self.pending.get(i)
-            if p is None:
+            if p is None or p.launched_h > h:
                 continue
             done = p.t_done if p.t_done is not None else self.handoff_at(p)
             if done is None:
@@ -1239,6 +1276,7 @@ class RankSession:
                 self.complete(p)
                 self.join(p)
         end = self.clock.sync()
+        self._host_moves()
         self.host_ns = max(self.host_ns, end)
         if self.host_clocks is not None:
             self.host_clocks.moved()

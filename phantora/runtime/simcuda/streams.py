@@ -132,7 +132,8 @@ def _lane_wait(s: Any, waiter: int, source: int, t_ns: int | None) -> None:
     lane of a thread's stream (clock.py); streams on the compute lane alone are in order already."""
     lanes = s.clock.lanes
     if lanes and (waiter in lanes or source in lanes):
-        s.clock.lane_wait(waiter, s.clock.lane_now(source) if t_ns is None else t_ns)
+        with s.lane_write(waiter if waiter in lanes else 0):
+            s.clock.lane_wait(waiter, s.clock.lane_now(source) if t_ns is None else t_ns)
 
 
 _default: dict[int, Stream] = {}
