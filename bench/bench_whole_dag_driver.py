@@ -1,11 +1,13 @@
 """Which whole-DAG driver `--set workers=N` should build (issue 38 item 2, `factory.WHOLE_DAG_DRIVER`): the plain
 `DecomposedSimulator` or route (a)'s `HybridDecomposedSimulator`, side by side, and one engine (``one``: workers=0)
-as the base of the 1.7x goal; ``shards``: the plain driver with its fluid NVLink side in shard processes, one a worker
-(`factory.WHOLE_DAG_FLUID = "procs"`); ``held``: the plain driver without outer gates (`factory.OUTER_GATES = False`:
-the hybrid holds a packet flow behind the fluid side until it is released); ``planned``: the plain driver whose
-workers plan the workload's independent groups of ops as they start (`replay.PLAN_ON_WORKERS = True`, the engine made
-inside `plan_split.jobs_ahead` as `replay.settle_groups` makes it; the others plan in the driver, while the workers
-start: `PLAN_ON_WORKERS = False`). Prints figures only.
+as the base of the 1.7x goal. The plain drivers run their fluid NVLink side as the factory does by default, a shard
+served in each worker's process (`factory.WHOLE_DAG_FLUID = "workers"`), but ``shards``: the plain driver with its
+fluid side in shard processes, one a worker (`WHOLE_DAG_FLUID = "procs"`); ``infold``: ``planned`` with the fluid
+side in the driver (`WHOLE_DAG_FLUID = "driver"`, the default before 2026-12-05 evening); ``held``: the plain driver
+without outer gates (`factory.OUTER_GATES = False`: the hybrid holds a packet flow behind the fluid side until it is
+released); ``planned``: the plain driver whose workers plan the workload's independent groups of ops as they start
+(`replay.PLAN_ON_WORKERS = True`, the engine made inside `plan_split.jobs_ahead` as `replay.settle_groups` makes it;
+the others plan in the driver, while the workers start: `PLAN_ON_WORKERS = False`). Prints figures only.
 
 Cases (each run is a fresh process, nvlink=fluid, wire=roce4k, nic_latency=1us, DCQCN, rail128, workers=2):
 
@@ -67,6 +69,9 @@ def force_driver(driver: str, everywhere: bool) -> None:
     if driver == "shards":
         factory.WHOLE_DAG_FLUID = "procs"
         driver = "plain"
+    if driver == "infold":  # planned, the fluid side in the driver's process
+        factory.WHOLE_DAG_FLUID = "driver"
+        driver = "planned"
     if driver == "held":  # plain, the packet flows behind the fluid side held by the hybrid (no outer gates)
         factory.OUTER_GATES = False
         driver = "plain"
@@ -98,7 +103,7 @@ def rounds_of(stats: Any) -> int | None:
     return None
 
 
-DRIVERS = ("plain", "hybrid", "shards", "held", "planned")
+DRIVERS = ("plain", "hybrid", "shards", "held", "planned", "infold")
 WORKLOADS = {"replay": ("rail_allreduce.toml", 'bytes = "8MiB"'), "moe": ("moe_rail_alltoall.toml", 'bytes = "16MiB"')}
 
 
@@ -289,7 +294,7 @@ def main() -> None:
         "--order",
         nargs="+",
         default=["plain", "hybrid", "hybrid", "plain"],
-        choices=["one", "plain", "hybrid", "shards", "held", "planned"],
+        choices=["one", *DRIVERS],
     )
     ap.add_argument("--timeout", type=float, default=600.0, help="wall seconds a run may take (default 600)")
     ap.add_argument("--one", nargs=2, metavar=("CASE", "DRIVER"), help=argparse.SUPPRESS)

@@ -62,6 +62,8 @@ from phantora.netsim.decompose import FREEZE_MIN
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.engine_warnings import Tell, to_stderr
 from phantora.netsim.factory import make_engine
+from phantora.netsim.fluid_proc_server import serve_in_thread
+from phantora.netsim.fluid_proc_wire import WORKER_SOCKET
 from phantora.netsim.gc_pause import gc_paused, policy_line, use_run_policy
 from phantora.netsim.heartbeat import attach_beats, beat_now, detach_beats
 from phantora.netsim.hybrid_worker import HybridWorker
@@ -348,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         log(policy_line())
         try:
             local = not beyond_loopback(endpoint)
+            if local and spec.engine.side == "packet" and spec.engine.packet.nvlink == "fluid":
+                # (a decomposition worker: the driver may run a shard of its fluid NVLink side here, on this
+                # process's core, beside the packet side: `fluid_procs.ProcShardedFluid`, `attach`)
+                serve_in_thread(Path(run_dir) / WORKER_SOCKET)
             server = NetServer(sock, engine, token, info, spec.max_message_bytes, local, spec.topology)
             rc = server.serve(spec.peer_timeout_s)
             if rc == 0 and spec.trace_dir:

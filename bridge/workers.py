@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -41,6 +42,7 @@ from bridge.runspec import RunSpec
 from bridge.transport import HEARTBEAT_S, STARTUP_ENV, STARTUP_TIMEOUT_S, make_run_dir, new_token, remove_run_dir
 from phantora.netsim.decompose import Outbox, RoundReply, WorkerDiedError
 from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.fluid_proc_wire import WORKER_SOCKET
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.proc_watch import STOPPED, proc_state
 from phantora.plan_split import ahead
@@ -421,6 +423,34 @@ class ServerPool:
             if pending:
                 time.sleep(0.005)
         return out, busiest
+
+    def fluid_shard(self, index: int) -> Callable[[], socket.socket] | None:
+        """A connector to the fluid shard worker `index` serves in a thread (`fluid_proc_server.serve_in_thread`, a
+        local worker's run directory), which waits for the worker to open it (failing, named, if the worker exits
+        or takes longer than a worker's start may); None for a Ray worker (its directory is on its host)."""
+        if self._placement is not None:
+            return None
+        w = self.workers[index]
+        path = self._root / f"w{index}" / WORKER_SOCKET
+
+        def connect() -> socket.socket:
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            while True:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    sock.connect(str(path))
+                    return sock
+                except (FileNotFoundError, ConnectionRefusedError):
+                    sock.close()
+                w.check()
+                if time.monotonic() > deadline:
+                    raise WorkerDiedError(
+                        f"decomposition worker {index} (pid {w.pid}) opened no fluid shard socket within "
+                        f"{STARTUP_TIMEOUT_S:g} s"
+                    )
+                time.sleep(0.005)
+
+        return connect
 
     def stats(self, index: int) -> dict[str, object]:
         self._ready()

@@ -1,7 +1,7 @@
 """The plain decomposition driver with its fluid NVLink side in shard processes (issue 38, item 2, step 3): whole-DAG
-runs when `factory.WHOLE_DAG_FLUID` is "procs", any run with ``fluid_shards=N,fluid_procs=on,fluid_chains=on``
-beside ``workers=2``. Every completion is one engine's, and the shards' CPU is counted on the critical path
-(`DecomposedSimulator.helper_cpu`)."""
+runs when `factory.WHOLE_DAG_FLUID` is "procs" (or "workers", the default: each shard served by a thread of a
+worker's process), any run with ``fluid_shards=N,fluid_procs=on,fluid_chains=on`` beside ``workers=2``. Every
+completion is one engine's, and the shards' CPU is counted on the critical path (`DecomposedSimulator.helper_cpu`)."""
 
 from __future__ import annotations
 
@@ -45,15 +45,18 @@ def _replay(workers: int) -> tuple[list[tuple[int, int, int]], object, dict[str,
         sim.close()
 
 
-@pytest.mark.slow  # two replays, one on 2 workers that load ns-3 and 2 fluid shard processes (about 15 CPU s)
+@pytest.mark.slow  # two replays, one on 2 workers that load ns-3 and 2 fluid shards (about 15 CPU s)
+@pytest.mark.parametrize("where", ["procs", "workers"])
 def test_a_whole_dag_replay_with_the_fluid_side_in_shard_processes_equals_one_engine(
-    monkeypatch: pytest.MonkeyPatch,
+    where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     one, one_fluid, _ = _replay(0)
-    monkeypatch.setattr(factory, "WHOLE_DAG_FLUID", "procs")
+    monkeypatch.setattr(factory, "WHOLE_DAG_FLUID", where)
     two, fluid, stats = _replay(2)
     assert isinstance(one_fluid, FlowSimulator)
-    assert isinstance(fluid, ProcShardedFluid) and len(fluid.procs) == 2  # (one shard process a worker)
+    assert isinstance(fluid, ProcShardedFluid) and len(fluid.procs) == 2  # (one shard a worker)
+    # ("workers": no process of their own, each served by a worker's process)
+    assert all((p._proc is None) == (where == "workers") for p in fluid.procs)
     assert len(one) > 600  # (not vacuous: the two all-reduces' fabric and NVLink flows)
     assert two == one
     d = stats["decompose"]

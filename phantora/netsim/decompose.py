@@ -319,6 +319,15 @@ class DecomposedSimulator(RunsByCompletion):
         """The workers' handles (the spawner's), in index order."""
         return self._pool.workers
 
+    def shard_links(self) -> list[Callable[[], Any]] | None:
+        """One connector a worker to a fluid shard served in its process (`bridge.workers.ServerPool.fluid_shard`:
+        `fluid_procs.ProcShardedFluid`'s ``links``); None if its workers serve none (Ray's, or a pool without)."""
+        get = getattr(self._pool, "fluid_shard", None)
+        if get is None:
+            return None
+        links = [get(w.index) for w in self._pool.workers]
+        return None if any(link is None for link in links) else links
+
     @property
     def beat_source(self) -> WorkerPool:
         """The pool, which passes on its workers' progress from inside a round if it can (`on_beat`,

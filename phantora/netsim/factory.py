@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +34,12 @@ if TYPE_CHECKING:
 # rounds, plain 18, about one wall).
 WHOLE_DAG_DRIVER = "plain"  # "hybrid": route (a)'s driver for whole-DAG runs
 # Where the plain driver's fluid NVLink side runs for a whole-DAG run (issue 38, item 2, step 3): "driver" (one flow
-# engine in the driver's process) or "procs" (`fluid_shards` = workers, each shard's flow engine in a process of its
-# own, the fluid releases in the shards: `fluid_chains`), unless the user set fluid_shards. The same completions
-# either way (tests/test_decompose_fluid_procs.py); docs/packet-model.md, "The fluid NVLink side out of the driver".
-WHOLE_DAG_FLUID = "driver"
+# engine in the driver's process), "procs" (`fluid_shards` = workers, each shard's flow engine in a process of its
+# own, the fluid releases in the shards: `fluid_chains`) or "workers" (the same shards, each served by a thread of a
+# local worker's process: no process more, on the workers' cores; Ray's workers keep it in the driver), unless the
+# user set fluid_shards. The same completions and files every way (tests/test_decompose_fluid_procs.py);
+# docs/packet-model.md, "The fluid NVLink side out of the driver" and "The fluid NVLink side in the workers".
+WHOLE_DAG_FLUID = "workers"
 # Whether the plain driver takes a packet flow waiting on the fluid NVLink side at the first submit, behind an outer
 # gate the fluid side opens (`FluidNvlinkSimulator.outer_gates`), or the hybrid holds it until then (issue 38, item 2).
 # The same completions either way (tests/test_decompose_outer_gates.py); docs/packet-model.md, "Outer gates".
@@ -114,9 +116,13 @@ def make_engine(
 
         decomposed = DecomposedSimulator(topo, config, spawner)
         fluid_config = config
-        if whole_dag and WHOLE_DAG_FLUID == "procs" and not config.fluid_shards:
-            fluid_config = config.with_updates(fluid_shards=config.workers, fluid_procs="on", fluid_chains="on")
-        engine = fluid_nvlink(topo, fluid_config, packet=decomposed)  # decomposition needs nvlink=fluid (validated)
+        links = None  # (the fluid shards served by the workers' processes)
+        if whole_dag and WHOLE_DAG_FLUID in ("procs", "workers") and not config.fluid_shards:
+            links = decomposed.shard_links() if WHOLE_DAG_FLUID == "workers" else None
+            if WHOLE_DAG_FLUID == "procs" or links is not None:
+                n = config.workers if links is None else len(links)
+                fluid_config = config.with_updates(fluid_shards=n, fluid_procs="on", fluid_chains="on")
+        engine = fluid_nvlink(topo, fluid_config, packet=decomposed, links=links)  # (needs nvlink=fluid: validated)
         shards = getattr(engine, "fluid", None)
         if getattr(fluid_config, "fluid_procs", "off") == "on" and shards is not None:  # (its CPU off the driver's)
             decomposed.helper_cpu = lambda: float(shards.critical_cpu_s)
@@ -245,11 +251,17 @@ def packet_side(ns3: Any, config: Any) -> Any:
 
 
 def fluid_nvlink(
-    topo: Topology, config: Any, calls: Any = None, packet: Any = None, hybrid: Any = None
+    topo: Topology,
+    config: Any,
+    calls: Any = None,
+    packet: Any = None,
+    hybrid: Any = None,
+    links: Sequence[Callable[[], Any]] | None = None,
 ) -> NetworkSimulator:
     """ns-3 for the fabric, the flow engine for NVLink (phantora.netsim.hybrid), both on `topo`. `packet`: a
     packet side built elsewhere (a decomposed one), else one ns-3 engine; `hybrid`: the hybrid's class, if not
-    `FluidNvlinkSimulator`."""
+    `FluidNvlinkSimulator`; `links`: with fluid_procs=on, the shards served by the decomposition's workers
+    (`DecomposedSimulator.shard_links`), not processes started here."""
     from phantora.netsim.flow import FlowSimulator
     from phantora.netsim.hybrid import FluidNvlinkSimulator
     from phantora.netsim.packet import Ns3Simulator
@@ -267,7 +279,7 @@ def fluid_nvlink(
         if getattr(config, "fluid_procs", "off") == "on":  # (each shard in a process of its own, exact)
             from phantora.netsim.fluid_procs import ProcShardedFluid
 
-            fluid = ProcShardedFluid(topo, config.fluid_shards, fresh)
+            fluid = ProcShardedFluid(topo, config.fluid_shards, fresh, links=links)
         else:
             fluid = ShardedFluid(topo, config.fluid_shards, fresh)
     else:

@@ -6,7 +6,8 @@ Frames are a 4-byte little-endian length and a msgpack array `[op, ...]` (fluid_
 `[next event ns or None, ...]` behind a header of its length and the CPU this process spent on the request
 (decoding, the engine, encoding the answer). Flows come as `ShardedFluid._rows` rows (deps already filtered to what
 this shard must wait on); completions go back as `(id, start, end)`.
-Run as `python -m phantora.netsim.fluid_proc_server FD PARENT_PID`.
+Run as `python -m phantora.netsim.fluid_proc_server FD PARENT_PID`, or inside a decomposition worker's process as
+a thread (`serve_in_thread`: the worker's own cores, no process or imports of its own; its CPU by the thread's clock).
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import os
 import select
 import socket
 import sys
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -57,8 +61,11 @@ def _report(engine: Any, what: str, arg: Any) -> Any:
     return getattr(engine, what)()
 
 
-def serve(sock: socket.socket, parent: int) -> None:
-    """Answer the driver's requests until CLOSE or its end (EOF, or the driver gone)."""
+def serve(
+    sock: socket.socket, parent: int, clock: Callable[[], float] = time.process_time, policy: bool = True
+) -> None:
+    """Answer the driver's requests until CLOSE or its end (EOF, or the driver gone). `clock`: the CPU each answer
+    reports (a thread's own in a worker's process); `policy`: set the run's GC policy (a process of its own)."""
     from phantora.netsim.factory import fluid_shard_engine
     from phantora.netsim.gc_pause import use_run_policy
 
@@ -66,8 +73,8 @@ def serve(sock: socket.socket, parent: int) -> None:
     if op != INIT:
         raise RuntimeError(f"a fluid shard's first frame must be INIT, got op {op}")
     engine = fluid_shard_engine(topology_from_dict(blob), settings)
-    use_run_policy()  # (as the driver runs: the engine and topology out of the collector's passes)
-    clock = time.process_time
+    if policy:
+        use_run_policy()  # (as the driver runs: the engine and topology out of the collector's passes)
     while True:
         while not select.select([sock], [], [], IDLE_CHECK_S)[0]:
             if os.getppid() != parent:
@@ -97,6 +104,28 @@ def serve(sock: socket.socket, parent: int) -> None:
             raise RuntimeError(f"a fluid shard got an unknown op {op}")
         body = msgpack.packb([engine.next_event_time(), *extra])
         sock.sendall(REPLY.pack(len(body), clock() - t0) + body)
+
+
+def serve_in_thread(path: Path) -> threading.Thread:
+    """A fluid shard served by a daemon thread of this process (a decomposition worker's) to the one driver that
+    connects to the Unix socket at `path` (in the worker's private run directory, made 0600 here): its answers carry
+    the thread's CPU, and it ends at CLOSE, at the driver's end, or with the process."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o600)
+    listener.listen(1)
+    parent = os.getppid()
+
+    def run() -> None:
+        with listener:
+            conn, _ = listener.accept()
+        with conn:
+            conn.setblocking(True)
+            serve(conn, parent, time.thread_time, policy=False)
+
+    thread = threading.Thread(target=run, name="phantora-fluid-shard", daemon=True)
+    thread.start()
+    return thread
 
 
 def main() -> None:

@@ -17,13 +17,20 @@ SETTABLE = ("prechecked", "carries", "cap_slack")  # the hybrid's settings on it
 LEN = struct.Struct("<I")  # a request's header: its length
 REPLY = struct.Struct("<Id")  # an answer's header: its length and the CPU s its request took (its encoding too)
 IDLE_CHECK_S = 5.0  # between requests: how often the server checks that its driver is still alive
+WORKER_SOCKET = "fluid.sock"  # a local decomposition worker's shard socket, in its run directory (`serve_in_thread`)
+
+
+def frame(obj: Any) -> bytes:
+    """`obj` as one frame's bytes."""
+    data = msgpack.packb(obj)
+    return LEN.pack(len(data)) + data
 
 
 def send_frame(sock: socket.socket, obj: Any) -> int:
     """`obj` as one frame; its bytes."""
-    data = msgpack.packb(obj)
-    sock.sendall(LEN.pack(len(data)) + data)
-    return len(data) + LEN.size
+    data = frame(obj)
+    sock.sendall(data)
+    return len(data)
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes:

@@ -11,7 +11,11 @@ the busiest shard's is summed (`critical_cpu_s`), as `ShardedFluid` sums its in-
 as `ShardedFluid` and one engine: each shard is the same flow engine given the same flows (`tests/test_fluid_procs.py`).
 
 The processes are `python -m phantora.netsim.fluid_proc_server` over a Unix socket pair each (the topology as
-`topology_to_dict` once, sent to each); an answer not read within `timeout_s` is an error naming the shard.
+`topology_to_dict` once, sent to each); an answer not read within `timeout_s` is an error naming the shard. With
+`links`, no process is started: shard i is served by a thread of decomposition worker i's process
+(`fluid_proc_server.serve_in_thread`), reached by `links[i]` once an answer is first needed (its requests wait until
+then, so the driver's first submit runs while the workers start): the fluid side on the workers' cores, which it
+shares with their packet side.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import socket
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +40,7 @@ from phantora.netsim.fluid_proc_wire import (
     SET,
     SETTABLE,
     SUBMIT,
+    frame,
     recv_reply,
     send_frame,
 )
@@ -53,11 +58,20 @@ TIMEOUT_S = 600.0  # the longest a driver waits for one answer of a shard
 class ShardProc:
     """The driver's end of one shard's process: requests sent in order, answers read in order."""
 
+    _sock: socket.socket  # (with a `link`, set once connected)
+
     def __init__(
-        self, index: int, blob: dict[str, Any], settings: dict[str, Any], local: FlowSimulator, owner: ProcShardedFluid
+        self,
+        index: int,
+        blob: dict[str, Any],
+        settings: dict[str, Any],
+        local: FlowSimulator,
+        owner: ProcShardedFluid,
+        link: Callable[[], socket.socket] | None = None,
     ) -> None:
         """`blob`: the topology (`topology_to_dict`); `settings`: the flow engine's keywords; `local`: an engine in
-        the driver for routes and the engines' constants; `owner`: takes each answer's CPU (`_note`)."""
+        the driver for routes and the engines' constants; `owner`: takes each answer's CPU (`_note`); `link`: the
+        shard is served elsewhere (a worker's thread), connected by calling it when an answer is first needed."""
         self.index = index
         self._owner = owner
         self._local = local
@@ -69,6 +83,12 @@ class ShardProc:
         self._pending: deque[int] = deque()  # the exchange of each request whose answer is not read yet
         self._next: int | None = None
         self._now = 0
+        self._link = link
+        self._queued: list[bytes] | None = None  # (`link`) frames not sent yet: the shard is not connected
+        self._proc: subprocess.Popen[bytes] | None = None
+        if link is not None:
+            self._queued = [frame([INIT, blob, settings])]
+            return
         ours, theirs = socket.socketpair()
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
@@ -103,8 +123,26 @@ class ShardProc:
 
     # ----- requests --------------------------------------------------------------------------------
     def _send(self, msg: list[Any]) -> int:
+        if self._queued is not None:
+            data = frame(msg)
+            self._queued.append(data)
+            return len(data)
         try:
             return send_frame(self._sock, msg)
+        except OSError as exc:
+            raise self._gone(f"could not be sent a request ({exc})") from None
+
+    def _connected(self) -> None:
+        """(`link`) Connect to the shard and send what waited."""
+        if self._queued is None:
+            return
+        assert self._link is not None
+        sock = self._link()
+        sock.settimeout(self._owner.timeout_s)
+        self._sock = sock
+        queued, self._queued = self._queued, None
+        try:
+            sock.sendall(b"".join(queued))
         except OSError as exc:
             raise self._gone(f"could not be sent a request ({exc})") from None
 
@@ -116,6 +154,8 @@ class ShardProc:
     def answer(self) -> list[Any]:
         """Read answers in order up to the last request's; its body."""
         body: list[Any] = []
+        if self._pending:
+            self._connected()
         while self._pending:
             x = self._pending.popleft()
             try:
@@ -129,6 +169,8 @@ class ShardProc:
         return body
 
     def _gone(self, what: str) -> PhantoraError:
+        if self._proc is None:
+            return PhantoraError(f"fluid shard {self.index} (served by decomposition worker {self.index}) {what}")
         code = self._proc.poll()
         how = "" if code is None else f" (its process exited with code {code})"
         return PhantoraError(f"fluid shard {self.index} (pid {self._proc.pid}) {what}{how}")
@@ -154,7 +196,17 @@ class ShardProc:
         return got
 
     def close(self) -> None:
-        """Ask the process to end; wait for it (killed past the timeout)."""
+        """Ask the process to end; wait for it (killed past the timeout). A worker's shard: told to end, if
+        connected (its thread ends with the worker's process anyway)."""
+        if self._proc is None:
+            if self._queued is None:
+                try:
+                    self.answer()
+                    send_frame(self._sock, [CLOSE])
+                except (OSError, PhantoraError):
+                    pass  # (the worker has ended: so has its thread)
+                self._sock.close()
+            return
         if self._proc.poll() is None:
             try:
                 self.answer()
@@ -170,10 +222,18 @@ class ProcShardedFluid(ShardedFluid):
     """`ShardedFluid` with every shard in a process of its own (see the module)."""
 
     def __init__(
-        self, topology: Topology, shards: int, make: Callable[[], FlowSimulator], timeout_s: float = TIMEOUT_S
+        self,
+        topology: Topology,
+        shards: int,
+        make: Callable[[], FlowSimulator],
+        timeout_s: float = TIMEOUT_S,
+        links: Sequence[Callable[[], socket.socket]] | None = None,
     ) -> None:
         """`make`: a fresh flow engine as the one-engine fluid side would be: one stays here for routes, each shard's
-        process makes one with its settings."""
+        process makes one with its settings. `links`: one a shard, each connecting to a shard served elsewhere (a
+        decomposition worker's thread) rather than a process started here."""
+        if links is not None and len(links) != shards:
+            raise ValueError(f"{shards} fluid shards need as many links, got {len(links)}")
         if shards < 1:
             raise ValueError(f"fluid shards must be >= 1, got {shards}")
         self.timeout_s = timeout_s
@@ -189,7 +249,9 @@ class ProcShardedFluid(ShardedFluid):
             "lb": local.lb,
         }
         blob = topology_to_dict(topology)  # (after `make`: its ECMP policy set, which the dict carries)
-        procs = iter([ShardProc(i, blob, settings, local, self) for i in range(shards)])
+        procs = iter(
+            [ShardProc(i, blob, settings, local, self, None if links is None else links[i]) for i in range(shards)]
+        )
         super().__init__(topology, shards, lambda: next(procs))  # type: ignore[arg-type, return-value]
         self.wire = True  # (every batch and completion crosses a socket)
 
