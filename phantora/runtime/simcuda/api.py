@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from phantora.runtime.simcuda import devices, lazy, rng, streams
+from phantora.runtime.simcuda import devices, lazy, rng, streams, symm_mem
 from phantora.runtime.simcuda import memory_summary as summary_text
 from phantora.runtime.simcuda.cudart import SimCudart
 from phantora.runtime.simcuda.devices import NotSimulatedError, current_device, index_of, set_device
@@ -494,6 +494,7 @@ def install(gpu: Any, count: int) -> None:
     torch.backends.cuda.is_flash_attention_available = lambda: True  # type: ignore[assignment]  # CUDA wheels have it
     torch.cuda.nccl.version = nccl_version  # type: ignore[assignment]  # torch._C has no NCCL on this build
     cuda._cudart = SimCudart(mem_get_info)  # type: ignore[attr-defined]  # what torch.cuda.cudart() returns
+    symm_mem.install()  # torch.distributed._symmetric_memory: its GPU calls said not simulated
     torch._C._cuda_set_sync_debug_mode = _set_sync_debug_mode  # type: ignore[assignment]  # no CUDA in this build
     torch._C._cuda_get_sync_debug_mode = _get_sync_debug_mode
     torch.backends.cudnn.is_available = lambda: True  # type: ignore[assignment]
