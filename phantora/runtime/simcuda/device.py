@@ -113,7 +113,8 @@ def _foreach_takes_simulated_tensors() -> None:
     from torch.optim import optimizer
     from torch.utils import _foreach_utils
 
-    for supported in (optimizer._foreach_supported_types, _foreach_utils._foreach_supported_types):
+    lists: tuple[list[Any], ...] = (optimizer._foreach_supported_types, _foreach_utils._foreach_supported_types)
+    for supported in lists:
         if SimCudaTensor not in supported:
             supported.append(SimCudaTensor)
 
