@@ -295,6 +295,61 @@ def test_hpcc_fast_react_uses_the_reference_rate(cc, ns3_cc):
     assert h.WantsInt()
 
 
+def test_hpcc_normalises_each_hop_by_its_own_rate(cc, ns3_cc):
+    """A 400G NIC through an 800G hop (testbed16's spine links): u = tx / hop rate + qlen * line / hop / BDP."""
+    line, hop, rtt = 400_000_000_000, G800, 8000
+    bdp = line * rtt // 8_000_000_000  # 400,000 B
+    h = cc("CcHpcc", line=line, rtt=rtt, bdp=bdp)
+    h.OnSend(1000, 0)
+    h.OnAck(feedback(ns3_cc, 1000, hops=[(0, 0, 0, line), (0, 0, 200_000, hop)]))
+    h.OnSend(1000, 0)
+    # The 400G hop at 50%; the 800G hop at 90% of its rate with 200 KB queued: 0.9 + 200 KB / the hop's BDP.
+    h.OnAck(feedback(ns3_cc, 2000, hops=[(rtt, 250_000, 0, line), (rtt, 720_000, 200_000, hop)]))
+    u = 0.9 + 200_000 * line / hop / bdp  # 1.15: the 800G hop, its queue worth a quarter of its own BDP
+    assert h.GetUtilisation() == pytest.approx(u, rel=1e-12)
+    assert h.GetRateBps() == pytest.approx(line / (u / 0.95) + line / 2500, abs=1)
+    assert h.GetWindowBytes() == pytest.approx(bdp * h.GetRateBps() / line, abs=1)
+
+
+@pytest.mark.parametrize("rai", [0, 16_000_000_000])
+def test_hpcc_gap_between_two_senders_decays_as_the_closed_form(cc, ns3_cc, rai):
+    """Two 800G senders on one 800G link, its utilisation their rates' sum over its rate (no queue): each round
+    R_i <- R_i eta / U + W_ai, so the sum settles at eta C + 2 W_ai and the gap shrinks by eta C / (eta C + 2 W_ai)
+    a round: 0.08% with the default W_ai (line rate / 2500), the rates' ratio held for hundreds of rounds."""
+    line = hop = G800
+    rtt = 8000
+    bdp = line * rtt // 8_000_000_000
+    a, b = (cc("CcHpcc", line=line, rtt=rtt, bdp=bdp, RateAi=rai) for _ in range(2))
+    ai = rai or line / 2500
+    sent = {id(a): 0, id(b): 0}  # the hop's byte counter as each sender's INT saw it
+    t = 0
+    for h in (a, b):
+        h.OnSend(1000, 0)
+        h.OnAck(feedback(ns3_cc, 1000, hops=[(0, 0, 0, hop)]))
+
+    def round_(util_a: float, util_b: float) -> None:
+        nonlocal t
+        t += rtt
+        for h, util in ((a, util_a), (b, util_b)):
+            sent[id(h)] += round(util * hop * rtt / 8e9)
+            h.OnSend(1000, 0)
+            h.OnAck(feedback(ns3_cc, 1000 * (t // rtt + 1), hops=[(t, sent[id(h)], 0, hop)]))
+
+    round_(1.0, 2.0)  # b alone saw a transient at twice the link's rate: 0.95 line + W_ai against 0.475 line + W_ai
+    gap = a.GetRateBps() - b.GetRateBps()
+    assert gap == pytest.approx(0.475 * line, rel=1e-9)
+    eta_c = 0.95 * hop
+    for _ in range(40):
+        total = a.GetRateBps() + b.GetRateBps()
+        round_(total / hop, total / hop)
+        gap *= eta_c / total  # both scaled by eta C / their sum, then the same W_ai added to each
+        assert a.GetRateBps() + b.GetRateBps() == pytest.approx(eta_c + 2 * ai, rel=1e-6)
+        assert a.GetRateBps() - b.GetRateBps() == pytest.approx(gap, rel=1e-6)
+    # from the second round on the sum is eta C + 2 W_ai: the gap's factor a round is eta C / (eta C + 2 W_ai)
+    want = 0.475 * line * eta_c / (0.95 * line + 0.475 * line + 2 * ai) * (eta_c / (eta_c + 2 * ai)) ** 39
+    assert a.GetRateBps() - b.GetRateBps() == pytest.approx(want, rel=1e-5)
+
+
 # ----- TIMELY -------------------------------------------------------------------------------------------
 
 
