@@ -332,6 +332,16 @@ def main(argv: list[str] | None = None) -> int:
     spec, run_dir, token, sock, endpoint = start.spec, start.run_dir, start.token, start.sock, start.endpoint
     try:
         write_endpoint_file(run_dir, "net", endpoint, start.curve_public)
+        local = not beyond_loopback(endpoint)
+        if local and spec.engine.side == "packet" and spec.engine.packet.nvlink == "fluid":
+            # (a decomposition worker: the driver may run a shard of its fluid NVLink side here, on this process's
+            # core, beside the packet side: `fluid_procs.ProcShardedFluid`'s links; opened before the engine is
+            # built, so a socket that cannot be opened ends the worker at once, named in its last words)
+            try:
+                serve_in_thread(Path(run_dir) / WORKER_SOCKET)
+            except PhantoraError as exc:
+                log(str(exc))
+                return 3
         t0 = time.perf_counter()
         warnings: list[str] = []  # the engine's, known when it is built: the welcome hands them on (to the launcher)
         try:
@@ -349,11 +359,6 @@ def main(argv: list[str] | None = None) -> int:
         use_run_policy()  # (set-up done: what it made lives for the run)
         log(policy_line())
         try:
-            local = not beyond_loopback(endpoint)
-            if local and spec.engine.side == "packet" and spec.engine.packet.nvlink == "fluid":
-                # (a decomposition worker: the driver may run a shard of its fluid NVLink side here, on this
-                # process's core, beside the packet side: `fluid_procs.ProcShardedFluid`, `attach`)
-                serve_in_thread(Path(run_dir) / WORKER_SOCKET)
             server = NetServer(sock, engine, token, info, spec.max_message_bytes, local, spec.topology)
             rc = server.serve(spec.peer_timeout_s)
             if rc == 0 and spec.trace_dir:

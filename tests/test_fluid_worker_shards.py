@@ -148,3 +148,36 @@ def test_links_must_match_the_shards(tmp_path: Path) -> None:
     links, _ = served(tmp_path, 1)
     with pytest.raises(ValueError, match="2 fluid shards need as many links, got 1"):
         ProcShardedFluid(topo, 2, lambda: FlowSimulator(topo), links=links)
+
+
+def test_a_shard_socket_that_cannot_be_opened_is_an_error_naming_it(tmp_path: Path) -> None:
+    """A path taken by a file, and one past a Unix socket's 107-byte limit: each refused, naming the path."""
+    taken = tmp_path / WORKER_SOCKET
+    taken.write_text("")
+    with pytest.raises(PhantoraError, match=f"cannot open the fluid shard socket {taken}: "):
+        serve_in_thread(taken)
+    long = tmp_path / ("d" * 110) / WORKER_SOCKET
+    long.parent.mkdir()
+    with pytest.raises(PhantoraError, match="cannot open the fluid shard socket .*d{110}/fluid.sock: "):
+        serve_in_thread(long)
+
+
+def test_a_worker_whose_shard_socket_cannot_be_opened_ends_at_once_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A decomposition worker's network server (`bridge.netserver.main`, as `bridge.workers` starts it) whose run
+    directory holds a stale file at its shard socket's place: it exits with code 3 before building its engine (no
+    "ready" line), its last words naming the socket."""
+    from bridge.netserver import main
+    from bridge.workers import worker_spec
+    from phantora.netsim.packet_config import PacketConfig
+
+    topo = load_topology("testbed16")
+    setup = tmp_path / "setup.msgpack"
+    setup.write_bytes(worker_spec(topo, PacketConfig(nvlink="fluid", nic_latency=1000), "packet").to_bytes())
+    (tmp_path / WORKER_SOCKET).write_text("")
+    monkeypatch.setenv("PHANTORA_TOKEN", "t" * 32)
+    assert main(["--setup", str(setup)]) == 3
+    err = capfd.readouterr().err
+    assert f"cannot open the fluid shard socket {tmp_path / WORKER_SOCKET}" in err
+    assert " ready in " not in err  # (the engine's line)

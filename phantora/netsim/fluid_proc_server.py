@@ -24,6 +24,7 @@ from typing import Any
 
 import msgpack
 
+from phantora.errors import PhantoraError
 from phantora.netsim.fluid_proc_wire import (
     ADVANCE,
     ARRIVE,
@@ -109,11 +110,16 @@ def serve(
 def serve_in_thread(path: Path) -> threading.Thread:
     """A fluid shard served by a daemon thread of this process (a decomposition worker's) to the one driver that
     connects to the Unix socket at `path` (in the worker's private run directory, made 0600 here): its answers carry
-    the thread's CPU, and it ends at CLOSE, at the driver's end, or with the process."""
+    the thread's CPU, and it ends at CLOSE, at the driver's end, or with the process. PhantoraError naming `path` if
+    the socket cannot be opened (bound, made private, listened on)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    os.chmod(path, 0o600)
-    listener.listen(1)
+    try:
+        listener.bind(str(path))
+        os.chmod(path, 0o600)
+        listener.listen(1)
+    except OSError as exc:
+        listener.close()
+        raise PhantoraError(f"cannot open the fluid shard socket {path}: {exc}") from None
     parent = os.getppid()
 
     def run() -> None:
