@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Protocol
+from typing import Any, Protocol
 
 from phantora.collectives.launch_group import At, LaunchGroup, Pair
 from phantora.errors import InputError
@@ -286,6 +286,12 @@ class NicCharging(Protocol):
 
     @property
     def nic_on_nvlink(self) -> bool: ...
+
+
+# A plain gloo group's send or recv (runtime backend.py `gloo_sync`), live and replayed: not an NCCL call, so its
+# overrides leave the NCCL model (no NCCL kernel, no launch of an empty send); its zero bytes then make no flows.
+HOST_MODEL = "ideal"
+HOST_ALGO: dict[str, Any] = {"model": HOST_MODEL}
 
 
 @dataclass(frozen=True)

@@ -139,12 +139,13 @@ class ProgramBuilder:
         nccl_env: NcclEnv | None = None,
         launch: Hashable = None,
         pg: int = 0,
+        host: bool = False,
     ) -> int:
         """One side of a transfer to (send) or from (recv) `peer`, on process group `pg` of those holding both (P2P.pg);
         `after` and `nccl_env` as a collective's; `conn`:
         the communicator it runs on (P2P.conn); `comm`: that communicator's global ranks when it is not the pair's
         own (P2P.comm); `launch`: the NCCL group launch on `comm` it is part of, any name the rank gives it
-        (P2P.launch numbers them in order of first use), None: none."""
+        (P2P.launch numbers them in order of first use), None: none; `host`: a plain gloo group's (P2P.host)."""
         pair = (self.rank, int(peer)) if is_send else (int(peer), self.rank)
         s = self._next_seq(("p", *pair, tag, pg), seq)
         slot = self.slot(pair)
@@ -166,6 +167,7 @@ class ProgramBuilder:
             nccl_env,
             number,
             pg,
+            bool(host),
         )
         return self._add(node)
 

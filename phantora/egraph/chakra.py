@@ -75,6 +75,7 @@ GROUP_KINDS_ATTR, GROUP_REDOPS_ATTR = "phantora_group_kinds", "phantora_group_re
 GROUP_ROOTS_ATTR = "phantora_group_roots"
 # NCCL_* variables as JSON [[name, value], ...]: a call's own (Coll/P2P.nccl_env) on its node, the run's in the metadata
 NCCL_ENV_ATTR = "phantora_nccl_env"
+HOST_ATTR = "phantora_gloo"  # a plain gloo group's send or recv, outside the NCCL model (P2P.host)
 
 
 def _messages() -> dict[str, Any]:
@@ -255,6 +256,8 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
                 if release is not None:
                     attrs.append(_attr(RELEASE_ATTR, int64_val=release[launches[i]]))
             attrs += _env_attr(n.nccl_env)
+            if n.host:
+                attrs.append(_attr(HOST_ATTR, bool_val=True))
         elif isinstance(n, Wait):
             node.name, node.type = "wait", COMP_NODE
             deps += list(n.refs)
@@ -415,6 +418,7 @@ def _rank_builder(
                 nccl_env=_env_of(a.get(NCCL_ENV_ATTR), src),
                 launch=a.get(LAUNCH_ATTR),
                 pg=int(a.get(PG_ATTR, 0)),
+                host=bool(a.get(HOST_ATTR, False)),
             )
             if LAUNCH_ATTR in a and ISSUE_ATTR in a:
                 release = [int(a[RELEASE_ATTR])] if RELEASE_ATTR in a else []

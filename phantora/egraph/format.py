@@ -174,6 +174,9 @@ class P2P:
     # transfers), numbered in the rank's order of first use, on the communicator `comm`; -1: none (type 11 on disk)
     launch: int = -1
     pg: int = 0  # which of the rank's process groups holding both ends it ran on (0: the first; type 13 on disk)
+    # a plain gloo group's send or recv (runtime backend.py `gloo_sync`): not an NCCL call, planned outside the NCCL
+    # model, so its zero bytes cost nothing (the program's optional `host_of` list on disk)
+    host: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +221,10 @@ class Program:
         rows: list[list[Any]] = []
         envs: dict[NcclEnv, int] = {}
         env_of: list[list[int]] = []  # [node, env index] of the calls with their own NCCL_* (Coll/P2P.nccl_env)
+        host_of: list[int] = []  # the gloo groups' transfers (P2P.host)
         for i, n in enumerate(self.nodes):
+            if isinstance(n, P2P) and n.host:
+                host_of.append(i)
             if isinstance(n, (Coll, P2P)) and n.nccl_env is not None:
                 env_of.append([i, envs.setdefault(n.nccl_env, len(envs))])
             if isinstance(n, Compute):
@@ -272,6 +278,8 @@ class Program:
         if envs:  # optional keys: a program without them (recorded before them) reads as the run's settings
             doc["envs"] = [[list(kv) for kv in env] for env in envs]
             doc["env_of"] = env_of
+        if host_of:  # optional too: a program without it has no gloo transfers
+            doc["host_of"] = host_of
         return msgpack.packb(doc, use_bin_type=True)
 
     @classmethod
@@ -290,6 +298,7 @@ class Program:
         for i, row in enumerate(obj["nodes"]):
             nodes.append(_decode_row(i, row, names, source))
         _decode_envs(obj, nodes, source)
+        _decode_hosts(obj, nodes, source)
         prog = cls(nodes)
         prog.check(source)
         return prog
@@ -399,6 +408,18 @@ def _decode_envs(obj: dict[str, Any], nodes: list[Node], source: str) -> None:
         if not (isinstance(call, (Coll, P2P)) and 0 <= e < len(table)):
             raise InputError(f"env_of entry {pair}: no such call or env", file=source, field="env_of")
         nodes[i] = dataclasses.replace(call, nccl_env=table[e])
+
+
+def _decode_hosts(obj: dict[str, Any], nodes: list[Node], source: str) -> None:
+    """Mark the transfers `host_of` names as a plain gloo group's (P2P.host; in place)."""
+    host_of = obj.get("host_of", [])
+    if not isinstance(host_of, list):
+        raise InputError("host_of must be a list of node indices", file=source, field="host_of")
+    for i in host_of:
+        call = nodes[i] if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(nodes) else None
+        if not isinstance(call, P2P):
+            raise InputError(f"host_of entry {i!r:.40}: no such transfer", file=source, field="host_of")
+        nodes[i] = dataclasses.replace(call, host=True)
 
 
 def _mixed_entries(n: Coll) -> list[list[int]]:

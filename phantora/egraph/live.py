@@ -85,6 +85,7 @@ class _RecorderListener:
                 launch=launch,
                 released=call.released_ns,
                 pg=call.pg,
+                host=call.host,
             )
             if lone:  # a lone send within its buffer: calls after it follow its hand-off
                 self.rec.eager(call.handle)

@@ -152,6 +152,7 @@ class GraphRecorder:
         launch: Hashable = None,
         released: int | None = None,
         pg: int = 0,
+        host: bool = False,
     ) -> None:
         """One side of a transfer issued at `issue_ns` on process group `pg` of those holding both ends (P2P.pg),
         starting after the rank's calls `before` (handles); `conn`:
@@ -159,7 +160,7 @@ class GraphRecorder:
         `comm`: its global ranks when it is not the pair's own (P2P.comm); `nccl_env` as a collective's; `launch`:
         the NCCL group launch on `comm` it is part of, as the rank names it (P2P.launch), its issue time kept, and in
         window mode `released`, the network's ns the coordinator last released the rank at (`recorded.
-        launch_release_ns`)."""
+        launch_release_ns`); `host`: a plain gloo group's (P2P.host)."""
         self._catch_up(stream, int(issue_ns))
         number = self.conns.setdefault(conn, len(self.conns)) if conn is not None else 0
         after = self._nodes(before)
@@ -176,6 +177,7 @@ class GraphRecorder:
             nccl_env=nccl_env,
             launch=launch,
             pg=pg,
+            host=host,
         )
         if launch is not None:  # the coordinator knows of it from `joined` on (the rank blocked until then)
             self.launch_issue.append([int(issue_ns), self.joined])

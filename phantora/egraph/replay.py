@@ -36,7 +36,7 @@ from phantora.collectives.flow_tags import call_name, collective_tag, pairwise_g
 from phantora.collectives.handoff import handoff_ns, send_slots, slot_back_ns
 from phantora.collectives.nccl import nccl_env, summarize_choices
 from phantora.collectives.slot_window import Slots, SlotWindow
-from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.collectives.spec import HOST_MODEL, AlgoOptions, Collective
 from phantora.egraph.call_env import CallOptions, over, recorded_env
 from phantora.egraph.format import (
     EAGER_STREAM,
@@ -77,6 +77,7 @@ class Instance:
     root: int | None
     redop: str = "sum"  # a reducing collective's reduction (Collective.redop)
     nccl_env: NcclEnv | None = None  # its communicator's NCCL_* where the live program set its own (Coll.nccl_env)
+    host: bool = False  # a plain gloo group's transfer (P2P.host): planned outside the NCCL model, as live
     group_sizes: tuple[int, ...] = ()  # a coalesced call's calls' bytes (Coll.group_sizes)
     group_dtypes: tuple[str, ...] = ()  # their dtypes where they differ (Coll.group_dtypes)
     # their kinds, reductions and roots where they differ (Coll.group_kinds, group_redops, group_roots)
@@ -504,6 +505,8 @@ class _Planner:
             raise InputError(f"rank {run.rank} issues {inst.label()} twice (node {i})", field="programs")
         if inst.nccl_env is None:  # as the live coordinator: the call's own NCCL_* (its ends agree, or it refused)
             inst.nccl_env = n.nccl_env
+        if isinstance(n, P2P) and n.host:
+            inst.host = True
         if isinstance(n, P2P) and n.tag < 0 and n.is_send:
             inst.call = self.calls.call_of(run.rank, i)
         inst.issue[run.rank] = m
@@ -574,6 +577,8 @@ class _Planner:
             group_roots=inst.group_calls[2],
         )  # fmt: skip
         opts = self.opts.of(inst.nccl_env)
+        if inst.host:  # as the live session's (spec.HOST_ALGO): no NCCL kernel, zero bytes, no flows
+            opts = dataclasses.replace(opts, model=HOST_MODEL)
         dag = self.dags.gated(coll, opts, first, self.tag(inst), (inst.start,))
         self.flows.extend(dag.flows)
         if len(self.flows) > self.max_flows:

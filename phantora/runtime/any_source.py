@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from phantora.collectives.flow_tags import call_name
+from phantora.collectives.spec import HOST_ALGO
 from phantora.runtime.program_env import NcclEnv
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
@@ -51,8 +52,10 @@ class AnyRecvs:
         tensors: Iterable[torch.Tensor],
         on_source: OnSource,
         nccl_env: NcclEnv | None = None,
+        host: bool = False,
     ) -> Pending:
-        """A receive from any of `peers` ((global rank, pg) pairs), in flight; on no NCCL stream (gloo's)."""
+        """A receive from any of `peers` ((global rank, pg) pairs), in flight; on no NCCL stream (gloo's). `host`: on a
+        gloo_sync group, whose sends are outside the NCCL model (`HOST_ALGO`, as `RankSession.issue_p2p`'s)."""
         s = self._s
         if s.listeners:
             raise NotSimulatedError(
@@ -66,7 +69,9 @@ class AnyRecvs:
         t = s.issue_at()
         label = call_name("recv_any", self._count, tag)
         self._count += 1
-        algo = {"nccl_env": [list(kv) for kv in nccl_env]} if nccl_env is not None else None
+        algo: dict[str, Any] | None = {"nccl_env": [list(kv) for kv in nccl_env]} if nccl_env is not None else None
+        if host:
+            algo = dict(HOST_ALGO)
         h = p2p_any(peers=list(peers), tag=tag, nbytes=nbytes, t_issue_ns=t, name=label, algo=algo)
         p = s._register("recv", label, nbytes, t, [h], list, tensors, None, tuple(r for r, _ in peers))
         self._open[h] = _Open(p, tag, dict(peers), on_source)

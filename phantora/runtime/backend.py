@@ -1113,6 +1113,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             tensors=tensors,
             on_source=on_source,
             nccl_env=None if self.gloo_sync else self._nccl_env,
+            host=self.gloo_sync,
         )
         return self._work(p, tensors)
 

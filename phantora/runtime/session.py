@@ -26,6 +26,7 @@ import torch
 from phantora.collectives.flow_tags import call_name, collective_tag, group_tag
 from phantora.collectives.nccl.host_launch import HOST_LAUNCH_US
 from phantora.collectives.slot_window import Slots, SlotWindow
+from phantora.collectives.spec import HOST_ALGO
 from phantora.errors import PhantoraError
 from phantora.procmem import proportional_set_mb
 from phantora.results.run_dir import RunDir
@@ -218,6 +219,7 @@ class Issued:
     group_kinds: tuple[str, ...] = ()
     group_redops: tuple[str, ...] = ()
     group_roots: tuple[int | None, ...] = ()
+    host: bool = False  # a plain gloo group's send or recv (backend.py `gloo_sync`): no NCCL kernel, no cost (P2P.host)
 
 
 class SessionListener(Protocol):
@@ -830,7 +832,7 @@ class RankSession:
         handles = [q.handles[0] for q in gate]
         conn = comm if ns is not None else None
         h = self._p2p(
-            peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after, ns, handles, conn, on, pg
+            peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after, ns, handles, conn, on, pg, host
         )
         kind = "send" if is_send else "recv"
         copied = ns is not None and start_copied is not None and not ready
@@ -1025,11 +1027,16 @@ class RankSession:
         conn: int | None = None,
         comm: tuple[int, ...] = (),
         pg: int = 0,
+        host: bool = False,
     ) -> int:
         """One transfer to the bridge (on `stream`, in `launch`, after the rank's calls `after`; a lone send's
         kernel ns `handoff`, which the bridge's stream order follows, after the flows of its earlier sends `gate`
-        on its communicator `conn`; on process group `pg`, `comm_of`); its handle."""
+        on its communicator `conn`; on process group `pg`, `comm_of`); its handle. `host`: a plain gloo group's, which
+        the bridge plans outside the NCCL model (`HOST_ALGO`): no NCCL kernel, so none of NCCL's launch of an empty
+        send (collectives/nccl/empty_kernel.py), and zero bytes, so no flows: it ends at its later end's issue."""
         more: dict[str, Any] = {"algo": {"nccl_env": [list(kv) for kv in env]}} if env is not None else {}
+        if host:
+            more["algo"] = dict(HOST_ALGO)
         if stream is not None:
             more["stream"] = stream
         if launch is not None:
@@ -1062,6 +1069,7 @@ class RankSession:
                 launch_comm=tuple(getattr(self.client, "p2p_comm", None) or ()),  # the group open on the client
                 released_ns=getattr(self.client, "released_ns", None),
                 pg=pg,
+                host=host,
             )
             self._tell(replace(call, handoff=handoff, conn=conn, comm=comm) if handoff is not None else call)
         return h
