@@ -288,8 +288,9 @@ class NicCharging(Protocol):
     def nic_on_nvlink(self) -> bool: ...
 
 
-# A plain gloo group's send or recv (runtime backend.py `gloo_sync`), live and replayed: not an NCCL call, so its
-# overrides leave the NCCL model (no NCCL kernel, no launch of an empty send); its zero bytes then make no flows.
+# A plain gloo group's call (runtime backend.py `gloo_sync`), live and replayed: not an NCCL call, so its overrides
+# leave the NCCL model (no NCCL kernel: no launch of an empty send, nor of an empty collective before NCCL 2.20); its
+# zero bytes then make no flows.
 HOST_MODEL = "ideal"
 HOST_ALGO: dict[str, Any] = {"model": HOST_MODEL}
 

@@ -81,6 +81,7 @@ class ProgramBuilder:
         group_kinds: Sequence[str] = (),
         group_redops: Sequence[str] = (),
         group_roots: Sequence[int | None] = (),
+        host: bool = False,
     ) -> int:
         """Issue a collective; `root` is group-local; `seq` defaults to the count of earlier calls on this group
         (process group `pg` over its ranks: Coll.pg);
@@ -90,7 +91,7 @@ class ProgramBuilder:
         call's calls' bytes (one NCCL group of them, summing to `nbytes`; () for one call); `group_dtypes`: their
         dtypes where they differ (the first `dtype`); `group_kinds`, `group_redops`, `group_roots`: their kinds,
         reductions and group-local roots where they differ (a device block's calls, one NCCL plan; the first the
-        call's own)."""
+        call's own); `host`: a plain gloo group's (Coll.host)."""
         if kind not in KIND_CODES:
             raise InputError(f"unknown collective kind {kind!r} (known: {', '.join(KIND_CODES)})", field="kind")
         if dtype not in DTYPE_CODES:
@@ -116,7 +117,7 @@ class ProgramBuilder:
         roots = tuple(group_roots) if sizes and len(set(group_roots)) > 1 else ()
         node = Coll(
             stream, slot, kind, int(nbytes), dtype, root, s, deps, after, redop, nccl_env, pg, sizes, types, kinds,
-            redops, roots,
+            redops, roots, bool(host),
         )  # fmt: skip
         if node.mixed():
             check_group_calls(node, "<program>", "group_kinds")

@@ -75,7 +75,7 @@ GROUP_KINDS_ATTR, GROUP_REDOPS_ATTR = "phantora_group_kinds", "phantora_group_re
 GROUP_ROOTS_ATTR = "phantora_group_roots"
 # NCCL_* variables as JSON [[name, value], ...]: a call's own (Coll/P2P.nccl_env) on its node, the run's in the metadata
 NCCL_ENV_ATTR = "phantora_nccl_env"
-HOST_ATTR = "phantora_gloo"  # a plain gloo group's send or recv, outside the NCCL model (P2P.host)
+HOST_ATTR = "phantora_gloo"  # a plain gloo group's call, outside the NCCL model (Coll/P2P.host)
 
 
 def _messages() -> dict[str, Any]:
@@ -228,6 +228,8 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
                 roots = " ".join(str(-1 if r is None else r) for r in n.group_roots)
                 attrs.append(_attr(GROUP_ROOTS_ATTR, string_val=roots))
             attrs += _env_attr(n.nccl_env)
+            if n.host:
+                attrs.append(_attr(HOST_ATTR, bool_val=True))
         elif isinstance(n, P2P):
             src, dst = graph.groups[bound[n.slot]]
             deps += list(n.after)
@@ -398,6 +400,7 @@ def _rank_builder(
                 group_dtypes=str(a.get(GROUP_DTYPES_ATTR, "")).split(),
                 group_kinds=str(a.get(GROUP_KINDS_ATTR, "")).split(),
                 group_redops=str(a.get(GROUP_REDOPS_ATTR, "")).split(),
+                host=bool(a.get(HOST_ATTR, False)),
                 group_roots=roots,
             )
         elif kind == "p2p":

@@ -149,6 +149,8 @@ class Coll:
     group_kinds: tuple[str, ...] = ()
     group_redops: tuple[str, ...] = ()
     group_roots: tuple[int | None, ...] = ()
+    # a plain gloo group's call (runtime backend.py `gloo_sync`), as P2P.host: planned outside the NCCL model
+    host: bool = False
 
     def mixed(self) -> bool:
         """Whether its calls differ in kind, reduction or root (type 14's five-field entries)."""
@@ -175,7 +177,7 @@ class P2P:
     launch: int = -1
     pg: int = 0  # which of the rank's process groups holding both ends it ran on (0: the first; type 13 on disk)
     # a plain gloo group's send or recv (runtime backend.py `gloo_sync`): not an NCCL call, planned outside the NCCL
-    # model, so its zero bytes cost nothing (the program's optional `host_of` list on disk)
+    # model, so its zero bytes cost nothing (the program's optional `host_of` list on disk, with Coll.host's)
     host: bool = False
 
 
@@ -221,9 +223,9 @@ class Program:
         rows: list[list[Any]] = []
         envs: dict[NcclEnv, int] = {}
         env_of: list[list[int]] = []  # [node, env index] of the calls with their own NCCL_* (Coll/P2P.nccl_env)
-        host_of: list[int] = []  # the gloo groups' transfers (P2P.host)
+        host_of: list[int] = []  # the gloo groups' calls (Coll/P2P.host)
         for i, n in enumerate(self.nodes):
-            if isinstance(n, P2P) and n.host:
+            if isinstance(n, (Coll, P2P)) and n.host:
                 host_of.append(i)
             if isinstance(n, (Coll, P2P)) and n.nccl_env is not None:
                 env_of.append([i, envs.setdefault(n.nccl_env, len(envs))])
@@ -278,7 +280,7 @@ class Program:
         if envs:  # optional keys: a program without them (recorded before them) reads as the run's settings
             doc["envs"] = [[list(kv) for kv in env] for env in envs]
             doc["env_of"] = env_of
-        if host_of:  # optional too: a program without it has no gloo transfers
+        if host_of:  # optional too: a program without it has no gloo calls
             doc["host_of"] = host_of
         return msgpack.packb(doc, use_bin_type=True)
 
@@ -411,14 +413,14 @@ def _decode_envs(obj: dict[str, Any], nodes: list[Node], source: str) -> None:
 
 
 def _decode_hosts(obj: dict[str, Any], nodes: list[Node], source: str) -> None:
-    """Mark the transfers `host_of` names as a plain gloo group's (P2P.host; in place)."""
+    """Mark the calls `host_of` names as a plain gloo group's (Coll/P2P.host; in place)."""
     host_of = obj.get("host_of", [])
     if not isinstance(host_of, list):
         raise InputError("host_of must be a list of node indices", file=source, field="host_of")
     for i in host_of:
         call = nodes[i] if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(nodes) else None
-        if not isinstance(call, P2P):
-            raise InputError(f"host_of entry {i!r:.40}: no such transfer", file=source, field="host_of")
+        if not isinstance(call, (Coll, P2P)):
+            raise InputError(f"host_of entry {i!r:.40}: no such call", file=source, field="host_of")
         nodes[i] = dataclasses.replace(call, host=True)
 
 

@@ -61,6 +61,7 @@ class _RecorderListener:
                 group_kinds=call.group_kinds,
                 group_redops=call.group_redops,
                 group_roots=call.group_roots,
+                host=call.host,
             )
         else:
             send = call.kind == "send"

@@ -110,13 +110,14 @@ class GraphRecorder:
         group_kinds: tuple[str, ...] = (),
         group_redops: tuple[str, ...] = (),
         group_roots: tuple[int | None, ...] = (),
+        host: bool = False,
     ) -> None:
         """A collective issued at `issue_ns` on process group `pg` over its ranks (Coll.pg); `root` is a global rank
         (or None); it starts after the rank's calls
         `before` (handles); `redop`: its reduction; `nccl_env`: its communicator's NCCL_* variables where the program
         set its own (None: the run's); `group_sizes`: a coalesced call's calls' bytes; `group_dtypes`: their dtypes
         where they differ; `group_kinds`, `group_redops`, `group_roots` (global ranks): their kinds, reductions and
-        roots where they differ."""
+        roots where they differ; `host`: a plain gloo group's (Coll.host)."""
         group = tuple(int(r) for r in group)
         self._catch_up(stream, int(issue_ns))
         local = None
@@ -131,7 +132,7 @@ class GraphRecorder:
         idx = self.b.collective(
             kind, group, nbytes, dtype, local, seq, stream, after=after, redop=redop, nccl_env=nccl_env, pg=pg,
             group_sizes=group_sizes, group_dtypes=group_dtypes, group_kinds=group_kinds, group_redops=group_redops,
-            group_roots=roots,
+            group_roots=roots, host=host,
         )  # fmt: skip
         self._issued(handle, idx)
 

@@ -77,7 +77,7 @@ class Instance:
     root: int | None
     redop: str = "sum"  # a reducing collective's reduction (Collective.redop)
     nccl_env: NcclEnv | None = None  # its communicator's NCCL_* where the live program set its own (Coll.nccl_env)
-    host: bool = False  # a plain gloo group's transfer (P2P.host): planned outside the NCCL model, as live
+    host: bool = False  # a plain gloo group's call (Coll/P2P.host): planned outside the NCCL model, as live
     group_sizes: tuple[int, ...] = ()  # a coalesced call's calls' bytes (Coll.group_sizes)
     group_dtypes: tuple[str, ...] = ()  # their dtypes where they differ (Coll.group_dtypes)
     # their kinds, reductions and roots where they differ (Coll.group_kinds, group_redops, group_roots)
@@ -505,7 +505,7 @@ class _Planner:
             raise InputError(f"rank {run.rank} issues {inst.label()} twice (node {i})", field="programs")
         if inst.nccl_env is None:  # as the live coordinator: the call's own NCCL_* (its ends agree, or it refused)
             inst.nccl_env = n.nccl_env
-        if isinstance(n, P2P) and n.host:
+        if n.host:  # a gloo call (Coll/P2P.host)
             inst.host = True
         if isinstance(n, P2P) and n.tag < 0 and n.is_send:
             inst.call = self.calls.call_of(run.rank, i)

@@ -219,7 +219,7 @@ class Issued:
     group_kinds: tuple[str, ...] = ()
     group_redops: tuple[str, ...] = ()
     group_roots: tuple[int | None, ...] = ()
-    host: bool = False  # a plain gloo group's send or recv (backend.py `gloo_sync`): no NCCL kernel, no cost (P2P.host)
+    host: bool = False  # a plain gloo group's call (backend.py `gloo_sync`): no NCCL kernel, no cost (Coll/P2P.host)
 
 
 class SessionListener(Protocol):
@@ -579,7 +579,8 @@ class RankSession:
                 if kind == "barrier"
                 else (kind, nbytes, dtype)
             )
-            extras = {} if host else self.traffic.extras(wire, wire_dtype, wire_bytes)
+            # a gloo call is no NCCL kernel: outside the NCCL model (before 2.20 NCCL launches an empty collective)
+            extras = dict(HOST_ALGO) if host else self.traffic.extras(wire, wire_dtype, wire_bytes)
             if nccl_env is not None:
                 extras = {**extras, "nccl_env": [list(kv) for kv in nccl_env]}
             sizes = tuple(int(b) for b in group_sizes) if len(group_sizes) > 1 and kind != "barrier" else ()
@@ -636,6 +637,7 @@ class RankSession:
                         group_kinds=kinds,  # type: ignore[arg-type]
                         group_redops=redops,  # type: ignore[arg-type]
                         group_roots=roots,  # type: ignore[arg-type]
+                        host=host,
                     )
                 )
         else:
