@@ -1,9 +1,10 @@
 """Which whole-DAG driver `--set workers=N` should build (issue 38 item 2, `factory.WHOLE_DAG_DRIVER`): the plain
 `DecomposedSimulator` or route (a)'s `HybridDecomposedSimulator`, side by side, and one engine (``one``: workers=0)
-as the base of the 1.7x goal. The plain drivers run their fluid NVLink side as the factory does by default, a shard
-served in each worker's process (`factory.WHOLE_DAG_FLUID = "workers"`), but ``shards``: the plain driver with its
-fluid side in shard processes, one a worker (`WHOLE_DAG_FLUID = "procs"`); ``infold``: ``planned`` with the fluid
-side in the driver (`WHOLE_DAG_FLUID = "driver"`, the default before 2026-12-05 evening); ``held``: the plain driver
+as the base of the 1.7x goal. The plain drivers run their fluid NVLink side as the factory does by default, in the
+driver (`factory.WHOLE_DAG_FLUID = "driver"`), but ``shards``: the plain driver with its fluid side in shard
+processes, one a worker (`WHOLE_DAG_FLUID = "procs"`); ``inworkers``: ``planned`` with a shard served in each worker's
+process (`WHOLE_DAG_FLUID = "workers"`, the default on 2026-12-05 from 20:39 to 21:11); ``infold``: ``planned`` with
+the fluid side in the driver, whatever the default (`WHOLE_DAG_FLUID = "driver"`); ``held``: the plain driver
 without outer gates (`factory.OUTER_GATES = False`: the hybrid holds a packet flow behind the fluid side until it is
 released); ``planned``: the plain driver whose workers plan the workload's independent groups of ops as they start
 (`replay.PLAN_ON_WORKERS = True`, the engine made inside `plan_split.jobs_ahead` as `replay.settle_groups` makes it;
@@ -69,8 +70,8 @@ def force_driver(driver: str, everywhere: bool) -> None:
     if driver == "shards":
         factory.WHOLE_DAG_FLUID = "procs"
         driver = "plain"
-    if driver == "infold":  # planned, the fluid side in the driver's process
-        factory.WHOLE_DAG_FLUID = "driver"
+    if driver in ("infold", "inworkers"):  # planned, the fluid side in the driver's process or the workers'
+        factory.WHOLE_DAG_FLUID = "driver" if driver == "infold" else "workers"
         driver = "planned"
     if driver == "held":  # plain, the packet flows behind the fluid side held by the hybrid (no outer gates)
         factory.OUTER_GATES = False
@@ -103,7 +104,7 @@ def rounds_of(stats: Any) -> int | None:
     return None
 
 
-DRIVERS = ("plain", "hybrid", "shards", "held", "planned", "infold")
+DRIVERS = ("plain", "hybrid", "shards", "held", "planned", "infold", "inworkers")
 WORKLOADS = {"replay": ("rail_allreduce.toml", 'bytes = "8MiB"'), "moe": ("moe_rail_alltoall.toml", 'bytes = "16MiB"')}
 
 

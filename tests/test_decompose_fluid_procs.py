@@ -1,6 +1,6 @@
 """The plain decomposition driver with its fluid NVLink side in shard processes (issue 38, item 2, step 3): whole-DAG
-runs when `factory.WHOLE_DAG_FLUID` is "procs" (or "workers", the default: each shard served by a thread of a
-worker's process), any run with ``fluid_shards=N,fluid_procs=on,fluid_chains=on`` beside ``workers=2``. Every
+runs when `factory.WHOLE_DAG_FLUID` is "procs" (or "workers", opt-in: each shard served by a thread of a worker's
+process), any run with ``fluid_shards=N,fluid_procs=on,fluid_chains=on`` beside ``workers=2``. Every
 completion is one engine's, and the shards' CPU is counted on the critical path (`DecomposedSimulator.helper_cpu`)."""
 
 from __future__ import annotations

@@ -39,7 +39,10 @@ WHOLE_DAG_DRIVER = "plain"  # "hybrid": route (a)'s driver for whole-DAG runs
 # local worker's process: no process more, on the workers' cores; Ray's workers keep it in the driver), unless the
 # user set fluid_shards. The same completions and files every way (tests/test_decompose_fluid_procs.py);
 # docs/packet-model.md, "The fluid NVLink side out of the driver" and "The fluid NVLink side in the workers".
-WHOLE_DAG_FLUID = "workers"
+# "driver" by default again (2026-12-05, 21:11): "workers" shortens the hierarchical all-reduce's critical path, but
+# each fluid event is a round trip to the shards and the wire adds CPU, so on a shared 2-core machine its wall is no
+# better (the MoE replay's worse: 1,364 answers for 0.05 CPU s): opt-in (docs/packet-model.md, "Why the wall").
+WHOLE_DAG_FLUID = "driver"
 # Whether the plain driver takes a packet flow waiting on the fluid NVLink side at the first submit, behind an outer
 # gate the fluid side opens (`FluidNvlinkSimulator.outer_gates`), or the hybrid holds it until then (issue 38, item 2).
 # The same completions either way (tests/test_decompose_outer_gates.py); docs/packet-model.md, "Outer gates".
