@@ -159,6 +159,29 @@ def test_the_merged_trace_carries_nccls_choice_on_each_ranks_collective(tmp_path
     assert spans[0, "broadcast#1"] == {"bytes": 8, "group": [0, 1]}  # no choice recorded (ideal model): nothing added
 
 
+def test_a_collectives_choice_reaches_every_rank_whatever_thread_it_names(tmp_path):
+    """Once a rank has started a thread, its collectives are named with the thread that issued them (`all_gather#26
+    from the program's thread`), a rank without one names the same call `all_gather#26`, and the coordinator's record
+    takes one member's name: every member's span still gets the call's choice (Megatron's TP 2 x PP 2 run, whose
+    ranks 0 and 2 start a thread, lost it on spans of all four ranks)."""
+    out = tmp_path / "run"
+    names = {0: "all_gather#26 from the program's thread", 1: "all_gather#26", 2: 'all_gather#26 from thread "bg"'}
+    for rank, name in names.items():
+        r = TraceRecorder(rank)
+        r.comm(name, 1000, 2000, {"bytes": 32, "group": [0, 1, 2]})
+        r.append_to(out / "trace" / f"rank{rank}.jsonl", 0)
+    choice = {"algorithm": "Ring", "protocol": "LL", "channels": 1}
+    for recorded in names.values():
+        records = [{"name": recorded, "group": [0, 1, 2], "nccl": choice}]
+        merged = json.loads(run_dir.merge_trace(out, comm_args=run_dir.nccl_args(records)).read_text())
+        spans = {e["pid"]: e["args"].get("nccl") for e in merged["traceEvents"] if e.get("cat") == "comm"}
+        assert spans == {0: choice, 1: choice, 2: choice}, recorded
+        for rank, name in names.items():  # merge_trace removed the chunks: write them again
+            r = TraceRecorder(rank)
+            r.comm(name, 1000, 2000, {"bytes": 32, "group": [0, 1, 2]})
+            r.append_to(out / "trace" / f"rank{rank}.jsonl", 0)
+
+
 def test_each_span_gets_its_own_calls_choice_where_names_repeat_across_groups(tmp_path):
     """A rank numbers its collectives per group and its sends per peer, so one name is several calls: Megatron's
     TP x PP run has rank 0's `all_reduce#2` on the world (8 B, 1 channel) and on the embedding pair [0, 2]

@@ -286,7 +286,8 @@ def nccl_args(collectives: Iterable[Mapping[str, Any]]) -> dict[CommKey, dict[st
     them per peer, so the key's group is the peer, `(peer,)`, as its span's is, or None (any) for a rank standing
     for a mirror of the pair (rank deduplication), whose peer the record does not hold. A collective NCCL runs as
     one group of sends and receives (all-to-all, scatter, gather) has a record per pair, named `name@ranks`; its
-    span gets them all: `{"algorithm": "p2p", "pairs": [{"src", "dst", "bytes", and that pair's choice}, ...]}`."""
+    span gets them all: `{"algorithm": "p2p", "pairs": [{"src", "dst", "bytes", and that pair's choice}, ...]}`.
+    Records and spans are keyed by the call's name without the thread that issued it (`call_of`)."""
     out: dict[CommKey, dict[str, Any]] = {}
     for rec in collectives:
         if isinstance(rec.get("nccl"), dict):
@@ -301,12 +302,19 @@ def nccl_args(collectives: Iterable[Mapping[str, Any]]) -> dict[CommKey, dict[st
                     spans["nccl"].setdefault("pairs", []).append(pair)
                 continue
             if isinstance(names, list):
-                keys = [(int(r), str(n), _p2p_peer(int(r), group)) for r, n in names]
+                keys = [(int(r), call_of(str(n)), _p2p_peer(int(r), group)) for r, n in names]
             else:
-                keys = [(r, str(rec.get("name")), tuple(group)) for r in group]
+                keys = [(r, call_of(str(rec.get("name"))), tuple(group)) for r in group]
             for key in keys:
                 out.setdefault(key, {"nccl": rec["nccl"], **op})
     return out
+
+
+def call_of(name: str) -> str:
+    """A call's name less the thread its rank issued it from: once a rank has started a thread, its collectives,
+    sends and receives are named `all_reduce#3 from the program's thread` (session.py, for a mismatch's error), and
+    a collective's coordinator record takes one member's name, so the ranks' names of one call differ in that."""
+    return name.partition(" from ")[0]
 
 
 def _p2p_peer(rank: int, pair: list[int]) -> tuple[int, ...] | None:
@@ -324,7 +332,8 @@ def comm_extra(args: Mapping[CommKey, Mapping[str, Any]], ev: Mapping[str, Any])
     if not isinstance(rank, int):
         return None
     group = tuple(ev.get("args", {}).get("group", ()))
-    return args.get((rank, name, group)) or args.get((rank, name, None))
+    call = call_of(name)
+    return args.get((rank, call, group)) or args.get((rank, call, None))
 
 
 def merge_trace(

@@ -171,7 +171,11 @@ def test_sequence_parallel_with_the_simulated_apex(workdir: Path, tmp_path: Path
     parallel = ["--tensor-model-parallel-size", "2", "--sequence-parallel"]
     run = pretrain(workdir, tmp_path / "out", parallel)
     trains(run)
-    assert run.output.count("simulated packages: apex") == 1 and run.results()["simulated_packages"] == ["apex"]
+    # Megatron-core's attention.py tries `from flash_attn import ...` at import, which finds the simulated FA2
+    # (simflash.py, since 60dbf445) and names it; the local spec runs none of its kernels
+    assert run.output.count("simulated packages: apex, flash-attn") == 1
+    assert run.results()["simulated_packages"] == ["apex", "flash-attn"]
+    assert not [k for k in run.kernels() if "flash" in k.lower()]
     layers, micro, activation = 2, 8 // (2 * 2), 128 * 2 * 128 * 4
     comm = collectives(tmp_path / "out")
     for kind, per_micro in (("all_gather", 6 * layers + 2 + 1), ("reduce_scatter", 4 * layers + 1)):
