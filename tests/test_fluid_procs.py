@@ -66,19 +66,27 @@ def test_sixteen_shard_processes_give_one_flow_engines_completions() -> None:
     agree("rail128", 16, True, trials=4)
 
 
+CAP = 400_000_000_000  # bits/s: the marker case's NVLink flows
+
+
+def marker_case() -> list[Flow]:
+    """Two NVLink flows capped at 400 Gb/s on testbed16's two hosts (1 and 2 MiB), a marker on host 1 after both
+    (300 ns delay) and a 1 MiB NVLink flow on host 1 after it."""
+    hosts = gpus_by_host("testbed16")
+    (a, b), (c, d) = hosts[0][:2], hosts[1][:2]
+    return [
+        Flow(0, a, b, MIB, rate_bps=CAP),
+        Flow(1, c, d, 2 * MIB, rate_bps=CAP),
+        Flow(2, c, c, 0, (0, 1), 300),
+        Flow(3, c, d, MIB, (2,), rate_bps=CAP),
+    ]
+
+
 def test_a_marker_across_shard_processes_ends_at_its_closed_form() -> None:
     """A 1 MiB NVLink flow on each of testbed16's two hosts (capped at 400 Gb/s), then a marker on host 1 after
     both (300 ns delay: held across the shards) and a 1 MiB NVLink flow on host 1 after it: the marker starts and
     ends at the later end + 300 ns and the last flow ends one capped transfer + its 2 hops of 25 ns after it."""
-    hosts = gpus_by_host("testbed16")
-    (a, b), (c, d) = hosts[0][:2], hosts[1][:2]
-    cap = 400_000_000_000
-    flows = [
-        Flow(0, a, b, MIB, rate_bps=cap),
-        Flow(1, c, d, 2 * MIB, rate_bps=cap),
-        Flow(2, c, c, 0, (0, 1), 300),
-        Flow(3, c, d, MIB, (2,), rate_bps=cap),
-    ]
+    flows = marker_case()
     for chains in (False, True):
         sim = in_procs("testbed16", 2, chains)
         try:
@@ -86,9 +94,9 @@ def test_a_marker_across_shard_processes_ends_at_its_closed_form() -> None:
             got = {x.flow_id: x for x in sim.drain()}
         finally:
             sim.close()
-        xfer = -(-MIB * 8 * 1_000_000_000 // cap) + 50
+        xfer = -(-MIB * 8 * 1_000_000_000 // CAP) + 50
         assert got[0].end_ns == xfer
-        assert got[1].end_ns == -(-2 * MIB * 8 * 1_000_000_000 // cap) + 50
+        assert got[1].end_ns == -(-2 * MIB * 8 * 1_000_000_000 // CAP) + 50
         assert got[2].start_ns == got[2].end_ns == got[1].end_ns + 300
         assert (got[3].start_ns, got[3].end_ns) == (got[2].end_ns, got[2].end_ns + xfer)
 

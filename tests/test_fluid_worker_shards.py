@@ -24,6 +24,7 @@ from phantora.netsim.hybrid import FluidNvlinkSimulator
 from phantora.topology.loader import load_topology
 from tests.random_dags import MIB, gpus_by_host
 from tests.test_fluid_chains import any_dag, chain_dag, chained
+from tests.test_fluid_procs import CAP, marker_case
 from tests.test_fluid_shards import two_batches_agree
 
 
@@ -85,15 +86,7 @@ def test_a_marker_across_worker_shards_ends_at_its_closed_form(tmp_path: Path) -
     """As `test_fluid_procs`'s: two 1 MiB NVLink flows capped at 400 Gb/s on testbed16's two hosts (the second
     2 MiB), a marker on host 1 after both (300 ns) and a 1 MiB flow after it: the marker at the later end + 300 ns,
     the last flow one capped transfer + its 2 hops of 25 ns after it. Nothing is sent before the drain asks."""
-    hosts = gpus_by_host("testbed16")
-    (a, b), (c, d) = hosts[0][:2], hosts[1][:2]
-    cap = 400_000_000_000
-    flows = [
-        Flow(0, a, b, MIB, rate_bps=cap),
-        Flow(1, c, d, 2 * MIB, rate_bps=cap),
-        Flow(2, c, c, 0, (0, 1), 300),
-        Flow(3, c, d, MIB, (2,), rate_bps=cap),
-    ]
+    flows = marker_case()
     sim, calls = in_workers("testbed16", tmp_path, 2)
     try:
         assert calls == [0, 0]  # (the settings the hybrid sent wait)
@@ -102,9 +95,9 @@ def test_a_marker_across_worker_shards_ends_at_its_closed_form(tmp_path: Path) -
     finally:
         sim.close()
     assert calls == [1, 1]
-    xfer = -(-MIB * 8 * 1_000_000_000 // cap) + 50
+    xfer = -(-MIB * 8 * 1_000_000_000 // CAP) + 50
     assert got[0].end_ns == xfer
-    assert got[1].end_ns == -(-2 * MIB * 8 * 1_000_000_000 // cap) + 50
+    assert got[1].end_ns == -(-2 * MIB * 8 * 1_000_000_000 // CAP) + 50
     assert got[2].start_ns == got[2].end_ns == got[1].end_ns + 300
     assert (got[3].start_ns, got[3].end_ns) == (got[2].end_ns, got[2].end_ns + xfer)
 
