@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import DEFAULT_LAUNCH_NS
+from phantora.results.summary import format_summary, summarize
 from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
 from phantora.runtime.session import RankSession
@@ -228,6 +229,7 @@ def fresh_flash(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     monkeypatch.setattr(simflash, "_imported", set())
+    monkeypatch.setattr(simflash, "_called", set())
     simflash.install()
     yield
     for name in [m for m in sys.modules if m.split(".")[0] in _NAMES]:
@@ -249,6 +251,29 @@ def test_the_packages_import_as_on_a_gpu_host(fresh_flash: None) -> None:
     with pytest.raises(ImportError):
         importlib.import_module("flash_attn.cute")
     assert simflash.simulated_packages() == ["flash-attn", "flash-attn-3"]
+
+
+def test_a_package_imported_but_never_called_is_named_apart(fresh_flash: None) -> None:
+    """Megatron-core try-imports `flash_attn` and may never call it: such a package is `unused` until one of its
+    attention functions (or FA3's ops) runs; the summary then says it was only imported."""
+    import flash_attn
+    import flash_attn_interface
+
+    assert simflash.unused_packages() == ["flash-attn", "flash-attn-3"]
+    q = torch.zeros(1, 4, 2, 8)
+    flash_attn.flash_attn_func(q, q, q, causal=True)
+    assert simflash.unused_packages() == ["flash-attn-3"]
+    flash_attn_interface.flash_attn_func(q, q, q, causal=True)
+    assert simflash.unused_packages() == []
+    ranks: dict[int, dict] = {r: {"rank": r, "step_ends_ns": [1000], "end_ns": 1000} for r in range(2)}
+    ranks[0].update(simulated_packages=["apex", "flash-attn"], simulated_packages_unused=["flash-attn"])
+    ranks[1].update(simulated_packages=["flash-attn", "flash-attn-3"], simulated_packages_unused=["flash-attn"])
+    summary = summarize(ranks, get_gpu("h100"))
+    assert summary["simulated_packages_unused"] == ["flash-attn"]  # flash-attn-3 ran on rank 1
+    text = format_summary(summary)
+    assert "flash-attn imported, none of its functions called" in text and "FlashAttention 3 runs as" in text
+    ranks[1]["simulated_packages_unused"] = []
+    assert "simulated_packages_unused" not in summarize(ranks, get_gpu("h100"))  # flash-attn ran on rank 1
 
 
 def test_unpad_and_pad_are_inverse_on_kept_rows() -> None:
@@ -299,7 +324,9 @@ def test_flash_attention_packages_in_a_rank(tmp_path: Path) -> None:
     events = events["traceEvents"] if isinstance(events, dict) else events
     names = [e["name"] for e in events if e.get("ph") == "X"]
     assert (names.count("phantora_flash.fwd"), names.count("phantora_flash.bwd")) == (3, 1)
-    assert json.loads((run / "results.json").read_text())["simulated_packages"] == ["flash-attn", "flash-attn-3"]
+    results = json.loads((run / "results.json").read_text())
+    assert results["simulated_packages"] == ["flash-attn", "flash-attn-3"]
+    assert "simulated_packages_unused" not in results  # both called
 
 
 @pytest.mark.slow

@@ -163,6 +163,13 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
     simulated = sorted({p for r in ranks.values() for p in r.get("simulated_packages") or []})
     if simulated:  # stand-ins a rank imported where the package was not installed (runtime/simcuda/simapex.py)
         out["simulated_packages"] = simulated
+        used = {
+            p
+            for r in ranks.values()
+            for p in set(r.get("simulated_packages") or []) - set(r.get("simulated_packages_unused") or [])
+        }
+        if unused := set(simulated) - used:  # imported, called on no rank (runtime/simcuda/simflash.py)
+            out["simulated_packages_unused"] = sorted(unused)
     untimed = _untimed(ranks)
     if untimed:
         out["untimed_kernels"] = untimed
@@ -312,7 +319,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         names = ", ".join(list(k)[:3]) + (", ..." if len(k) > 3 else "")
         lines.append(f"{len(k)} kinds of kernel not timed by the compute model ({names}): results.json untimed_kernels")
     if summary.get("simulated_packages"):
-        said = "; ".join(_SIMULATED.get(p, p) for p in summary["simulated_packages"])
+        unused = set(summary.get("simulated_packages_unused") or [])
+        said = "; ".join(
+            f"{p} imported, none of its functions called" if p in unused else _SIMULATED.get(p, p)
+            for p in summary["simulated_packages"]
+        )
         lines.append(
             f"simulated packages: {', '.join(summary['simulated_packages'])} (not installed here; results.json "
             f"simulated_packages): {said}"

@@ -1406,6 +1406,7 @@ class RankSession:
                 if (pk := (simapex.simulated_packages() or []) + simflash.simulated_packages())
                 else {}
             ),
+            **({"simulated_packages_unused": un} if (un := simflash.unused_packages()) else {}),
         }
 
     def host_results(self) -> dict[str, Any]:

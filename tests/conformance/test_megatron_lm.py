@@ -174,7 +174,9 @@ def test_sequence_parallel_with_the_simulated_apex(workdir: Path, tmp_path: Path
     # Megatron-core's attention.py tries `from flash_attn import ...` at import, which finds the simulated FA2
     # (simflash.py, since 60dbf445) and names it; the local spec runs none of its kernels
     assert run.output.count("simulated packages: apex, flash-attn") == 1
+    assert run.output.count("flash-attn imported, none of its functions called") == 1
     assert run.results()["simulated_packages"] == ["apex", "flash-attn"]
+    assert run.results()["simulated_packages_unused"] == ["flash-attn"]
     assert not [k for k in run.kernels() if "flash" in k.lower()]
     layers, micro, activation = 2, 8 // (2 * 2), 128 * 2 * 128 * 4
     comm = collectives(tmp_path / "out")

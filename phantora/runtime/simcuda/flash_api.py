@@ -14,6 +14,7 @@ paged or appended KV caches) stops the run with a `NotSimulatedError` naming the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -172,7 +173,7 @@ def fa2_varlen_qkvpacked_func(
     return fa2_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, *args, **kwargs)
 
 
-FA3 = {
+FA3: dict[str, Callable[..., Any]] = {
     "flash_attn_func": flash_attn_func,
     "flash_attn_varlen_func": flash_attn_varlen_func,
     "flash_attn_qkvpacked_func": flash_attn_qkvpacked_func,
@@ -180,7 +181,7 @@ FA3 = {
 }
 """`flash_attn_interface`'s names (FA3)."""
 
-FA2 = {
+FA2: dict[str, Callable[..., Any]] = {
     "flash_attn_func": fa2_func,
     "flash_attn_varlen_func": fa2_varlen_func,
     "flash_attn_kvpacked_func": fa2_kvpacked_func,

@@ -15,17 +15,19 @@ rank whose import finds nothing gets these instead:
 
 Every function computes on the data and is charged as the compute model's flash kernel (flash_kernels.py). The finder
 sits last on `sys.meta_path`: an installed package is found first and never shadowed. A program that imports one is
-told once, in the run's summary and in results.json (`simulated_packages`).
+told once, in the run's summary and in results.json (`simulated_packages`); one whose attention functions it never
+called is named apart (`simulated_packages_unused`: e.g. Megatron-core try-imports `flash_attn` and may not use it).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -44,6 +46,7 @@ _MODULES = {  # module: (is a package, distribution)
 }
 _DISTRIBUTIONS = {"flash-attn": (FA2_VERSION, "flash_attn"), "flash-attn-3": (FA3_VERSION, "flash_attn_interface")}
 _imported: set[str] = set()
+_called: set[str] = set()
 _ops: list[torch.library.Library] = []
 
 
@@ -58,6 +61,7 @@ def _fa3_fwd(
     scheduler_metadata: Any = None, num_splits: int = 0, pack_gqa: Any = None, sm_margin: int = 0,
 ) -> tuple[torch.Tensor, ...]:  # fmt: skip
     """``flash_attn_3::fwd``: (out, softmax_lse, and FA3's split-KV accumulators, empty here)."""
+    _called.add("flash-attn-3")
     flash_api._refuse(
         "flash_attn_3.fwd", k_new=k_new, v_new=v_new, q_v=q_v, cu_seqlens_k_new=cu_seqlens_k_new, seqused_q=seqused_q,
         seqused_k=seqused_k, page_table=page_table, kv_batch_idx=kv_batch_idx, leftpad_k=leftpad_k,
@@ -81,6 +85,7 @@ def _fa3_bwd(
     window_size_right: int = -1, softcap: float = 0.0, deterministic: bool = False, sm_margin: int = 0,
 ) -> tuple[torch.Tensor, ...]:  # fmt: skip
     """``flash_attn_3::bwd``: (dq, dk, dv, softmax_d, an empty accumulator); given dq / dk / dv are written."""
+    _called.add("flash-attn-3")
     flash_api._refuse("flash_attn_3.bwd", seqused_q=seqused_q, seqused_k=seqused_k)
     grads = list(
         flash_kernels.BACKWARD(
@@ -153,6 +158,20 @@ def index_first_axis(x: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     return x[indices]
 
 
+def _recorded(functions: dict[str, Callable[..., Any]], distribution: str) -> dict[str, Callable[..., Any]]:
+    """`functions`, each noting on its call that the program used `distribution` (`simulated_packages_unused`)."""
+
+    def record(f: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def called(*args: Any, **kwargs: Any) -> Any:
+            _called.add(distribution)
+            return f(*args, **kwargs)
+
+        return called
+
+    return {name: record(f) for name, f in functions.items()}
+
+
 class _Loader(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return None
@@ -163,11 +182,11 @@ class _Loader(importlib.abc.Loader):
         module.__dict__["__phantora_simulated__"] = True
         if name == "flash_attn_interface":
             _define_fa3_ops()
-            module.__dict__.update(flash_api.FA3)
+            module.__dict__.update(_recorded(flash_api.FA3, "flash-attn-3"))
         elif name == "flash_attn.bert_padding":
             module.__dict__.update(unpad_input=unpad_input, pad_input=pad_input, index_first_axis=index_first_axis)
         else:
-            module.__dict__.update(flash_api.FA2, __version__=FA2_VERSION)
+            module.__dict__.update(_recorded(flash_api.FA2, "flash-attn"), __version__=FA2_VERSION)
 
 
 class _Distribution(importlib.metadata.Distribution):
@@ -226,3 +245,9 @@ def install() -> None:
 def simulated_packages() -> list[str]:
     """The simulated distributions the program imported (results.json's `simulated_packages`)."""
     return sorted(_imported)
+
+
+def unused_packages() -> list[str]:
+    """The simulated distributions imported but none of whose attention functions ran (results.json's
+    `simulated_packages_unused`)."""
+    return sorted(_imported - _called)
