@@ -26,7 +26,7 @@ from phantora.results.summary import format_summary, summarize
 from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
 from phantora.runtime.session import RankSession
-from phantora.runtime.simcuda import attention, flash_api, flash_kernels, simflash
+from phantora.runtime.simcuda import attention, flash_api, flash_kernels, simflash, varlen
 from phantora.runtime.simcuda.tensor import SimCudaTensor
 from tests.charged_session import charged_session
 from tests.installed import needs
@@ -230,6 +230,7 @@ def fresh_flash(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     monkeypatch.setattr(simflash, "_imported", set())
     monkeypatch.setattr(simflash, "_called", set())
+    monkeypatch.setitem(varlen._charged, "fa3", False)
     simflash.install()
     yield
     for name in [m for m in sys.modules if m.split(".")[0] in _NAMES]:
@@ -253,13 +254,17 @@ def test_the_packages_import_as_on_a_gpu_host(fresh_flash: None) -> None:
     assert simflash.simulated_packages() == ["flash-attn", "flash-attn-3"]
 
 
-def test_a_package_imported_but_never_called_is_named_apart(fresh_flash: None) -> None:
+def test_a_package_imported_but_never_called_is_named_apart(fresh_flash: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Megatron-core try-imports `flash_attn` and may never call it: such a package is `unused` until one of its
     attention functions (or FA3's ops) runs; the summary then says it was only imported."""
     import flash_attn
     import flash_attn_interface
 
     assert simflash.unused_packages() == ["flash-attn", "flash-attn-3"]
+    monkeypatch.setattr(varlen, "_torch_fa3_active", lambda: True)  # torchtitan activates torch's FA3 on SM 9.0
+    assert varlen._kernel(varlen.FORWARD, {}) == {"flash_kernel": "fa3"}  # aten flash forward, charged as FA3
+    assert simflash.unused_packages() == ["flash-attn"]
+    monkeypatch.setitem(varlen._charged, "fa3", False)
     q = torch.zeros(1, 4, 2, 8)
     flash_attn.flash_attn_func(q, q, q, causal=True)
     assert simflash.unused_packages() == ["flash-attn-3"]

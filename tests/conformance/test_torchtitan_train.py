@@ -396,8 +396,8 @@ def test_llama3_varlen_attn_on_the_default_h100_takes_the_simulated_fa3(workdir:
     assert run.returncode == 0, run.output[-3000:]
     assert sorted(titan_steps(run)) == [1, 2, 3] and len(run.steps()) == 3
     assert run.results()["simulated_packages"] == ["flash-attn-3"]
-    # torch's FA3 registration imports it; on the simulated GPU varlen_attn runs torch's own flash op (attention.py)
-    assert run.results()["simulated_packages_unused"] == ["flash-attn-3"]
+    # torch's FA3 activation imports it; varlen_attn's forward is charged as FA3's: the package counts as used
+    assert "simulated_packages_unused" not in run.results()
     events = json.loads((tmp_path / "out" / "trace.json").read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
     names = collections.Counter(e["name"] for e in events if e.get("ph") == "X" and e.get("pid") == 0)

@@ -221,7 +221,18 @@ def _kernel(func: Any, kwargs: dict[str, Any]) -> dict[str, str]:
     if func is not FORWARD:
         return {}
     kernel = kwargs["flash_kernel"] if "flash_kernel" in kwargs else "fa3" if _torch_fa3_active() else ""
-    return {"flash_kernel": "fa3"} if kernel == "fa3" else {}
+    if kernel != "fa3":
+        return {}
+    _charged["fa3"] = True
+    return {"flash_kernel": "fa3"}
+
+
+_charged = {"fa3": False}
+
+
+def charged_as_fa3() -> bool:
+    """Has a forward been charged as FlashAttention 3's (simflash.py: FA3's package then counts as used)?"""
+    return _charged["fa3"]
 
 
 def _torch_fa3_active() -> bool:
