@@ -4,7 +4,11 @@ NCCL's tuner rates each protocol per GPU generation (tuning.cc `llMaxBws`, `perC
 those ratings choose the algorithm and protocol, and are NVIDIA's estimates of what each kernel reaches, not times
 NCCL measures. On an A100 (sm80, NVLink3) every published one-host all-reduce curve runs LL128 at about 133-148
 GB/s busbw where NCCL rates it min(0.92 x 240, 12 x 20) = 220.8, and no H100 curve falls below its rating
-(docs/validation.md, "A100 ring all-reduce, one host", (f), (g)). No source gives the cause, so the rate is
+(docs/validation.md, "A100 ring all-reduce, one host", (f), (g)). They are the two protocols that cross an A100's
+NVLink by the sender's stores: NCCL reads only the Simple buffer from the peer, on sm80 only (graph/paths.cc, P2P
+read); in wire bytes the published A100 rates reach a median 97% of the link with Simple, 62% with LL128 and 47%
+with LL, where an H100 stores with all three at 100 / 95 / 73% (`bench/bench_wire_rate.py`; docs/validation.md,
+2026-12-05). That is a hardware limit whose size no NCCL source or published measurement gives, so the rate is
 fitted, not derived: `ACHIEVED_BUSBW` holds one bus bandwidth per (architecture, protocol), fitted on one table
 only (Azure ND A100 v4, NCCL 2.18.5; `bench/bench_proto_rate.py`) and checked on the others, held out. It bounds
 the time of an all-reduce's ring or tree that runs the protocol, never the choice (`tuning.select` still picks by
