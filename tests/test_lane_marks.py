@@ -72,3 +72,20 @@ def test_marks_no_live_thread_can_ask_about_are_dropped_and_their_end_kept() -> 
     assert len(marks._hs[3]) == 3  # the last at or before the floor, and the two after it
     assert marks.upto(100 * PRUNE_AT) == 10 * PRUNE_AT
     assert marks.upto(150) == 10 * (PRUNE_AT - 2)  # before every kept mark: the latest dropped one's end
+
+
+def test_a_streams_synchronise_waits_for_its_lane_alone() -> None:
+    """A thread's stream synchronise or timed wait at h: that stream's lane's work launched at h or before; a stream
+    with no side lane of its own runs on the compute lane."""
+    clock, program = VirtualClock(), Program()
+    marks = marks_on(clock, program, [None])
+    clock.charge(9_000)  # the program's long kernel at host 0: 0-9,000
+    marks.main_moves()
+    program.h = 100
+    clock.occupy(7, 20, 300)  # a thread's kernel on its side stream, launched at 20: 20-320
+    marks.after(7, 20)
+    clock.charge(4_000)  # the program's next, launched at 100: 9,000-13,000
+    assert marks.upto(50) == 9_000  # a device synchronise: every lane's work launched by then
+    assert marks.upto(50, (7,)) == 320  # its stream's alone
+    assert marks.upto(50, (0,)) == 9_000 and marks.upto(150, (0,)) == 13_000
+    assert marks.upto(50, (8,)) == 9_000  # a stream with no lane: the compute lane's

@@ -35,6 +35,12 @@ x after a kernel of K ns (each rank's), so x ends at K + L + R; the thread then 
 another side stream, which rank 1 launches after x's end: y ends at K + 2 (L + R) on both ranks, before the long
 kernel ends. Before, the thread's synchronise waited for the long kernel too (y ended after it).
 
+A thread's stream or event synchronise waits for that stream's or event's work alone (scripts/thread_stream_sync.py,
+each rank alike): a thread launches a kernel of B ns on the compute lane, then one of K ns on a side stream, and
+synchronises the device, that stream or its event there; then it runs the short kernel on another side stream. The
+device's ends it at B + K; the stream's and the event's at the long kernel's host launch + 2 K. Before, both waited
+as the device's.
+
 A thread's wait tells the coordinator a time past the program's compute lane (the program was joining the thread);
 the program's next calls are stamped no earlier (scripts/thread_then_recv_any.py: a receive from any source on a
 gloo group stopped the run before, "recv stamped 4110 ns, before the rank's clock (47478 ns)").
@@ -51,6 +57,7 @@ import pytest
 from phantora.collectives.nccl.host_launch import DEFAULT_BATCHES, HOST_CHANNEL_US, HOST_LAUNCH_US
 from phantora.errors import PhantoraError
 from phantora.launcher import RunConfig, launch
+from phantora.rank_options import DEFAULT_LAUNCH_NS
 from tests.test_backend_identity import SIZE, ring_all_reduce_ns
 from tests.test_handoff_zero_copy import NVL_HANDOFF, NVL_TRANSFER
 
@@ -138,6 +145,17 @@ def test_a_threads_synchronise_does_not_wait_for_work_the_program_launched_after
         assert seen["ns"] < long_end  # the program's later kernel is not waited for
         if tensors == "real":
             assert seen["values"] == [1.0 + 2.0, 10.0 + 20.0]
+
+
+@pytest.mark.parametrize("mode", ["device", "stream", "event"])
+def test_a_threads_stream_or_event_synchronise_waits_for_its_work_alone(tmp_path: Path, mode: str) -> None:
+    for seen in run(tmp_path, mode, "real", "thread_stream_sync.py"):
+        k, b = seen["K"], seen["B"]
+        assert b > 2 * k + DEFAULT_LAUNCH_NS
+        if mode == "device":  # the long kernel, launched before, then the short one from the synchronise
+            assert seen["ns"] == b + k
+        else:  # the short one on its side stream from the long one's host launch, then the other
+            assert seen["ns"] == DEFAULT_LAUNCH_NS + 2 * k
 
 
 def test_the_programs_calls_after_a_threads_wait_are_stamped_no_earlier(tmp_path: Path) -> None:

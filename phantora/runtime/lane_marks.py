@@ -67,12 +67,13 @@ class LaneMarks:
         with self._lock:
             self._mark(lane, self.main_h() if h is None else h, self.clock.lane_now(lane))
 
-    def upto(self, h: int) -> int:
-        """The latest end, over the lanes, of the work launched at host time `h` or before."""
+    def upto(self, h: int, lanes: Iterable[int] | None = None) -> int:
+        """The latest end, over the lanes (or over `lanes`: a stream's synchronise), of the work launched at host
+        time `h` or before. A stream with no side lane runs on the compute lane (clock.py)."""
         with self._lock:
             self._main_tail()
             end = 0
-            for lane in self._lanes():
+            for lane in self._lanes() if lanes is None else {x if x in self.clock.lanes else 0 for x in lanes}:
                 now = self.clock.lane_now(lane)
                 if lane and now != self._seen.get(lane):  # moved where no launch was marked: all of it
                     end = max(end, now)

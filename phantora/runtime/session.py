@@ -1246,30 +1246,30 @@ class RankSession:
         the program started, its host clock moves up to its current stream's lane."""
         if self.host_clocks is not None and threading.get_ident() != self.thread:
             part = self._thread_part()
-            if part is not None:
-                self.host_clocks.spend(part, self.clock.lane_now(current_stream_id()) - part.h)
+            if part is not None:  # up to the end of its stream's work launched at its host time or before
+                self.host_clocks.spend(part, self.host_clocks.marks.upto(part.h, (current_stream_id(),)) - part.h)
                 return
         self._host_moves()
         self.host_ns = max(self.host_ns, self.clock.compute_ns)
         if self.host_clocks is not None:
             self.host_clocks.moved()
 
-    def thread_sync(self) -> None:
+    def thread_sync(self, lane: int | None = None, calls: list[Pending] | None = None, at: int | None = None) -> None:
         """A device synchronise from a thread the program started (none from another thread): in its turn, its host
         clock moves up to the end of the work launched before it, at its host time or earlier, by any thread of the
         rank (as CUDA's waits for the work launched before it): each lane's (lane_marks.py), each collective's, send's
         and receive's in flight (a send handed off: its hand-off, where its kernel ends), learned as its waits learn
         them (`_thread_learn`), without joining them: the thread waits, not the lanes, and a call's data is still
         made valid by a wait or a read. Work the program's thread launched at a later host time (it runs ahead while
-        this thread waits for its collective) is not waited for."""
+        this thread waits for its collective) is not waited for. A stream's synchronise waits for its `lane` and the
+        `calls` its next work follows alone; an event's for its recorded time `at` and its `calls`."""
         part = self._thread_part() if self.host_clocks is not None else None
         if part is None:
             return
         self.host_clocks.turn_outside_ops(part)
         h = part.h
-        end = self.host_clocks.marks.upto(h)
-        for i in sorted(self.pending):
-            p = self.pending.get(i)
+        end = at if at is not None else self.host_clocks.marks.upto(h, None if lane is None else (lane,))
+        for p in [self.pending.get(i) for i in sorted(self.pending)] if calls is None else calls:
             if p is None or p.launched_h > h:
                 continue
             done = p.t_done if p.t_done is not None else self.handoff_at(p)

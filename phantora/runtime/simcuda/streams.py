@@ -13,7 +13,8 @@ later collectives, and `wait_stream`/`wait_event` pass that on: to another side 
 or, on the default stream, as a join of the compute lane. An `Event` records the compute lane's
 simulated time, so ``start.elapsed_time(end)`` (a framework's own step timer) gives simulated
 milliseconds. ``synchronize`` on a stream, an event or the device joins every lane and every
-collective in flight, as a host that waits for the GPU does.
+collective in flight, as a host that waits for the GPU does; from a thread the program started, a stream's
+or an event's waits for that stream's or event's work alone (`RankSession.thread_sync`).
 """
 
 from __future__ import annotations
@@ -96,7 +97,13 @@ class Stream:
         return False  # CUDA graphs are not simulated (api.py refuses torch.cuda.graph)
 
     def synchronize(self) -> None:
-        synchronize()
+        """From a thread the program started: its host waits for this stream's work launched before (its lane and
+        the collectives it follows, `RankSession.thread_sync`), not the other streams'; else as the device's."""
+        s = _session()
+        if s is not None and threading.get_ident() != s.thread and s.host_clocks is not None:
+            s.thread_sync(self.stream_id, s.streams.tail(self.stream_id))
+        else:
+            synchronize()
 
     def __enter__(self) -> Stream:
         self._ctx = StreamContext(self)
@@ -231,7 +238,13 @@ class Event:
         return True
 
     def synchronize(self) -> None:
-        synchronize()
+        """From a thread the program started: its host waits for the work recorded before this event (its recorded
+        time and the collectives it follows), not for the device; else as the device's synchronise."""
+        s = _session()
+        if s is not None and threading.get_ident() != s.thread and s.host_clocks is not None:
+            s.thread_sync(calls=self._after, at=self.t_ns or 0)
+        else:
+            synchronize()
 
     def elapsed_time(self, end_event: Event) -> float:
         """Simulated milliseconds from this event to `end_event`, as torch.cuda.Event.elapsed_time."""
