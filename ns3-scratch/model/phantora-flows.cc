@@ -799,6 +799,9 @@ void PhantoraNetwork::RunTo(int64_t ns, bool untilIdle) {
     const uint64_t before = Simulator::GetEventCount();
     stop = StopAtStepEnd(ns);
     RunSimulator();
+    if (idleStops && s.inFlight == 0) {
+      break;  // a completion left the fabric idle and stopped the run; its one event is not a spinning stop
+    }
     if (Simulator::GetEventCount() == before + 1 && NextEventTime() == ns) {
       s.stopWhenIdle = false;
       throw std::logic_error("RunUntil(" + std::to_string(ns) +
