@@ -3,8 +3,9 @@
 Runs every reference case (`<topology>-<flows>[-buf1]-<cc>` in reference-runs/fct/) through phantora's
 packet engine and prints, per flow, the reference FCT, ours and the relative error; then the same for
 the sorted FCTs (which flow of a symmetric set wins is a tie-break, not a mechanism), the mean FCT, and
-PFC frames (PAUSE + RESUME, as pfc_frames.txt counts them). With --seeds N, DCQCN and `none` runs (random RED marking)
-are repeated over seeds 1..N and the mean and spread are shown.
+PFC frames (PAUSE + RESUME, as pfc_frames.txt counts them), with the ACKs that echoed a CE mark (every CC's; the
+switches' CE marks and, of the echoes, DCQCN's CNPs beside them). With --seeds N, DCQCN and `none` runs (random
+RED marking) are repeated over seeds 1..N and the mean and spread are shown.
 
     .venv/bin/python bench/bench_cc.py                          # every case, seed 1
     .venv/bin/python bench/bench_cc.py --seeds 5 --only dcqcn   # DCQCN over 5 seeds
@@ -46,7 +47,9 @@ class Outcome:
     fct: dict[Key, int]
     pauses: int  # PAUSE frames
     frames: int  # PAUSE + RESUME frames (what pfc_frames.txt counts)
-    cnps: int
+    ce_marks: int  # packets the switches marked CE
+    ecn_echoes: int  # ACKs and NACKs that echoed a CE mark to the sender, whatever the CC
+    cnps: int  # of those, the ones a CC that reacts to CNPs (DCQCN) took as one
     max_queue: int
     wall_s: float
 
@@ -86,7 +89,8 @@ def run(case: Case, ref: Path, base: PacketConfig, seed: int) -> Outcome:
         events = sim.pfc_events()
         pauses = sum(1 for e in events if e.pause)
     fct = {(r.src, r.dst, r.size, r.start_ns): r.fct_ns for r in records}
-    return Outcome(fct, pauses, len(events), int(str(stats["cnps"])), maxq, time.perf_counter() - wall)
+    marks, echoes, cnps = (int(str(stats[k])) for k in ("ecn_marks", "ecn_echoes", "cnps"))
+    return Outcome(fct, pauses, len(events), marks, echoes, cnps, maxq, time.perf_counter() - wall)
 
 
 def err(ours: float, ref: float) -> float:
@@ -119,7 +123,8 @@ def report(case: Case, ref: Path, outs: list[Outcome], ref_pauses: int | None) -
     ref_text = "?" if ref_pauses is None else str(ref_pauses)
     print(
         f"   PFC frames (PAUSE+RESUME): reference {ref_text}, ours {ours_frames} (PAUSE {[o.pauses for o in outs]}); "
-        f"CNP-echo ACKs {first.cnps}; max switch queue {first.max_queue} B"
+        f"ECN-echo ACKs {first.ecn_echoes} (CE marks {first.ce_marks}, CNPs {first.cnps}); "
+        f"max switch queue {first.max_queue} B"
     )
     return {
         "mean": err(mean(means), mean(ref_sorted)),
