@@ -3,20 +3,12 @@ NVLink payload NCCL rates a GPU at, against closed forms worked by hand from the
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from script_modules import load
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("bench_wire_rate", ROOT / "bench" / "bench_wire_rate.py")
-assert _spec is not None and _spec.loader is not None
-wire_rate = importlib.util.module_from_spec(_spec)
-sys.modules["bench_wire_rate"] = wire_rate
-_spec.loader.exec_module(wire_rate)
+from phantora.collectives.nccl.published import tables
 
-from phantora.collectives.nccl.published import tables  # noqa: E402  (the bench put the repository first)
+wire_rate = load("bench/bench_wire_rate.py")
 
 
 def _table(name: str):

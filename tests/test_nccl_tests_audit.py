@@ -6,18 +6,12 @@ matrix (programs x GPUs x topologies, the flags, an ns-3 sample) is the script's
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from script_modules import load
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("audit_nccl_tests", ROOT / "bench" / "audit_nccl_tests.py")
-assert _spec is not None and _spec.loader is not None
-audit = importlib.util.module_from_spec(_spec)
-sys.modules["audit_nccl_tests"] = audit
-_spec.loader.exec_module(audit)
+audit = load("bench/audit_nccl_tests.py")
 
 
 def test_the_bounds_are_the_closed_forms() -> None:
