@@ -119,6 +119,12 @@ def test_a_negative_trace_steps_is_refused_for_several_jobs(tmp_path: Path) -> N
     assert not (tmp_path / "out").exists()  # refused before anything is written
 
 
+def span_ns(e: dict[str, Any]) -> tuple[int, int]:
+    """A trace event's start and end in whole ns (the trace's us carry ns to 3 decimals; their float sum may not)."""
+    start = round(e["ts"] * 1000)
+    return start, start + round(e["dur"] * 1000)
+
+
 @pytest.mark.slow
 def test_trace_steps_caps_every_jobs_ops_and_keeps_every_steps_collectives(tmp_path: Path) -> None:
     """Two cuda_ddp.py jobs of 2 ranks and 3 steps (b starts 1 ms later), --trace-steps 2: every rank of both jobs
@@ -137,13 +143,13 @@ def test_trace_steps_caps_every_jobs_ops_and_keeps_every_steps_collectives(tmp_p
         assert json.loads((out / "jobs" / name / "trace.json").read_text())["otherData"]["ops_traced_steps"] == 2
     ev = doc["traceEvents"]
     for pid in range(4):  # a's ranks 0-1, b's 2-3
-        steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e["pid"] == pid and e.get("cat") == "step")
+        steps = sorted(span_ns(e) for e in ev if e["pid"] == pid and e.get("cat") == "step")
         assert len(steps) == 3
-        ops = [e for e in ev if e["pid"] == pid and e.get("cat") == "compute"]
-        comm = [e["ts"] for e in ev if e["pid"] == pid and e.get("cat") == "comm"]
-        assert [sum(t0 <= e["ts"] < t1 for e in ops) > 0 for t0, t1 in steps] == [True, True, False]
-        assert max(e["ts"] + e["dur"] for e in ops) <= steps[1][1]
+        ops = [span_ns(e) for e in ev if e["pid"] == pid and e.get("cat") == "compute"]
+        comm = [span_ns(e)[0] for e in ev if e["pid"] == pid and e.get("cat") == "comm"]
+        assert [sum(t0 <= s < t1 for s, _ in ops) > 0 for t0, t1 in steps] == [True, True, False]
+        assert max(end for _, end in ops) <= steps[1][1]
         assert all(any(t0 <= t < t1 for t in comm) for t0, t1 in steps)
-    assert steps[0][0] == 1000.0  # b's rank 1 starts at 1 ms (us in the trace)
+    assert steps[0][0] == 1_000_000  # b's rank 1 starts at 1 ms
     lanes = {e["pid"] for e in ev if e.get("cat") == "comm" and e["pid"] >= NETWORK_PID}
     assert lanes == {NETWORK_PID, NETWORK_PID + 1}
