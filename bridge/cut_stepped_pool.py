@@ -96,6 +96,7 @@ class SteppedPool:
         # set by the driver before each round: the flows it reacts to, flat [id, reaction ns, ...] (None: none are
         # said, the round runs to its horizon); after it, the ns a reacting completion stopped the workers at
         self.reacting: list[int] | None = None
+        self.finishing = False  # the driver's: the round stops at the last completion's event (`cut_stepper`)
         self.stopped: int | None = None
         # after each round: a lower bound on the last completion of the flows the workers hold (the greatest of
         # theirs, `cut_round.last_send_end`; None: none left to send)
@@ -222,6 +223,8 @@ class SteppedPool:
         msg: dict[str, Any] = {"k": "round", "groups": wire, "until": None if until >= INF_NS else until}
         if self.reacting is not None:
             msg["react"] = self.reacting
+        if self.finishing:
+            msg["finish"] = True
         if self.on_beat is not None:
             msg["beat_s"] = self.beat_s
             if time.monotonic() - self._beat_at >= self.beat_s:

@@ -5,14 +5,15 @@ PHANTORA_TOKEN; the setup (msgpack) is `bridge.cut_worker`'s without flows. Requ
 to stdout, one msgpack map each:
 
 - ``{"k": "round", "groups": [[at, flow columns], ...], "until": ns | None, "react": [id, ns, ...]}``: for each
-  group, run the windows to its ns if the clock is behind it, then add its flows there (every worker gets every
-  flow and keeps the ends it owns); then run the windows to ``until`` (every event at or before it; None: until
-  nothing is left anywhere), or only to the first completion of a flow of ``react`` plus its reaction ns (the
-  driver may hand over a flow then). The reply: the completions (columns), the completion bounds that rose ([id,
-  ns, ...]), CPU and wall seconds, the clock, the ns a reacting completion stopped the run at (None: it ran to
-  ``until``), the next event (None: no flow in flight), the flows in flight, whether it is quiet (`quiet`:
-  nothing in flight and no live event left; profile reuse ends an episode when every worker is) and a lower bound
-  on the last completion of the flows it sends (`last_end`, `cut_round.last_send_end`; None: none left); with
+  group, run the windows to its ns if the clock is behind it, then add its flows there (every worker gets every flow and
+  keeps the ends it owns); then run the windows to ``until`` (every event at or before it; None: until nothing is left
+  anywhere), or only to the first completion of a flow of ``react`` plus its reaction ns (the driver may hand over a
+  flow then); with ``"finish": true`` (a drain's last rounds) no further than the event of the completion that leaves no
+  flow in flight anywhere, as one engine's drain. The reply: the completions (columns), the completion bounds that rose
+  ([id, ns, ...]), CPU and wall seconds, the clock, the ns a reacting completion stopped the run at (None: it ran to
+  ``until``), the next event (None: no flow in flight), the flows in flight, whether it is quiet (`quiet`: nothing in
+  flight and no live event left; profile reuse ends an episode when every worker is) and a lower bound on the last
+  completion of the flows it sends (`last_end`, `cut_round.last_send_end`; None: none left); with
   ``"beat": true`` (a progress display's) also its ns-3 events so far (`events`). From the first round with
   ``"beat_s": S`` on, the C++ window loop (local workers) also writes stdout, between two replies, a beat after a
   window every S CPU seconds: a msgpack array [clock ns, events, the call's CPU ns] (`PhantoraCutPeers::SetBeat`).
@@ -58,8 +59,8 @@ class Stepper:
         self.run_cpu = self.run_wall = self.records_cpu = 0.0
         self.beating = False  # the C++ window loop beats on stdout (a round's ``beat_s``)
 
-    def _run_to(self, until: int | None, reacting: list[int] | None = None) -> int | None:
-        return self.sim.run_cut_windows(self.peers, until, self.stats, reacting)
+    def _run_to(self, until: int | None, reacting: list[int] | None = None, finish: bool = False) -> int | None:
+        return self.sim.run_cut_windows(self.peers, until, self.stats, reacting, finish)
 
     def round(self, msg: dict[str, Any]) -> dict[str, Any]:
         sim = self.sim
@@ -72,7 +73,7 @@ class Stepper:
                 self._run_to(int(at))
             sim.submit(flows_from_columns(cols), int(at))
         react = msg.get("react")
-        stop = self._run_to(msg["until"], None if react is None else [int(x) for x in react])
+        stop = self._run_to(msg["until"], None if react is None else [int(x) for x in react], bool(msg.get("finish")))
         done, now = round_end(sim)
         last = self.bounds
         raised = [x for fid, ns in now.items() if ns > last.get(fid, -1) for x in (fid, ns)]

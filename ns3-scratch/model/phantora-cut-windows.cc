@@ -525,7 +525,7 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
   const bool sampling = args[3] != 0;
   const bool reacting = args[4] != 0;
   uint64_t seq = static_cast<uint64_t>(args[5]);
-  const bool finish = args[6] != 0 && args[2] < 0;
+  const bool finish = args[6] != 0;  // (with `until` too: a stepped drain's last rounds, cut_windows.run_windows)
   const uint32_t groups = peers->Groups();
   if (group != peers->Group() || groups > net.CutGroups()) {
     throw std::invalid_argument("PhantoraCutRunWindows: worker " + std::to_string(group) + " (of " +
@@ -645,7 +645,8 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
       how = kLockstep;
       w = kFinish;
     }
-    if (haveUntil && end > until) {
+    // (a finishing lockstep round stays one: glob <= until, and it stops at the last completion's event)
+    if (haveUntil && end > until && !(finish && how == kLockstep)) {
       end = Wide(until) + 1;
       how = kBefore;
       w = kUntil;

@@ -279,8 +279,9 @@ def run_windows(
     `CutReacting`): each window also ends by the least reacting flow's bound + reaction over every worker (the
     sender's worker bounds it), so no worker runs past a flow the driver may hand over because of one, and once
     one completes (its receiver's worker says so at the next barrier) the run stops at its end + reaction instead
-    of `until`: that ns is returned (None: it ran to `until`). `finish` (with `until` None: a replay's drain, which
-    on one engine stops after the ns of the last completion, its last ACKs still on their way): each report also
+    of `until`: that ns is returned (None: it ran to `until`). `finish` (with `until` None, a replay's drain; with
+    `until`, a stepped drain's round to the driver's bound on the last completion), as one engine's drain, which
+    stops right after the last completion's event, its last ACKs still on their way: each report also
     carries the flows the worker completes still in flight and a lower bound on the last completion
     (`CutFinishBound`); a window runs no further than through the greatest of those bounds and its start (the
     last completion is at or after both), and the run stops at the barrier where no flow is left: the window
@@ -297,7 +298,7 @@ def run_windows(
     sampled = NEVER  # queue sampling: the ns the period began at in some worker, once known
     opening = True  # the run's first barrier (a period known there began before it)
     stopped = None  # reacting: the ns a reacting flow's completion stops the run at
-    finishing = finish and until is None
+    finishing = finish
     while True:
         mine = _next(net)
         later, same = _releases(net, max(start, 0))
@@ -356,7 +357,8 @@ def run_windows(
             how, why = LOCKSTEP, LOCKSTEP_NS  # a ns begun in lockstep ends in it (its records carry rounds)
         elif finish_lock:
             how, why = LOCKSTEP, LAST
-        if until is not None and end > until:
+        # (a finishing lockstep round stays one: glob <= until, and it stops at the last completion's event)
+        if until is not None and end > until and not (finishing and how == LOCKSTEP):
             end, how, why = until + 1, BEFORE, UNTIL
         end = min(end, NEVER)
         start = glob

@@ -756,10 +756,10 @@ class Ns3Simulator:
         reacting: Sequence[int] | None = None,
         finish: bool = False,
     ) -> int | None:
-        """This partition worker's part of one engine's run to `until` (None: until nothing is left anywhere, or
-        with `finish` through the ns of the last completion, as one engine's drain), in barrier windows with the
-        other workers (`phantora.netsim.cut_windows.run_windows`); the lookahead is the least cut-cable latency (no
-        cable cut: one window). `reacting` (stepped workers), flat [flow id, reaction ns, ...]: the run stops at the
+        """This partition worker's part of one engine's run to `until` (None: until nothing is left anywhere; with
+        `finish`, None or not: no further than the last completion's event, as one engine's drain), in barrier windows
+        with the other workers (`phantora.netsim.cut_windows.run_windows`); the lookahead is the least cut-cable latency
+        (no cable cut: one window). `reacting` (stepped workers), flat [flow id, reaction ns, ...]: the run stops at the
         first such flow's end + its reaction, which is returned (None: not)."""
         group, groups = self._cut_group()
         cables, lookahead = self.cut_stats()[:2]

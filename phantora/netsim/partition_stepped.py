@@ -128,6 +128,7 @@ class SteppedPartition(DecomposedSimulator):
         self._posts = 0
         self._submitted = 0  # fabric flows posted: one engine's count (each worker counts those it has an end of)
         self._seen = (0, 0, 0, 0, 0)  # merged records handed out by `new_records` (pfc, queues, drops, cnps, marks)
+        self._finishing = False  # this round is a drain's to the last completion (`_horizon`)
         return PairBounds(self.topology), [0], 1
 
     def follow(self, hybrid: Any, nic: Any = None) -> None:
@@ -218,7 +219,11 @@ class SteppedPartition(DecomposedSimulator):
         then every completion up to that ns is gathered and the workers are there."""
         pool: Any = self._pool  # (a `bridge.cut_stepped_pool.SteppedPool`)
         pool.reacting = self._reacting()
-        super()._round(horizon)
+        pool.finishing = self._finishing
+        try:
+            super()._round(horizon)
+        finally:
+            pool.finishing = False
         if pool.stopped is not None:
             self._wtime = min(self._wtime, pool.stopped)
 
@@ -253,6 +258,7 @@ class SteppedPartition(DecomposedSimulator):
         with the flows the caller reacts to left to the workers (`_round_to`: they stop at the first one's completion
         plus the caller's least reaction time to it), so a flow's tail past its bound costs no round."""
         reaction = self.reaction
+        self._finishing = False
         if reaction is None:
             return super()._horizon(until)
         t0 = time.perf_counter()
@@ -267,6 +273,9 @@ class SteppedPartition(DecomposedSimulator):
         self._react_ns = r
         if e >= INF_NS:
             e = self._last_end()
+            # a drain (every flow posted): one engine stops right after the completion that leaves no flow in flight
+            # (its run calls since 45877240), before that ns's later ACKs: so do the workers (`cut_windows`' finish)
+            self._finishing = until >= INF_NS and not self._pending
         self.bound_wall_s += time.perf_counter() - t0
         return e
 
