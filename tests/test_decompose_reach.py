@@ -115,6 +115,55 @@ def test_the_horizon_read_with_reach_gives_the_exact_least_bounds(seed: int) -> 
     assert checked > 1000 and reads_with < reads_without, (checked, reads_with, reads_without)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_the_horizon_read_from_the_least_so_far_gives_the_same_terms(seed: int) -> None:
+    # `_horizon` reads each worker from (e, r), the least so far of the other terms: what it takes of the read,
+    # min(e, max(m, floor)) and min(r, max(mr, floor)), must be that of the exact least bounds, by the pushed walk
+    rng = random.Random(50 + seed)
+    hosts = gpus_by_host(rail_optimized(4, 4, 1))
+    run = RandomBooks(rng, Blockers(2))
+    books, blockers, unfinished = run.books, run.blockers, run.unfinished
+    checked = reads_from = reads_plain = 0
+    for batch in range(3):
+        run.book(random_dag(rng, hosts, 1000 * batch, 150, list(books.c), markers=0.0, wide=0.05))
+        pool = list(books.c)
+        ext = set(rng.sample(pool, len(pool) // 10))
+        reacting = set(rng.sample(pool, len(pool) // rng.choice([20, 8, 3])))
+        order = [Flow(f, 0, 0, 0, books.up.get(f, ())) for f in books.c]
+        reach = least_reach(order, books.up, books.step, (ext | reacting).__contains__)
+        for _ in range(200):
+            run.move()
+            for w in (0, 1):
+                ids = unfinished[w]
+                if not ids:
+                    continue
+                exact = books.push._lb
+                least_r = min((exact[f] for f in ids if f in reacting), default=INF_NS)
+                least = min(least_r, min((exact[f] for f in ids if f in ext), default=INF_NS))
+                floor = rng.choice([0, run.now, least - 1, least, least_r]) if least < INF_NS else run.now
+                marks = [0, floor, least - 1, least, least + 1, least_r - 1, least_r, least_r + 1, INF_NS]
+                e = rng.choice([x for x in marks if 0 <= x <= INF_NS])
+                r = rng.choice([x for x in marks if e <= x <= INF_NS])
+                books_args = (books.c, books.ends, books.up, books.step, books.memo, books.wide)
+                m, mr, n = least_ends(
+                    blockers.free[w], floor, reacting.__contains__, ext, *books_args, blockers.below, reach, (e, r)
+                )
+                assert m <= mr and m <= e and mr <= r
+                assert (min(e, max(m, floor)), min(r, max(mr, floor))) == (
+                    min(e, max(least, floor)),
+                    min(r, max(least_r, floor)),
+                ), (seed, batch, e, r, floor)
+                plain = least_ends(
+                    blockers.free[w], floor, reacting.__contains__, ext, *books_args, blockers.below, reach
+                )
+                assert (max(plain[0], floor), max(plain[1], floor)) == (max(least, floor), max(least_r, floor))
+                checked += 1
+                reads_from += n
+                reads_plain += plain[2]
+    # (not vacuous: many reads, and a least so far below the worker's own spares reads)
+    assert checked > 500 and reads_from < reads_plain, (checked, reads_from, reads_plain)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(3))
 def test_every_rounds_horizon_with_reach_equals_without_and_one_engine(

@@ -990,13 +990,18 @@ class DecomposedSimulator(RunsByCompletion):
         react, ext, lbs = self.reacts, self._ext, self._lb
         e = until if self.floor is None else max(until, self.floor())
         r = INF_NS  # the earliest end of a flow the caller reacts to
+        for t, fid in self._buffer.pairs():  # (first: the least so far bounds each worker's read below)
+            if react is None or react(fid):
+                r = min(r, t)
+                if t > self._wtime:
+                    e = min(e, t)
         for w, ids in enumerate(self._unfinished):
             if not ids:
                 continue
             nxt = self._next[w]
             floor = self._wtime + 1 if not self._out[w].empty() or nxt is None else max(self._wtime + 1, nxt)
-            if self.pulls_bounds:
-                m, mr = self._least_ends(ids, floor)
+            if self.pulls_bounds:  # (read from (e, r): only a flow that lowers them is read to its end)
+                m, mr = self._least_ends(ids, floor, (e, r))
             elif react is None:
                 m = mr = min(lbs[f] for f in ids)
             else:
@@ -1006,29 +1011,26 @@ class DecomposedSimulator(RunsByCompletion):
                 continue
             e = min(e, max(m, floor))
             r = min(r, max(mr, floor))
-        for t, fid in self._buffer.pairs():
-            if react is None or react(fid):
-                r = min(r, t)
-                if t > self._wtime:
-                    e = min(e, t)
         self._react_ns = r
         self.bound_wall_s += time.perf_counter() - t0
         return e + self._ahead - 1 if e < INF_NS else INF_NS
 
-    def _least_ends(self, ids: set[int], floor: int) -> tuple[int, int]:
+    def _least_ends(self, ids: set[int], floor: int, start: tuple[int, int] = (INF_NS, INF_NS)) -> tuple[int, int]:
         """`_horizon`'s (m, mr) of one worker's unfinished flows `ids` (`pulls_bounds`): the least L of those the
         caller reacts to or a gate or marker here waits on, and of those it reacts to (INF_NS: none); both exact unless
-        both are at most `floor`, all the horizon reads (max(., floor)). By `least_bounds.least_ends`."""
+        both are at most `floor`, all the horizon reads (max(., floor)); with `start`, the horizon's least so far
+        (e, r), each capped by it (`least_ends`): min(e, max(m, floor)) and min(r, max(mr, floor)) are the same. By
+        `least_bounds.least_ends`."""
         books = (self._lb, self._ends, self._up, self._step, self._memo, self._memo_wide)
         got = self._blockers
         if got is None:
-            m, mr, reads = least_ends(ids, floor, self.reacts, self._ext, *books)
+            m, mr, reads = least_ends(ids, floor, self.reacts, self._ext, *books, start=start)
         else:  # (its free flows, and the flows under a flow read where it cannot bound them: `blockers`)
             w = next(w for w, mine in enumerate(self._unfinished) if mine is ids)
             reach = self._reach
             if reach is not None and (self.react_epoch is None or self.react_epoch() != self._reach_epoch):
                 reach = self._reach = None  # (the caller's reactions may have grown: R no longer bounds them)
-            m, mr, reads = least_ends(got.free[w], floor, self.reacts, self._ext, *books, got.below, reach)
+            m, mr, reads = least_ends(got.free[w], floor, self.reacts, self._ext, *books, got.below, reach, start)
         self.horizon_reads += reads
         return m, mr
 

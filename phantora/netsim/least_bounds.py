@@ -51,6 +51,7 @@ def least_ends(
     wide: Wide,
     below: Mapping[int, list[int]] | None = None,
     reach: Reach | None = None,
+    start: tuple[int, int] = (INF_NS, INF_NS),
 ) -> tuple[int, int, int]:
     """(m, mr, reads) of one worker's unfinished flows `ids` (module docstring): the least L of those `react` says
     the caller reacts to (every flow when None) or in `ext`, the least L of those it reacts to (INF_NS: none), and
@@ -60,13 +61,24 @@ def least_ends(
     not react to (one it reacts to counts, or is passed over for a least its dependents cannot lower either). With
     `reach` (`phantora.netsim.reach_steps`, held since the flows counted last grew), a flow f whose C(f) + R(f)
     reaches mr, the least so far of both sets, has no flow under it that can lower either least: not read under it;
-    and one not in `reach.counted` is counted in neither set (no `react` asked): it is passed over then."""
-    m = mr = INF_NS
+    and one not in `reach.counted` is counted in neither set (no `react` asked): it is passed over then.
+
+    With `start` = (s, sr), s <= sr (the caller's least so far of other terms: another worker's, the buffer's), the
+    reading begins with m = s and mr = sr: it returns (min(s, m), min(sr, mr)) of the exact (m, mr) (both exact where
+    below s and sr unless at most `floor`), since a flow at s or later cannot lower m below s (nor mr below sr) and is
+    passed over as above; so min(s, max(., floor)) and min(sr, max(., floor)) of the two are those of the exact
+    least, and what cannot lower them is not read. With sr <= floor at the start nothing is read. The flows are read
+    depth first (a list under a flow before the free flows not read yet): by (2) any order gives the same least."""
+    m, mr = start
+    if mr <= floor:  # (both at most floor: max(., floor) is floor whatever is read, as (3) in the module docstring)
+        return m, mr, 0
     reads = 0
-    order = ids if below is None else list(ids)
+    order = list(ids)  # (read depth first: a list under a flow before the flows beside it, so that a counted flow,
+    take = order.pop  # its least found early, passes over more of what is read after it; any order gives the least)
     rget = None if reach is None else reach.steps.get
     counted: Collection[int] = () if reach is None else reach.counted
-    for f in order:
+    while order:
+        f = take()
         c = lbs[f]
         if c >= mr and (c >= m or f not in ext):
             continue
@@ -94,13 +106,13 @@ def least_ends(
         if passed:
             kids = None if below is None else below.get(f)
             if kids:
-                order.extend(kids)  # type: ignore[attr-defined]  # (a list when `below` is given)
+                order.extend(kids)
             continue
         r = react is None or react(f)
         if not r:  # (its dependents' least L is not bounded by a least it counts in: they are read)
             kids = None if below is None else below.get(f)
             if kids and (rget is None or c + rget(f, INF_NS) < mr):
-                order.extend(kids)  # type: ignore[attr-defined]  # (a list when `below` is given)
+                order.extend(kids)
             if f not in ext:  # (in neither set)
                 continue
         need = mr if r else m
