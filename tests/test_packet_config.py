@@ -232,3 +232,17 @@ def test_read_reference_fct() -> None:
     lines = read_fct_txt(ref)
     assert {(r.src, r.dst) for r in lines} == {(1, 0), (2, 0)}
     assert all(r.size == 10_000_000 and r.start_ns == 2_000_000_000 for r in lines)
+
+
+def test_set_field_default_gives_back_the_fabric_scaled_default() -> None:
+    """`--set buffer_bytes=default`: the value `phantora compare` prints for an unset field is accepted back (a sweep
+    axis `"set.buffer_bytes" = ["default", 4000000]`; refused as not an integer before, found in the 2026-12-05 CC
+    user trial); on a field with no None default it stays an error."""
+    small = apply_overrides(PacketConfig(), ["buffer_bytes=4000000", "headroom_bytes=100000"])
+    small = apply_overrides(small, ["kmin_map=400Gbps 100000"])
+    back = apply_overrides(small, ["buffer_bytes=default", "headroom_bytes=DEFAULT", "kmin_map=default"])
+    assert (small.buffer_bytes, small.kmin_map) == (4_000_000, {400 * G: 100_000})
+    assert (back.buffer_bytes, back.headroom_bytes, back.kmin_map) == (None, None, None)
+    assert dict(back.to_params([100 * G]))["switch.BufferSize"] == "0"  # 0: the C++ model scales it
+    with pytest.raises(InputError, match="payload_bytes"):
+        apply_overrides(PacketConfig(), ["payload_bytes=default"])

@@ -699,6 +699,8 @@ def read_hpcc_config(path: str | Path, base: PacketConfig | None = None) -> Pack
 def _field_value(kind: object, value: str, args: list[str]) -> object:
     """Parse a lowercase (PacketConfig field) value by the field's declared type."""
     kind = str(kind)
+    if value.lower() in ("none", "default") and "None" in kind:  # "default": as `phantora compare` shows None
+        return None
     if kind.startswith("dict"):
         words = args
         if len(words) % 2:
@@ -713,8 +715,6 @@ def _field_value(kind: object, value: str, args: list[str]) -> object:
         return float(value)
     if kind == "str":
         return value
-    if value.lower() == "none" and "None" in kind:
-        return None
     if "int" in kind:
         try:
             return int(value)
