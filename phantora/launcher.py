@@ -42,6 +42,7 @@ from phantora.results.run_dir import RunDir, nccl_args
 from phantora.results.summary import summarize, write_results
 from phantora.spawn_count import declared_nprocs
 from phantora.topology.model import Topology
+from phantora.topology.placement import place_run
 
 
 @dataclass
@@ -58,6 +59,7 @@ class RunConfig:
     out_dir: str | Path | None = None
     overwrite: bool = False  # out_dir may hold an earlier run: remove what it wrote (otherwise refused)
     nproc: int | None = None  # default: every rank of the topology
+    placement: str | None = None  # the ranks' GPUs: packed, spread, random or a GPU list (None: GPUs 0..nproc-1)
     trace: str = "ops"
     trace_steps: int = DEFAULT_TRACE_STEPS  # compute ops in trace.json for the first N steps (0: all)
     max_steps: int | None = None  # end the script after this many steps (--max-steps; None: when it ends)
@@ -344,6 +346,11 @@ def launch(cfg: RunConfig) -> RunReport:
     parse_program_seed(cfg.program_seed)
     algo = run_algo(cfg)  # checked before anything is written
     topo = resolve_topology(cfg.topology, cfg.gpu, "phantora run")
+    if cfg.placement is not None:
+        if cfg.spawn:
+            raise InputError("--spawn runs the program on the GPUs of one host: no --placement", field="--placement")
+        topo, placed = place_run(topo, cfg.placement, cfg.nproc)
+        cfg = dataclasses.replace(cfg, nproc=placed)
     gpu_name = topo.gpu_model or "h100"
     gpu = get_gpu(gpu_name)
     engine = cfg.engine

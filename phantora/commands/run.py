@@ -55,6 +55,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "mp.spawn names in its source, else the GPUs of one host)",
     )
     p.add_argument(
+        "--placement",
+        default=None,
+        metavar="POLICY|GPUS",
+        help="the GPUs the ranks run on: packed, spread (one per leaf, then per host, in turn), random, or a list "
+        "such as 0-3,8-11 or gpu0,gpu8 (its length is the rank count); rank r on the r-th GPU in ascending order "
+        '(default: GPUs 0..nproc-1; docs/jobs.md "Placement")',
+    )
+    p.add_argument(
         "--spawn",
         action="store_true",
         help="the script starts its ranks itself (torch.multiprocessing.spawn / start_processes, one per GPU it "
@@ -185,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give a script or --jobs, not both (a job's script and arguments go in the spec)")
     if args.jobs is None and not args.script:
         raise InputError("a training script is needed (or --jobs FILE)", field="script")
+    if args.placement is not None and args.jobs is not None:
+        raise InputError("with --jobs, each job's `placement` in the spec places it", field="--placement")
     if args.alone and args.jobs is None:
         raise InputError("--alone goes with --jobs", field="alone")
     if args.spawn and (args.jobs is not None or args.record):
@@ -208,6 +218,7 @@ def run(args: argparse.Namespace) -> int:
         out_dir=args.out,
         overwrite=args.overwrite,
         nproc=args.nproc,
+        placement=args.placement,
         spawn=args.spawn,
         trace=args.trace,
         trace_steps=trace_steps(args),

@@ -101,3 +101,27 @@ def choose(topo: Topology, n: int, policy: str, free: Sequence[int], seed: int =
         leaves.setdefault(leaf, {}).setdefault(host, []).append(g)
     per_leaf = [_round_robin([hosts[h] for h in sorted(hosts)]) for _, hosts in sorted(leaves.items())]
     return sorted(_round_robin(per_leaf)[:n])
+
+
+def place_run(topo: Topology, spec: str, nproc: int | None) -> tuple[Topology, int]:
+    """`phantora run --placement`: (the topology with the run's ranks on the GPUs `spec` names, the rank count).
+
+    `spec` is a policy (packed, spread, random with seed 0) for `nproc` ranks (default: every GPU), or a GPU list
+    ("0-3,8-11", "gpu0,gpu8"), whose length is the rank count; rank r runs on the r-th GPU in ascending order."""
+    policy = spec.strip()
+    if policy in POLICIES:
+        n = topo.num_ranks if nproc is None else nproc
+        try:
+            gpus = choose(topo, n, policy, range(topo.num_ranks))
+        except ValueError as exc:
+            raise InputError(f"{exc} on '{topo.name}'", field="--placement") from None
+    else:
+        try:
+            gpus = sorted(parse_gpus(topo, policy, f"'{policy}'"))
+        except InputError as exc:
+            raise InputError(exc.message, field="--placement") from None
+        if not gpus:
+            raise InputError(f"must be {', '.join(POLICIES)} or a list of GPUs, got {spec!r}", field="--placement")
+        if nproc is not None and nproc != len(gpus):
+            raise InputError(f"{len(gpus)} GPUs listed for --nproc {nproc}", field="--placement")
+    return topo.with_rank_order(gpus), len(gpus)
