@@ -114,10 +114,11 @@ def test_a_ring_past_the_plan_budget_pays_a_launch_a_plan(where: str) -> None:
     a PCIe peer's most channels are 2 (paths.cc "PCIe connection"), so a plan holds 254 - 2 + 1 = 253 operations
     (tests/test_nccl_p2p_plans.py); each rank's send and receive share round 1, one operation a pass. Operation k
     ends one PCIe LL step (1.0 us) and one operation's bytes after k - 1, and 253 a launch (6.6 us) more: NCCL's
-    second plan (before: no cut). On PCIe the last ends at sendrecv_perf -m 300's time. Over SHM the communicator
-    is 8 ranks of one host: rank 0 sends to 1 in round 1 but receives from 3 in round 5 (3 + 5 = 8), both on its p2p
-    channel 1, so a pass's two operations share one batch (different rounds) and the next pass opens another;
-    before pass 252's round-5 operation the plan holds 253 batches, 253 + 2 > 254: pair 3 -> 0 is cut at 252."""
+    second plan (before: no cut). On PCIe the last ends at sendrecv_perf -m 300's time. Over SHM the 8 ranks of
+    the host with P2P off are two NCCL nodes of 4 (each rank's ring first rank, init.cc; 8c781359), so the ring of
+    ranks 0-3 is inside node 0 and its rounds are the PCIe host's: rank 0 sends to 1 and receives from 3 in round 1
+    (local delta 1), one operation a pass, cut at 253 as there (before 8c781359 numbered hosts, rank 0 received from
+    3 in round 5 of an 8-rank node, and pair 3 -> 0 was cut a pass earlier, at 252)."""
     if where == "pcie":
         topo, opts, comm = pcie_host(4), AlgoOptions(), (0, 1, 2, 3)
     else:
@@ -126,9 +127,9 @@ def test_a_ring_past_the_plan_budget_pays_a_launch_a_plan(where: str) -> None:
     per_plan = (4096 - 32) // 16 - 2 + 1
     first, step = ends[(0, 1, 0)], (ends[(0, 1, per_plan - 1)] - ends[(0, 1, 0)]) / (per_plan - 1)
     assert first == pytest.approx(LL_US + step, abs=0.002) and 1.0 < step < 1.01  # a step and 8 B's bytes
+    assert len(ends) == 4 * 300
     for (a, b, k), end in ends.items():
-        cut = per_plan - 1 if (where, a) == ("shm", 3) else per_plan
-        assert end == pytest.approx(first + k * step + (k >= cut) * LL_US, abs=0.003), (a, b, k)
+        assert end == pytest.approx(first + k * step + (k >= per_plan) * LL_US, abs=0.003), (a, b, k)
     if where == "pcie":
         assert max(ends.values()) == pytest.approx(nccl_tests_us(topo, opts, 8, 300), abs=0.003)
 
