@@ -93,6 +93,7 @@ def test_a_live_run_reports_the_buffer_and_the_window_it_ran_with(tmp_path: Path
     cpu = run["cpu_s"]  # the run phase's CPU by process: the coordinator's, the ns-3 server's, the ranks'
     assert cpu["coordinator"] > 0 and cpu["server"] > 0 and cpu["ranks"] > 0
     assert f"CPU {cpu['coordinator']:.1f} s coordinator, {cpu['ranks']:.1f} s ranks" in done.stdout
+    assert f"s ranks, {cpu['server']:.1f} s network server\n" in done.stdout  # (ns-3's CPU, left out before)
 
 
 def test_the_report_covers_every_field_and_survives_the_wire(ns3_lib) -> None:

@@ -274,10 +274,7 @@ def run(args: argparse.Namespace) -> int:
             print("-------------------------")
     s = report.summary
     r = s["run"]
-    cpu = r.get("cpu_s") or {}
-    cpu_line = f", CPU {cpu['coordinator']:.1f} s coordinator" if "coordinator" in cpu else ""
-    cpu_line += f", {cpu['ranks']:.1f} s ranks" if "ranks" in cpu else ""
-    print(f"{r['script']} on {r['topology']}, network {r['network']}, wall {r['wall_s']:.1f} s{cpu_line}")
+    print(f"{r['script']} on {r['topology']}, network {r['network']}, wall {r['wall_s']:.1f} s{cpu_text(r)}")
     print(format_summary(s))
     if report.out_dir is not None:
         print(f"wrote {report.out_dir}: " + ", ".join(RunDir(report.out_dir).contents()))
@@ -285,6 +282,15 @@ def run(args: argparse.Namespace) -> int:
         print("nothing saved: pass --out DIR to keep results.json, steps, the trace and the logs")
     sys.stdout.flush()
     return 0
+
+
+def cpu_text(run: dict[str, Any]) -> str:
+    """The summary's CPU part from results.json's `run.cpu_s`: the coordinator's, the ranks' and, where it ran in
+    its own process (the packet network), the network server's."""
+    cpu = run.get("cpu_s") or {}
+    text = f", CPU {cpu['coordinator']:.1f} s coordinator" if "coordinator" in cpu else ""
+    text += f", {cpu['ranks']:.1f} s ranks" if "ranks" in cpu else ""
+    return text + (f", {cpu['server']:.1f} s network server" if cpu.get("server") else "")
 
 
 def max_steps(args: argparse.Namespace) -> int | None:
