@@ -348,6 +348,9 @@ def test_a_window_mode_recording_replays_each_transfer_in_its_live_time(tmp_path
     ]
     live = {(r["group"][0], r["group"][1]): r["end_ns"] - r["t_start"] for r in recs}
     assert sorted(live) == [(0, 1), (2, 0), (2, 3)]
+    issued = {(r["group"][0], r["group"][1]): dict(r["issue"]) for r in recs}
+    joined = next(r["end_ns"] for r in recs if r["group"] == [0, 1])
+    assert joined < issued[(2, 0)][0] < issued[(2, 0)][2] < 60_000  # the program's premise (bench/p2p_window.py)
     assert live[(2, 3)] == pytest.approx(LAT_NS + 8 * MiB / (8 * LINK), abs=2)
     assert live[(2, 0)] == pytest.approx(LAT_NS + 8 * MiB / (8 * LINK * links(2, peers=3)), abs=2)
     res = replay_graph(graph, TOPO, FlowSimulator(TOPO), fresh=lambda: FlowSimulator(TOPO))
