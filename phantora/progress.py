@@ -133,6 +133,7 @@ class Progress:
         self.sim_ns: int | None = None
         self.events: int | None = None
         self.workers: Beat | None = None  # the last report of an engine's worker processes (`beat`)
+        self.note: str | None = None  # what the unit under way last said (`show`: a sweep's running run)
         self.t0 = time.monotonic()
         self._last_line = self.t0
         self._last_post = float("-inf")
@@ -182,6 +183,12 @@ class Progress:
         if self._bar is not None:
             self._bar.refresh()
 
+    def show(self, note: str) -> None:
+        """The unit under way says `note` (a sweep's run: its last progress line): shown after the counts from now
+        on, a line printed if one is due, though no unit was done."""
+        self.note = note
+        self.update(add=0)
+
     def shows_extras(self) -> bool:
         """Whether an `update` now would show the simulated time and events/s (a bar's figures every 0.5 s, a line
         every `every_s`): a caller may read an engine's event counter only then (partition workers answer it
@@ -205,6 +212,8 @@ class Progress:
             w = self.workers
             rate = f"{_rate(w.events / w.cpu_s)} events per CPU s, " if w.cpu_s > 0 else ""
             parts.append(f"{w.workers} workers: {w.cpu_s:.1f} CPU s, {rate}slowest {w.slowest}")
+        if self.note:
+            parts.append(self.note)
         return ", ".join(parts)
 
     def line(self, now: float | None = None) -> str:

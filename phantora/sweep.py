@@ -490,6 +490,8 @@ def run_sweep(
 
     def done(run: RunSpec, res: RunOutcome) -> None:
         record_outcome(run, res)
+        if (bar.note or "").startswith(f"run {run.index}: "):
+            bar.note = None
         failed = res.status != "ok"
         bar.update(add=1, failed=int(failed))
         if failed:
@@ -498,6 +500,9 @@ def run_sweep(
     def warned(run: RunSpec, text: str) -> None:  # as the run prints it (its engine's, when built)
         bar.write(f"run {run.index} ({run.describe()}): warning: {text}")
 
+    def running(run: RunSpec, text: str) -> None:  # a run's own progress line: its steps, the network's clock
+        bar.show(f"run {run.index}: {text}")
+
     try:
         if ray_address is not None:
             from phantora.sweep_ray import run_on_ray
@@ -505,7 +510,7 @@ def run_sweep(
             fresh = run_on_ray(todo, ray_address, spec.timeout_s, on_done=done)
         else:
             prebuild_ns3(todo, say)
-            fresh = run_local(todo, n_jobs, spec.timeout_s, on_done=done, on_warning=warned)
+            fresh = run_local(todo, n_jobs, spec.timeout_s, on_done=done, on_warning=warned, on_progress=running)
     finally:
         bar.close()
     by_index = {**kept, **{o.index: o for o in fresh}}

@@ -64,23 +64,34 @@ def error_line(stderr: str, stdout: str = "") -> str:
 
 WARNING = "phantora: warning: "  # how a run's warnings start on its stderr (phantora.netsim.engine_warnings)
 OnWarning = Callable[[RunSpec, str], None]  # (the run, its warning's text), as soon as the run prints it
+PROGRESS = "[phantora] "  # how a run's own progress lines start, on either stream (phantora.progress, run's steps)
 
 
 def run_local_one(
-    run: RunSpec, timeout_s: float | None, python: str = sys.executable, on_warning: OnWarning | None = None
+    run: RunSpec,
+    timeout_s: float | None,
+    python: str = sys.executable,
+    on_warning: OnWarning | None = None,
+    on_progress: OnWarning | None = None,
 ) -> RunOutcome:
-    """Run one configuration as `python -m phantora.cli ...`; its output goes to <run dir>/run.log, and each
-    warning line of its stderr to `on_warning` as it comes (an engine's, when it is built)."""
+    """Run one configuration as `python -m phantora.cli ...`; its output goes to <run dir>/run.log, each warning
+    line of its stderr to `on_warning` as it comes (an engine's, when it is built), and each of its own progress
+    lines (a live run's finished steps, the network's clock) to `on_progress`, without the prefix."""
     if run.out.exists():
         shutil.rmtree(run.out)
     run.out.mkdir(parents=True)
     t0 = time.perf_counter()
 
+    def each_out(line: str) -> None:
+        if on_progress is not None and line.startswith(PROGRESS):
+            on_progress(run, line[len(PROGRESS) :].rstrip("\n"))
+
     def each(line: str) -> None:
         if on_warning is not None and line.startswith(WARNING):
             on_warning(run, line[len(WARNING) :].rstrip("\n"))
+        each_out(line)
 
-    rc, out, err = _run_reading([python, "-m", "phantora.cli", *run.args], timeout_s, each)
+    rc, out, err = _run_reading([python, "-m", "phantora.cli", *run.args], timeout_s, each, each_out)
     if rc is None:
         error = f"timed out after {timeout_s:g} s"
     else:
@@ -91,10 +102,13 @@ def run_local_one(
 
 
 def _run_reading(
-    cmd: list[str], timeout_s: float | None, each_err: Callable[[str], None]
+    cmd: list[str],
+    timeout_s: float | None,
+    each_err: Callable[[str], None],
+    each_out: Callable[[str], None] | None = None,
 ) -> tuple[int | None, str, str]:
-    """(exit code, None if killed at `timeout_s`; stdout; stderr) of `cmd`, each stderr line given to `each_err` as
-    it comes (a thread a stream, so neither pipe fills)."""
+    """(exit code, None if killed at `timeout_s`; stdout; stderr) of `cmd`, each stderr line given to `each_err` and
+    each stdout line to `each_out` as it comes (a thread a stream, so neither pipe fills)."""
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, errors="replace"
     )
@@ -108,7 +122,7 @@ def _run_reading(
 
     assert proc.stdout is not None and proc.stderr is not None
     pumps = [
-        threading.Thread(target=pump, args=(proc.stdout, got["out"], None), daemon=True),
+        threading.Thread(target=pump, args=(proc.stdout, got["out"], each_out), daemon=True),
         threading.Thread(target=pump, args=(proc.stderr, got["err"], each_err), daemon=True),
     ]
     for t in pumps:
@@ -161,13 +175,17 @@ def run_local(
     timeout_s: float | None,
     on_done: Callable[[RunSpec, RunOutcome], None] | None = None,
     on_warning: OnWarning | None = None,
+    on_progress: OnWarning | None = None,
 ) -> list[RunOutcome]:
-    """Run every configuration on local cores, `jobs` at a time; a failure does not stop the others. `on_warning`:
-    given each warning a run prints, as it prints it (`run_local_one`). The runs fork their fork servers from
-    zygotes kept for the sweep (bridge/zygote.py): a live run's rank imports are paid once per start-up."""
+    """Run every configuration on local cores, `jobs` at a time; a failure does not stop the others. `on_warning`,
+    `on_progress`: given each warning and progress line a run prints, as it prints it (`run_local_one`). The runs
+    fork their fork servers from zygotes kept for the sweep (bridge/zygote.py): a live run's rank imports are paid
+    once per start-up."""
     outcomes: dict[int, RunOutcome] = {}
     with ZygoteHome(), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(run_local_one, r, timeout_s, on_warning=on_warning): r for r in runs}
+        futures = {
+            pool.submit(run_local_one, r, timeout_s, on_warning=on_warning, on_progress=on_progress): r for r in runs
+        }
         try:
             for fut in as_completed(futures):
                 run = futures[fut]

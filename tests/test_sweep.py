@@ -368,3 +368,48 @@ def test_a_runs_warning_is_handed_on_while_the_run_still_runs(tmp_path: Path) ->
     log = (run.out / "run.log").read_text()
     assert "ran on" in log and "phantora: warning: buffer_bytes=300,000" in log
     assert os.path.exists(seen)
+
+
+def test_a_runs_progress_lines_are_handed_on_while_it_runs(tmp_path: Path) -> None:
+    """A live run's own progress lines ("[phantora] step 0 done ..." on stdout, "[phantora] network: ..." on stderr)
+    reach `on_progress` as it prints them (the child waits for the file the callback writes once both came), so a
+    sweep of minute-long runs shows more than its count of runs done (before: nothing between two runs' ends, 2 to 3
+    min apart for the 16-rank packet runs of the CC user trial of 2026-12-05)."""
+    import stat
+    import sys
+
+    from phantora.sweep_local import RunSpec, run_local_one
+
+    seen = tmp_path / "seen"
+    child = tmp_path / "child.py"
+    child.write_text(
+        "import os, sys, time\n"
+        "print('[phantora] step 0 done: 4.639 ms', flush=True)\n"
+        "print('[phantora] network: simulated 8.240 ms', file=sys.stderr, flush=True)\n"
+        f"while not os.path.exists({str(seen)!r}):\n    time.sleep(0.01)\n"
+    )
+    python = tmp_path / "python"  # stands for the interpreter: runs the child whatever its arguments
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {child}\n")
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    told: list[tuple[int, str]] = []
+
+    def on_progress(r: RunSpec, text: str) -> None:
+        told.append((r.index, text))
+        if len(told) == 2:
+            seen.write_text("")
+
+    res = run_local_one(RunSpec(5, {}, [], tmp_path / "run", {}), 60, python=str(python), on_progress=on_progress)
+    assert res.status == "ok", res.error
+    assert sorted(told) == [(5, "network: simulated 8.240 ms"), (5, "step 0 done: 4.639 ms")]
+
+
+def test_the_sweep_line_shows_the_running_runs_last_word() -> None:
+    """`Progress.show`: the plain line carries the note after the counts, printed though no run ended."""
+    import io
+
+    from phantora.progress import Progress
+
+    out = io.StringIO()
+    bar = Progress("lines", "sweep cc", 4, "run", every_s=0, file=out)
+    bar.show("run 3: step 1 done: 4.639 ms")
+    assert out.getvalue().startswith("[phantora] sweep cc: 0/4 runs (0%), run 3: step 1 done: 4.639 ms, 0:00 elapsed")
