@@ -2,8 +2,8 @@
 torch.cuda how many GPUs its host has and `mp.spawn`s one process per GPU; each process sets its device, joins the
 NCCL group on its own fixed localhost port and all-reduces a cuda tensor of N fp32 values (argv[1]) holding rank + 1.
 
-Words after N: "fail=R" (rank R raises before the all-reduce, so the others wait in it), "nprocs=K" (spawn K
-processes whatever the GPU count), "no-spawn" (the parent never starts ranks), "process" (one
+Words after N: "fail=R" (after a barrier of every rank, rank R raises before the all-reduce, so the others wait in
+it), "nprocs=K" (spawn K processes whatever the GPU count), "no-spawn" (the parent never starts ranks), "process" (one
 `multiprocessing.get_context("spawn").Process` per rank instead of mp.spawn, joined by the parent), "hold=S" (each
 rank waits S real seconds after the all-reduce).
 """
@@ -24,6 +24,8 @@ def main(rank: int, world: int, n: int, fail: int, hold: float = 0.0) -> None:
     os.environ["MASTER_PORT"] = "12355"  # fixed, as the tutorial's: phantora serves it on the run's own port
     torch.cuda.set_device(rank)
     dist.init_process_group(backend="nccl", rank=rank, world_size=world)
+    if fail >= 0:
+        dist.barrier()  # every rank started (and said its pid) before rank `fail` gives up
     if rank == fail:
         raise ValueError(f"rank {rank} gives up")
     x = torch.full((n,), float(rank + 1), device="cuda")
