@@ -143,14 +143,16 @@ def test_bad_granularity_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.slow
 def test_packet_mode_live_chunked_run_replays_identically(ns3_lib: Any, tmp_path: Path) -> None:
-    """ns-3: the live chunked run sends the flow run's flows, in NCCL's time (to 2%: packets, headers, DCQCN off),
-    and its recording replays on ns-3 to the same step times (the exact window)."""
+    """ns-3: the live chunked run sends the flow run's flows, in NCCL's time and no sooner (to 3%: packets, headers,
+    DCQCN off; a chunked Simple ring's chunk is 2 slice flows since a610b086, each with its own packets and CTS:
+    138.03 -> 139.37 us against 135.54, 1.8% -> 2.8%, where the headers alone are 2.3%), and its recording replays
+    on ns-3 to the same step times (the exact window)."""
     from phantora.netsim.factory import make_engine
 
     report, graph = record_run(config("chunked", tmp_path / "run", "ns3"), tmp_path / "graph")
     rec = the_all_reduce(report)
     assert rec["flows"] == len(decompose(COLL, TOPO, chunked_opts()).flows)
-    assert (rec["end_ns"] - rec["t_start"]) / 1e3 == pytest.approx(closed_form_us(), rel=0.02)
+    assert closed_form_us() <= (rec["end_ns"] - rec["t_start"]) / 1e3 <= closed_form_us() * 1.03
     sim = make_engine(EngineSpec(network="ns3"), TOPO)
     try:
         res = replay_graph(graph, TOPO, sim)
