@@ -194,7 +194,8 @@ def plan_processes(cfg: RunConfig, topo: Topology) -> tuple[bool, int, int]:
         if not phantom:
             return phantom, world, world
         host = topo.nodes[topo.node_of_rank(0)].host
-        per_host = sum(1 for r in range(world) if topo.nodes[topo.node_of_rank(r)].host == host) if host else 1
+        on_host = (topo.nodes[topo.node_of_rank(r)].host == host for r in range(world))
+        per_host = sum(on_host) if host is not None else 1  # host 0 is a host
         if per_host <= 1:  # hosts of one GPU, or none known: a DGX-sized group of 8
             per_host = min(8, world)
         return phantom, world, per_host if world % per_host == 0 else world

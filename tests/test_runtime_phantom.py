@@ -16,7 +16,7 @@ import pytest
 from bridge.errors import BridgeError
 from phantora.errors import InputError
 from phantora.launcher import RunConfig, launch, plan_processes
-from phantora.topology.generators import leaf_spine
+from phantora.topology.generators import leaf_spine, rail_optimized
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -124,6 +124,8 @@ def test_process_plan() -> None:
         plan_processes(RunConfig("x.py", [], topo, tensors="real", dedup="4"), topo)
     with pytest.raises(InputError, match="divide"):
         plan_processes(RunConfig("x.py", [], topo, dedup="5"), topo)
+    hosts4 = rail_optimized(8, gpus_per_host=4, spines=4, name="rail32x4")  # rank 0 on host 0, of 4 GPUs
+    assert plan_processes(RunConfig("x.py", [], hosts4), hosts4) == (True, 32, 4)  # was 8: host 0 read as none
 
 
 DDP_SCRIPT = """
