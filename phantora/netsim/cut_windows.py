@@ -285,7 +285,7 @@ def run_windows(
     carries the flows the worker completes still in flight and a lower bound on the last completion
     (`CutFinishBound`); a window runs no further than through the greatest of those bounds and its start (the
     last completion is at or after both), and the run stops at the barrier where no flow is left: the window
-    that ran the last completion ran through its ns and no further.
+    that ran the last completion stops right after that completion's event, as one engine does.
     """
     if lookahead_ns <= 0:
         raise ValueError(f"partition worker {group}: lookahead must be > 0 ns, got {lookahead_ns}")
