@@ -184,7 +184,8 @@ def test_compare_marks_a_run_whose_flows_csv_predates_the_caps(tmp_path: Path) -
     with (new / S.FLOWS_CSV).open(newline="") as fh:
         rows = list(csv.reader(fh))
     with (old / S.FLOWS_CSV).open("w", newline="") as fh:
-        csv.writer(fh).writerows(r[:-1] for r in rows)  # the column as it was: none
+        cut = rows[0].index("rate_cap_bps")
+        csv.writer(fh).writerows(r[:cut] for r in rows)  # the columns as they were: none from rate_cap_bps on
     assert (load_run(old).flows.cap_bps == -1).all()  # type: ignore[union-attr]
     _, cmp = load_and_compare([new, old], None)
     assert [r["line_rate_slowdowns"] for r in cmp.runs] == [False, True]

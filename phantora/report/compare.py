@@ -1,8 +1,10 @@
 """Compare run directories: one metric per row, one column per run, and each run's difference from the first in %.
 
 Percentiles are numpy's default (linear interpolation). Slowdown = FCT / standalone FCT over flows with
-bytes and a known standalone FCT. PFC paused time is the time between a port's pause and its resume
-(summed over priorities; a pause still open at the end of the run closes there). Queue depth is the sum
+bytes and a known standalone FCT. The "(network flows)" rows take only the flows that left through the NICs
+(flows.csv `nvlink` 0), shown when a run has both those and flows on NVLink alone. PFC paused time is the time
+between a port's pause and its resume (summed over priorities; a pause still open at the end of the run closes
+there). Queue depth is the sum
 over priorities of a (switch, port) egress queue at each sampling instant; p99 is taken at the hottest
 port (the one with the largest depth).
 """
@@ -36,6 +38,13 @@ SUMMARY: dict[str, tuple[str, str, str]] = {
     "slowdown_p50": ("slowdown p50 (FCT / standalone)", "ratio", "flows"),
     "slowdown_p99": ("slowdown p99", "ratio", "flows"),
     "slowdown_max": ("slowdown max", "ratio", "flows"),
+    "net_flows": ("flows through the network", "count", "flows"),
+    "nvlink_flows": ("flows on NVLink alone", "count", "flows"),
+    "net_fct_p50_ns": ("FCT p50 (network flows)", "ns", "flows"),
+    "net_fct_p99_ns": ("FCT p99 (network flows)", "ns", "flows"),
+    "net_fct_max_ns": ("FCT max (network flows)", "ns", "flows"),
+    "net_slowdown_p50": ("slowdown p50 (network flows)", "ratio", "flows"),
+    "net_slowdown_p99": ("slowdown p99 (network flows)", "ratio", "flows"),
     "pfc_pauses": ("PFC pause frames", "count", "pfc"),
     "pfc_paused_ns": ("PFC paused time (all ports)", "ns", "pfc"),
     "queue_max_bytes": ("queue depth max", "bytes", "queues"),
@@ -66,25 +75,49 @@ _CLASS_STATS = {"drops": "drops_class", "trimmed": "trimmed_bytes_class"}  # eng
 # ----- per-run figures --------------------------------------------------------------------------------
 
 
+# The rows over the flows through the network (flows.csv `nvlink` 0), shown where a run has NVLink flows too.
+NET_KEYS: tuple[str, ...] = ("net_flows", "nvlink_flows", "net_fct_p50_ns", "net_fct_p99_ns", "net_fct_max_ns")
+NET_KEYS += ("net_slowdown_p50", "net_slowdown_p99")
+
+
 def fct_stats(flows: Flows | None) -> dict[str, Value]:
-    """FCT p50/p99/max (ns) and slowdown p50/p99/max over flows that carry bytes."""
+    """FCT p50/p99/max (ns) and slowdown p50/p99/max over flows that carry bytes; where flows.csv says which flows
+    stayed on NVLink, the counts of both kinds and the same figures (max slowdown aside) over the network's."""
     out: dict[str, Value] = dict.fromkeys(("fct_p50_ns", "fct_p99_ns", "fct_max_ns"))
     out.update(dict.fromkeys(("slowdown_p50", "slowdown_p99", "slowdown_max")))
+    out.update(dict.fromkeys(NET_KEYS))
     if flows is None:
         return out
     real = flows.size > 0
-    fct = flows.fct_ns[real]
+    out.update(_percentiles(flows, real, ""))
+    if real.any() and bool((flows.nvlink[real] >= 0).all()):
+        net = real & (flows.nvlink == 0)
+        out["net_flows"], out["nvlink_flows"] = int(net.sum()), int((real & (flows.nvlink == 1)).sum())
+        out.update({k: v for k, v in _percentiles(flows, net, "net_").items() if k in NET_KEYS})
+    return out
+
+
+def _percentiles(flows: Flows, chosen: np.ndarray, prefix: str) -> dict[str, Value]:
+    """FCT and slowdown p50/p99/max over the `chosen` flows (slowdowns over those with a standalone FCT), keyed
+    with `prefix`; none for an empty choice."""
+    out: dict[str, Value] = {}
+    fct = flows.fct_ns[chosen]
     if fct.size:
-        out["fct_p50_ns"] = float(np.percentile(fct, 50))
-        out["fct_p99_ns"] = float(np.percentile(fct, 99))
-        out["fct_max_ns"] = int(fct.max())
-    known = real & (flows.standalone_ns > 0)
+        out[f"{prefix}fct_p50_ns"] = float(np.percentile(fct, 50))
+        out[f"{prefix}fct_p99_ns"] = float(np.percentile(fct, 99))
+        out[f"{prefix}fct_max_ns"] = int(fct.max())
+    known = chosen & (flows.standalone_ns > 0)
     if known.any():
         slow = flows.fct_ns[known] / flows.standalone_ns[known]
-        out["slowdown_p50"] = float(np.percentile(slow, 50))
-        out["slowdown_p99"] = float(np.percentile(slow, 99))
-        out["slowdown_max"] = float(slow.max())
+        out[f"{prefix}slowdown_p50"] = float(np.percentile(slow, 50))
+        out[f"{prefix}slowdown_p99"] = float(np.percentile(slow, 99))
+        out[f"{prefix}slowdown_max"] = float(slow.max())
     return out
+
+
+def both_kinds(values: dict[str, Value]) -> bool:
+    """Does a run's `fct_stats` count flows on NVLink alone and flows through the network?"""
+    return bool(values.get("net_flows")) and bool(values.get("nvlink_flows"))
 
 
 def engine_warnings(run: RunData) -> list[str]:
@@ -316,7 +349,10 @@ def compare_runs(runs: Sequence[RunData]) -> Comparison:
         raise InputError("nothing to compare: give at least one run directory", field="runs")
     figs = [figures(r) for r in runs]
     metrics: list[Metric] = []
+    mixed = any(both_kinds(f[0]) for f in figs)  # the network rows only where some run has NVLink flows too
     for key, (label, unit, section) in SUMMARY.items():
+        if key in NET_KEYS and not mixed:
+            continue
         if key == "time_ns":
             kinds = {r.time_kind for r in runs if r.time_ns is not None}
             label = "iteration time" if kinds == {"iteration"} else "makespan" if kinds <= {"makespan"} else label

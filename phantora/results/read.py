@@ -52,6 +52,7 @@ class Flows:
     cap_bps: (
         np.ndarray
     )  # the flow's rate cap its standalone FCT took (0: none), -1 where unknown (files before 2026-12-02)
+    nvlink: np.ndarray  # 1: on its hosts' NVSwitch alone, 0: through the NICs, -1 where unknown (before 2026-12-06)
 
 
 @dataclass
@@ -538,14 +539,14 @@ def _load_flows(run: RunData, root: Path) -> Flows | None:
         rows = _read_csv(run, p, (size_col, "start_ns", "fct_ns"))
         if rows is None:
             continue
-        cols: list[list[int]] = [[], [], [], [], [], []]
+        cols: list[list[int]] = [[], [], [], [], [], [], []]
         for i, row in enumerate(rows, 2):
             for k, col in enumerate((size_col, "start_ns", "fct_ns", alone_col)):
                 v = _num(row, col, p, i)
                 if v is None and k < 3:
                     raise InputError("missing value", file=str(p), line=i, field=col)
                 cols[k].append(v or 0)
-            for k, col in ((4, "priority"), (5, "rate_cap_bps")):
+            for k, col in ((4, "priority"), (5, "rate_cap_bps"), (6, "nvlink")):
                 v = _num(row, col, p, i)
                 cols[k].append(-1 if v is None else v)
         arr = [np.asarray(c, dtype=np.int64) for c in cols]

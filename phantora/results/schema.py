@@ -87,6 +87,9 @@ FLOWS_COLUMNS += ("fct_ns", "standalone_fct_ns", "slowdown", "cnps", "ecn_marks"
 FLOWS_COLUMNS += ("retx_packets", "retx_bytes", "ooo_packets", "reorder_max_bytes")
 # The flow's own rate cap (payload bits/s, 0: none; empty where not known), which its standalone FCT takes.
 FLOWS_COLUMNS += ("rate_cap_bps",)
+# 1: the flow went through its hosts' NVSwitch alone (NVLink); 0: it left through the NICs (a fabric switch, a PCIe
+# switch or a direct link); empty in files written before 2026-12-06.
+FLOWS_COLUMNS += ("nvlink",)
 # links.csv: one row per directed channel that carried traffic; the last four are the packet engine's counters.
 LINK_EXTRA_COLUMNS = ("packets", "paused_ns", "ecn_marks", "max_queue_bytes")
 LINK_COLUMNS: tuple[str, ...] = (

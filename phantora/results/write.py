@@ -120,7 +120,8 @@ def write_flows_csv(
     `flows` (id -> Flow) gives each flow's priority, ECMP key (default: the flow id) and rate cap, so the
     standalone FCT takes the flow's path at its own rate (`phantora.netsim.standalone`); `alone` (id -> `Alone`:
     key and cap; absent: its id, no cap) gives those of flows not in `flows` (a live run keeps completions, not
-    flows). `rate_cap_bps` is that cap (0: none), empty where neither knows the flow.
+    flows). `rate_cap_bps` is that cap (0: none), empty where neither knows the flow. `nvlink` is 1 for a flow
+    on its hosts' NVSwitch alone, 0 for one through the NICs (on the path its standalone FCT takes).
     `fct_ns` and `standalone_ns` (id -> ns) replace the FCT (end - start) and the fluid standalone FCT where a
     producer defines them otherwise (netsim: HPCC's, to the last ACK and with headers). `cnps` and `ecn_marks`
     (id -> count) fill those columns, `transport` (id -> FlowTransport) the retransmission and reordering ones;
@@ -148,7 +149,7 @@ def write_flows_csv(
             + [c.start_ns, c.end_ns, fct, alone_ns, f"{fct / alone_ns:.4f}" if alone_ns else ""]
             + [_count(cnps, c.flow_id), _count(ecn_marks, c.flow_id)]
             + _transport(transport, c.flow_id)
-            + ["" if cap is None else cap]
+            + ["" if cap is None else cap, 0 if topo.nvswitch_of(c.src, c.dst, via_nic=bool(nic)) is None else 1]
         )
 
     if _needs_quoting({c.tag for c in done}) or _needs_quoting(names):
