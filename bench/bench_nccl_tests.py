@@ -11,6 +11,7 @@
     .venv/bin/python bench/bench_nccl_tests.py --network ns3 --set wire=roce4k --vs-flow --table 2node  # a setting
     .venv/bin/python bench/bench_nccl_tests.py --network ns3 --vs-flow --markdown --table 2node  # the ns-3 block
     .venv/bin/python bench/bench_nccl_tests.py --curves        # the model's curves: 4 collectives x 5 machines
+    .venv/bin/python bench/bench_nccl_tests.py --table togetherp2p --env NCCL_P2P_NET_CHUNKSIZE=524288  # a what-if
 
 Held-out tables (`held_out=yes` in a CSV's first line: B200, GB200 NVL72, added after the model was built and never
 used to fit it) run with the rest and are summed up apart, after the line over the fitted tables.
@@ -28,7 +29,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl.published import SETUP_POINTS, Table, machine, not_compared, tables
-from phantora.collectives.nccl.settings import nccl_env
+from phantora.collectives.nccl.settings import ENV_VARS, nccl_env
 from phantora.errors import InputError
 from phantora.netsim.ack_stream import with_ack_stream
 from phantora.netsim.base import Flow, NetworkSimulator
@@ -428,6 +429,23 @@ def chosen_tables(specs: list[str], max_size: int) -> list[tuple[Table, int]]:
     return out
 
 
+def with_env(table: Table, what_if: list[str]) -> Table:
+    """`table` as if taken with the `NAME=VALUE` NCCL variables of `what_if` too (they override its own); InputError
+    on a variable phantora does not honour or an item without `=`."""
+    if not what_if:
+        return table
+    forced, algo = dict(table.forced), table.nccl_algo
+    for item in what_if:
+        name, eq, value = item.partition("=")
+        if not eq or name not in ENV_VARS:
+            raise InputError(f"expects NAME=VALUE with NAME one of {', '.join(ENV_VARS)}, got {item!r}", field="--env")
+        if name == "NCCL_ALGO":
+            algo = value
+        else:
+            forced[name] = value
+    return replace(table, forced=tuple(forced.items()), nccl_algo=algo)
+
+
 def _size_arg(text: str) -> int:
     """A size flag's value: bytes, or nccl-tests' K / M / G suffixes."""
     try:
@@ -460,12 +478,19 @@ def main() -> None:
         metavar="FIELD=VALUE",
         help="an engine setting, as phantora nccl-tests --set (ns3: any packet config field; flow: ecmp_hash, lb)",
     )
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NCCL_X=VALUE",
+        help="a what-if: every chosen table as if taken with this NCCL variable too (repeatable; overrides its own)",
+    )
     args = ap.parse_args()
     if args.vs_flow and args.network != "ns3":
         ap.error("--vs-flow compares ns-3 with the flow network: add --network ns3")
     try:
         spec = engine_spec(args.network, args.set)
-        chosen = chosen_tables(args.table or [""], args.max_size)
+        chosen = [(with_env(t, args.env), limit) for t, limit in chosen_tables(args.table or [""], args.max_size)]
     except InputError as e:
         ap.error(str(e))
     if args.curves:

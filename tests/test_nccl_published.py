@@ -19,6 +19,7 @@ from phantora.collectives.nccl.published import (
     tables,
 )
 from phantora.collectives.nccl.settings import nccl_env
+from phantora.errors import InputError
 from phantora.netsim.flow import FlowSimulator
 from phantora.report.host_launch import host_ns_per_call
 from phantora.report.nccl_tests import launch_bound
@@ -303,3 +304,17 @@ def test_b200_ring_across_two_hosts_runs_at_sixteen_channel_rates(name: str) -> 
     assert closed == pytest.approx(344.0)
     assert bus == pytest.approx(closed, rel=0.01)
     assert bus == pytest.approx(published, rel=0.02)
+
+
+def test_a_what_if_environment_overrides_the_tables_own() -> None:
+    """`--env NCCL_X=V`: the table as if taken with it too. Forcing Ring on the one-host B200 table (whose NCCL picks
+    NVLS from 16 MiB) makes the model choose Ring; a name phantora does not honour is refused, naming the flag."""
+    table = next(t for t in tables(include_held_out=True) if t.name == "b200_8gpu_1node_all_reduce_gkea4deepep")
+    size = 64 << 20
+    assert nccl_bench.simulate(table, size)[1]["algorithm"] == "NVLS"
+    forced = nccl_bench.with_env(table, ["NCCL_ALGO=Ring", "NCCL_NVLS_CHUNKSIZE=65536"])
+    assert forced.env["NCCL_ALGO"] == "Ring" and forced.env["NCCL_NVLS_CHUNKSIZE"] == "65536"  # its own overridden
+    assert forced.env["NCCL_P2P_NET_CHUNKSIZE"] == table.env["NCCL_P2P_NET_CHUNKSIZE"]  # the rest kept
+    assert nccl_bench.simulate(forced, size)[1]["algorithm"] == "Ring"
+    with pytest.raises(InputError, match="--env.*NCCL_FOO"):
+        nccl_bench.with_env(table, ["NCCL_FOO=1"])
