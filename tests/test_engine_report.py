@@ -278,3 +278,53 @@ def test_seeds_print_a_settings_warning_once_and_keep_it_in_each_seeds_engine_js
     for seed in (1, 2):
         doc = json.loads((tmp_path / "s" / f"seed{seed}" / S.ENGINE_JSON).read_text())
         assert doc["warnings"] == [warned[0].removeprefix("phantora: warning: ")]
+
+
+def _fabric(buffer: int, cc: str = "dcqcn", **fields: object) -> EffectiveSettings:
+    """testbed16's switches at their default ECN thresholds (4,000 B a Gb/s): leaf 18 with 8 NIC ports at 400 Gb/s
+    (150,000 B headroom) and 4 spine ports at 800 Gb/s (300,000 B), spine 20 with its 2 leaf ports at 800 Gb/s."""
+    from phantora.netsim.effective import PortSettings, SwitchSettings
+
+    def port(gbps: int) -> PortSettings:
+        return PortSettings(gbps * G, 4000 * gbps, 16000 * gbps, 0.2, 375 * gbps)
+
+    leaf = SwitchSettings(buffer, tuple([port(400)] * 8 + [port(800)] * 4))
+    spine = SwitchSettings(buffer, (port(800), port(800)))
+    return EffectiveSettings(dataclasses.replace(PacketConfig(), cc=cc, **fields), {}, {18: leaf, 20: spine})
+
+
+def test_a_kmin_no_egress_queue_can_reach_never_marks_and_says_so() -> None:
+    """An egress queue holds only bytes its switch admitted: at most each ingress's reserve (4,096 B) and headroom,
+    and shared bytes under the dynamic threshold, each ingress's at most pool >> 3 and all of them at most the pool.
+    At 4 MB a spine (2 ports) holds at most 2 x 4,096 + 2 x 300,000 + 2 x (3,391,808 >> 3) = 1,456,144 B, under its
+    800G kmin of 3,200,000 B: DCQCN never sees a mark there (the user trial's 4 MB runs, docs/runtime.md, gave DCQCN =
+    DCTCP = PFC alone); a leaf (12 ports) can fill its whole 4,000,000 B, past both kmins. At 3 MB a leaf holds at
+    most 3,000,000 B, under its 800G ports' kmin, not its 400G ports' 1,600,000 B."""
+    four = _fabric(4_000_000)
+    assert (four.egress_bound_bytes(20), four.egress_bound_bytes(18)) == (1_456_144, 4_000_000)
+    assert four.unmarkable_ports() == {20: [0, 1]}
+    note = four.unmarkable_note({20: "spine0"})
+    assert note is not None and "2 of spine0's 2 ports" in note and "(1,456,144 B" in note and "3,200,000 B" in note
+    assert _fabric(3_000_000).unmarkable_ports() == {18: [8, 9, 10, 11], 20: [0, 1]}
+    assert _fabric(256 * 2**20).unmarkable_ports() == {}  # the default buffer: 67,565,008 B at a spine
+    assert _fabric(4_000_000, cc="none").unmarkable_note() is None  # nothing reacts to a mark
+    assert _fabric(4_000_000, ecn=False).unmarkable_ports() == {}
+    # a buffer the headroom and reserve take whole is the other warning's: one line, not two
+    assert _fabric(2_000_000).unmarkable_ports() == {20: [0, 1]} and 18 in _fabric(2_000_000).unshared_switches()
+
+
+def test_replay_warns_of_ports_that_never_mark(ns3_lib, tmp_path: Path) -> None:
+    """`phantora replay` on testbed16 with DCQCN and 4 MB buffers: engine.json's warnings name the spines, with the
+    closed-form bound of the test above read from the fabric ns-3 built."""
+    from phantora.cli import main
+
+    wl = tmp_path / "ar.toml"
+    wl.write_text('name = "ar"\n[[op]]\nname = "ar"\nkind = "all_reduce"\nbytes = "1MiB"\nranks = "all"\n')
+    out = tmp_path / "r"
+    args = ["replay", str(wl), "-t", "testbed16", "--network", "ns3", "--cc", "dcqcn", "--set", "buffer_bytes=4000000"]
+    assert main([*args, "--out", str(out)]) == 0
+    (warning,) = json.loads((out / S.ENGINE_JSON).read_text())["warnings"]
+    assert (
+        warning.startswith("ECN never marks at 2 of spine0's 2 ports (and 3 other switches)")
+        and "(1,456,144 B" in warning
+    )

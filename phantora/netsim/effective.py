@@ -114,6 +114,54 @@ class EffectiveSettings:
                 out[node] = pool
         return out
 
+    def egress_bound_bytes(self, node: int) -> int:
+        """The most one egress class queue of switch `node` can hold, from `SwitchMmu`'s rules: every byte queued
+        was admitted at an ingress (port, class) of that class, which holds at most its reserve, its port's PFC
+        headroom and its shared use; a shared use never passes the dynamic threshold, at most pool >> dt_shift, and
+        all of them together never pass the pool (pool = buffer - headrooms - reserves, 0 if negative)."""
+        c, sw = self.config, self.switches[node]
+        pool = max(sw.shared_pool_bytes(c.reserve_bytes), 0)
+        shared = min(pool, len(sw.ports) * (pool >> c.dt_shift))
+        return c.reserve_bytes * len(sw.ports) + sum(p.headroom_bytes for p in sw.ports) + shared
+
+    def unmarkable_ports(self) -> dict[int, list[int]]:
+        """{node id: port indexes} of the switch ports whose ECN kmin is at or above `egress_bound_bytes`: a queue
+        marks only past kmin, so they never mark. Empty with ECN off, with no CC (`none`: nothing reacts to a
+        mark) or under CBFC (credits, not the buffer, bound a queue); a switch of `unshared_switches` is left to
+        that warning (every queue of it pauses past its reserve)."""
+        c = self.config
+        if not c.ecn or c.cc == "none" or c.cbfc:
+            return {}
+        out = {}
+        unshared = self.unshared_switches()
+        for node, sw in sorted(self.switches.items()):
+            if node in unshared:
+                continue
+            bound = self.egress_bound_bytes(node)
+            ports = [i for i, p in enumerate(sw.ports) if p.kmin_bytes >= bound]
+            if ports:
+                out[node] = ports
+        return out
+
+    def unmarkable_note(self, names: Mapping[int, str] | None = None) -> str | None:
+        """One line naming the switches of `unmarkable_ports` (by `names`, else node id), or None."""
+        bad = self.unmarkable_ports()
+        if not bad:
+            return None
+        node, ports = next(iter(bad.items()))
+        sw = self.switches[node]
+        port = sw.ports[ports[0]]
+        name = (names or {}).get(node, f"switch {node}")
+        more = f" (and {len(bad) - 1} other switch{'es' if len(bad) > 2 else ''})" if len(bad) > 1 else ""
+        return (
+            f"ECN never marks at {len(ports)} of {name}'s {len(sw.ports)} ports{more}: their kmin "
+            f"({port.kmin_bytes:,} B at {port.rate_bps / 1e9:g} Gb/s) is at or above the most one egress queue of "
+            f"buffer_bytes={sw.buffer_bytes:,} can hold ({self.egress_bound_bytes(node):,} B: the reserve and PFC "
+            f"headroom of every ingress and their shares of the pool under the dynamic threshold), so PFC pauses "
+            f"before a packet is marked and cc={self.config.cc} never sees a mark there (raise buffer_bytes, or "
+            f"lower kmin_map / kmax_map)"
+        )
+
     def unshared_note(self, names: Mapping[int, str] | None = None) -> str | None:
         """One line naming the switches of `unshared_switches` (by `names`, else node id), or None."""
         bad = self.unshared_switches()

@@ -1,9 +1,10 @@
 """What a packet engine warns of in its own settings, and telling it once, as soon as it is known.
 
-The one warning so far: a switch whose buffer its ports' PFC headroom and reserve take whole, so every queue pauses
-its upstream port past its reserve, at any load (`EffectiveSettings.unshared_note`). It comes from the engine's own
-report of what it runs by (`FabricObserver.effective()`, read back from ns-3), so nothing here recomputes the
-fabric's defaults. Where it is told (docs/packet-model.md "Switch"):
+The warnings: a switch whose buffer its ports' PFC headroom and reserve take whole, so every queue pauses
+its upstream port past its reserve, at any load (`EffectiveSettings.unshared_note`); switch ports whose ECN kmin no
+egress queue of their buffer can pass, so an ECN CC never acts there (`EffectiveSettings.unmarkable_note`). They
+come from the engine's own report of what it runs by (`FabricObserver.effective()`, read back from ns-3), so nothing
+here recomputes the fabric's defaults. Where it is told (docs/packet-model.md "Switch"):
 
 - an engine whose fabric is in this process tells it when `make_engine` has built it (before any flow runs);
 - phantora-ns3-runner (`phantora netsim`) prints its report before it runs, and netsim tells it then;
@@ -35,8 +36,8 @@ _said: list[set[str]] = []  # inside `told_once`: the warnings told so far
 
 def fabric_warnings(settings: EffectiveSettings, topo: Topology | None = None) -> list[str]:
     """The warnings of what an engine runs by, switches named from `topo` (else by node id): one line each."""
-    note = settings.unshared_note({n.id: n.name for n in topo.nodes} if topo is not None else None)
-    return [note] if note else []
+    names = {n.id: n.name for n in topo.nodes} if topo is not None else None
+    return [note for note in (settings.unshared_note(names), settings.unmarkable_note(names)) if note]
 
 
 def warning_line(warning: str) -> str:
