@@ -9,6 +9,8 @@ completions equal with R and without it (and one engine's completions)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -69,48 +71,76 @@ def test_reach_is_the_least_step_sum_down_to_a_counted_flow(seed: int) -> None:
     assert len(want) > 5  # (not vacuous)
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_the_horizon_read_with_reach_gives_the_exact_least_bounds(seed: int) -> None:
-    rng = random.Random(seed)
+@dataclass
+class HorizonCase:
+    """One worker's horizon read to check: its unfinished flows' exact least bounds (the pushed walk), over the
+    flows waited for outside (`ext`) and reacting, and the books, their blockers and the reach the read may use."""
+
+    run: RandomBooks
+    batch: int
+    worker: int
+    ext: set[int]
+    reacting: set[int]
+    reach: Any
+    least: int
+    least_r: int
+
+    def read(self, floor: int, *extra: Any) -> tuple[int, int, int]:
+        """`least_ends` of this worker from `floor` (with `extra`: the reach, and a least so far)."""
+        books, blockers = self.run.books, self.run.blockers
+        books_args = (books.c, books.ends, books.up, books.step, books.memo, books.wide)
+        return least_ends(
+            blockers.free[self.worker], floor, self.reacting.__contains__, self.ext, *books_args, blockers.below, *extra
+        )
+
+
+def horizon_cases(rng: random.Random, batches: int, moves: int, drop: bool) -> Iterator[HorizonCase]:
+    """Two workers' random books of rail flows, booked in `batches` batches of 150 flows, each followed by `moves`
+    moves; after each move, a case per worker with unfinished flows. The flows waited for outside and the reacting
+    ones are chosen per batch, then only fewer (`drop`: a wait or a reaction dropped now and then)."""
     hosts = gpus_by_host(rail_optimized(4, 4, 1))
     run = RandomBooks(rng, Blockers(2))
-    books, blockers, unfinished = run.books, run.blockers, run.unfinished
-    checked = reads_with = reads_without = 0
-    for batch in range(4):
+    books = run.books
+    for batch in range(batches):
         run.book(random_dag(rng, hosts, 1000 * batch, 150, list(books.c), markers=0.0, wide=0.05))
-        # the flows counted from now on: chosen here, then only fewer (reactions and waits drop, none is added)
         pool = list(books.c)
         ext = set(rng.sample(pool, len(pool) // 10))
         reacting = set(rng.sample(pool, len(pool) // rng.choice([20, 8, 3])))
         order = [Flow(f, 0, 0, 0, books.up.get(f, ())) for f in books.c]  # (booked in topological order)
         reach = least_reach(order, books.up, books.step, (ext | reacting).__contains__)
-        for _ in range(300):
+        for _ in range(moves):
             run.move()
-            now = run.now
-            for s in (ext, reacting):  # (a wait or a reaction dropped now and then)
+            for s in (ext, reacting) if drop else ():
                 if s and rng.random() < 0.2:
                     s.discard(rng.choice(sorted(s)))
             for w in (0, 1):
-                ids = unfinished[w]
+                ids = run.unfinished[w]
                 if not ids:
                     continue
                 exact = books.push._lb  # (every unfinished flow's L, pushed down the DAG)
                 least_r = min((exact[f] for f in ids if f in reacting), default=INF_NS)
                 least = min(least_r, min((exact[f] for f in ids if f in ext), default=INF_NS))
-                floor = rng.choice([0, now, least - 1, least, least_r, INF_NS - 1]) if least < INF_NS else now
-                books_args = (books.c, books.ends, books.up, books.step, books.memo, books.wide)
-                m, mr, n = least_ends(
-                    blockers.free[w], floor, reacting.__contains__, ext, *books_args, blockers.below, reach
-                )  # (first: the plain read after it finds the bounds it wrote back)
-                plain = least_ends(blockers.free[w], floor, reacting.__contains__, ext, *books_args, blockers.below)
-                assert (max(m, floor), max(mr, floor)) == (max(least, floor), max(least_r, floor)), (seed, batch)
-                assert (max(plain[0], floor), max(plain[1], floor)) == (max(m, floor), max(mr, floor))
-                assert all(books.c[f] <= exact[f] for f in books.c)  # (what it wrote back is a lower bound)
-                checked += 1
-                reads_with += n
-                reads_without += plain[2]
-        for g in books.c:  # (and the bounds pulled from what it wrote back are still the walk's)
-            assert books.pulled(g) == books.push._lb[g]
+                yield HorizonCase(run, batch, w, ext, reacting, reach, least, least_r)
+        if drop:  # (and the bounds pulled from what the reads wrote back are still the walk's)
+            assert all(books.pulled(g) == books.push._lb[g] for g in books.c)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_horizon_read_with_reach_gives_the_exact_least_bounds(seed: int) -> None:
+    rng = random.Random(seed)
+    checked = reads_with = reads_without = 0
+    for case in horizon_cases(rng, 4, 300, drop=True):
+        least, least_r, now = case.least, case.least_r, case.run.now
+        floor = rng.choice([0, now, least - 1, least, least_r, INF_NS - 1]) if least < INF_NS else now
+        m, mr, n = case.read(floor, case.reach)  # (first: the plain read after it finds the bounds it wrote back)
+        plain = case.read(floor)
+        assert (max(m, floor), max(mr, floor)) == (max(least, floor), max(least_r, floor)), (seed, case.batch)
+        assert (max(plain[0], floor), max(plain[1], floor)) == (max(m, floor), max(mr, floor))
+        books = case.run.books
+        assert all(books.c[f] <= books.push._lb[f] for f in books.c)  # (what it wrote back is a lower bound)
+        checked += 1
+        reads_with += n
+        reads_without += plain[2]
     # (not vacuous: many horizons read, and reach passed over flows the plain read went through)
     assert checked > 1000 and reads_with < reads_without, (checked, reads_with, reads_without)
 
@@ -120,46 +150,24 @@ def test_the_horizon_read_from_the_least_so_far_gives_the_same_terms(seed: int) 
     # `_horizon` reads each worker from (e, r), the least so far of the other terms: what it takes of the read,
     # min(e, max(m, floor)) and min(r, max(mr, floor)), must be that of the exact least bounds, by the pushed walk
     rng = random.Random(50 + seed)
-    hosts = gpus_by_host(rail_optimized(4, 4, 1))
-    run = RandomBooks(rng, Blockers(2))
-    books, blockers, unfinished = run.books, run.blockers, run.unfinished
     checked = reads_from = reads_plain = 0
-    for batch in range(3):
-        run.book(random_dag(rng, hosts, 1000 * batch, 150, list(books.c), markers=0.0, wide=0.05))
-        pool = list(books.c)
-        ext = set(rng.sample(pool, len(pool) // 10))
-        reacting = set(rng.sample(pool, len(pool) // rng.choice([20, 8, 3])))
-        order = [Flow(f, 0, 0, 0, books.up.get(f, ())) for f in books.c]
-        reach = least_reach(order, books.up, books.step, (ext | reacting).__contains__)
-        for _ in range(200):
-            run.move()
-            for w in (0, 1):
-                ids = unfinished[w]
-                if not ids:
-                    continue
-                exact = books.push._lb
-                least_r = min((exact[f] for f in ids if f in reacting), default=INF_NS)
-                least = min(least_r, min((exact[f] for f in ids if f in ext), default=INF_NS))
-                floor = rng.choice([0, run.now, least - 1, least, least_r]) if least < INF_NS else run.now
-                marks = [0, floor, least - 1, least, least + 1, least_r - 1, least_r, least_r + 1, INF_NS]
-                e = rng.choice([x for x in marks if 0 <= x <= INF_NS])
-                r = rng.choice([x for x in marks if e <= x <= INF_NS])
-                books_args = (books.c, books.ends, books.up, books.step, books.memo, books.wide)
-                m, mr, n = least_ends(
-                    blockers.free[w], floor, reacting.__contains__, ext, *books_args, blockers.below, reach, (e, r)
-                )
-                assert m <= mr and m <= e and mr <= r
-                assert (min(e, max(m, floor)), min(r, max(mr, floor))) == (
-                    min(e, max(least, floor)),
-                    min(r, max(least_r, floor)),
-                ), (seed, batch, e, r, floor)
-                plain = least_ends(
-                    blockers.free[w], floor, reacting.__contains__, ext, *books_args, blockers.below, reach
-                )
-                assert (max(plain[0], floor), max(plain[1], floor)) == (max(least, floor), max(least_r, floor))
-                checked += 1
-                reads_from += n
-                reads_plain += plain[2]
+    for case in horizon_cases(rng, 3, 200, drop=False):
+        least, least_r, now = case.least, case.least_r, case.run.now
+        floor = rng.choice([0, now, least - 1, least, least_r]) if least < INF_NS else now
+        marks = [0, floor, least - 1, least, least + 1, least_r - 1, least_r, least_r + 1, INF_NS]
+        e = rng.choice([x for x in marks if 0 <= x <= INF_NS])
+        r = rng.choice([x for x in marks if e <= x <= INF_NS])
+        m, mr, n = case.read(floor, case.reach, (e, r))
+        assert m <= mr and m <= e and mr <= r
+        assert (min(e, max(m, floor)), min(r, max(mr, floor))) == (
+            min(e, max(least, floor)),
+            min(r, max(least_r, floor)),
+        ), (seed, case.batch, e, r, floor)
+        plain = case.read(floor, case.reach)
+        assert (max(plain[0], floor), max(plain[1], floor)) == (max(least, floor), max(least_r, floor))
+        checked += 1
+        reads_from += n
+        reads_plain += plain[2]
     # (not vacuous: many reads, and a least so far below the worker's own spares reads)
     assert checked > 500 and reads_from < reads_plain, (checked, reads_from, reads_plain)
 
