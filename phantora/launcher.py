@@ -169,15 +169,16 @@ def run_cc(engine: EngineSpec) -> str | None:
 
 
 FLOWS_CSV_MAX_RANKS = 256  # per-flow records (flows.csv) for jobs up to this many ranks
+AUTO_LIVE = 8  # --dedup auto: live processes (ranks r and r mod 8 run alike)
 PHANTOM_ABOVE = 16  # auto: more ranks than this run phantom (a live real-tensor rank costs ~330 MB of host)
 
 
 def plan_processes(cfg: RunConfig, topo: Topology) -> tuple[bool, int, int]:
     """(phantom, world, live): the tensor mode and how many live processes stand for how many ranks.
 
-    Deduplication needs phantom mode (mirrored ranks move no data). "auto" runs one live process
-    per GPU of a host (the topology's first host; 8 if its hosts have one GPU or none), which keeps
-    tensor-parallel groups inside a host live; it is off when the job is no larger than that.
+    Deduplication needs phantom mode (mirrored ranks move no data). "auto" runs 8 live processes (a DGX
+    host's GPUs), which keeps tensor-parallel groups of up to 8 live, whatever GPUs a host of the topology has;
+    it is off when the job has 8 ranks or fewer or a rank count that 8 does not divide.
     """
     world = (host_gpus(topo) if cfg.spawn else topo.num_ranks) if cfg.nproc is None else cfg.nproc
     if cfg.spawn:
@@ -193,12 +194,8 @@ def plan_processes(cfg: RunConfig, topo: Topology) -> tuple[bool, int, int]:
     if cfg.dedup == "auto":
         if not phantom:
             return phantom, world, world
-        host = topo.nodes[topo.node_of_rank(0)].host
-        on_host = (topo.nodes[topo.node_of_rank(r)].host == host for r in range(world))
-        per_host = sum(on_host) if host is not None else 1  # host 0 is a host
-        if per_host <= 1:  # hosts of one GPU, or none known: a DGX-sized group of 8
-            per_host = min(8, world)
-        return phantom, world, per_host if world % per_host == 0 else world
+        live = min(AUTO_LIVE, world)  # (not a host's GPUs: a program whose ranks differ across hosts keeps them)
+        return phantom, world, live if world % live == 0 else world
     try:
         live = int(cfg.dedup)
     except (TypeError, ValueError):

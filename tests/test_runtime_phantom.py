@@ -124,8 +124,10 @@ def test_process_plan() -> None:
         plan_processes(RunConfig("x.py", [], topo, tensors="real", dedup="4"), topo)
     with pytest.raises(InputError, match="divide"):
         plan_processes(RunConfig("x.py", [], topo, dedup="5"), topo)
-    hosts4 = rail_optimized(8, gpus_per_host=4, spines=4, name="rail32x4")  # rank 0 on host 0, of 4 GPUs
-    assert plan_processes(RunConfig("x.py", [], hosts4), hosts4) == (True, 32, 4)  # was 8: host 0 read as none
+    hosts4 = rail_optimized(8, gpus_per_host=4, spines=4, name="rail32x4")  # 8 live whatever a host's GPUs
+    assert plan_processes(RunConfig("x.py", [], hosts4), hosts4) == (True, 32, 8)
+    assert plan_processes(RunConfig("x.py", [], hosts4, nproc=4, tensors="phantom"), hosts4) == (True, 4, 4)
+    assert plan_processes(RunConfig("x.py", [], hosts4, nproc=20, tensors="phantom"), hosts4) == (True, 20, 20)
 
 
 DDP_SCRIPT = """

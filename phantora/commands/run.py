@@ -123,7 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         metavar="auto|off|K",
         help="rank deduplication (phantom only): K live processes stand for all ranks, rank r mirrored by "
-        "live rank r mod K; auto (default): one live process per GPU of a host; off: one process per rank",
+        "live rank r mod K; auto (default): 8 (a DGX host's GPUs) when 8 divides the ranks; off: one process per rank",
     )
     p.add_argument(
         "--storage",
