@@ -694,10 +694,17 @@ class CoordinatorCore:
         first = next(iter(rv.calls.values()))
         why = self.ranks[rank].gave_up
         why = f" (it {why}: torch's Work.wait(timeout), which aborts the call's NCCL communicator)" if why else ""
+        m = self.mirrors
+        dedup = (
+            f"; with rank deduplication {m.live} live processes run the {m.world} ranks' program (rank r as live rank "
+            f"r mod {m.live}): a program whose ranks differ beyond that needs --dedup off"
+            if m.active
+            else ""
+        )
         raise RunFailed(
             E_DEADLOCK,
             f"missing participant: rank {rank} finished at {self.ranks[rank].t_finish} ns without joining "
-            f"{rv.describe()}{why}; first call: {first.describe()}",
+            f"{rv.describe()}{why}; first call: {first.describe()}{dedup}",
         )
 
     def _on_clock(self, rs: RankState, msg: Message) -> None:

@@ -16,7 +16,10 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from phantora.launcher import RunConfig
+import pytest
+
+from phantora.errors import PhantoraError
+from phantora.launcher import RunConfig, launch
 from phantora.topology import rail_optimized
 
 HANDOFF = 22_125  # ns: a 256 KiB send's hand-off between two hosts
@@ -70,3 +73,18 @@ def test_a_relayed_send_hands_off_once_the_send_before_it_has_crossed_the_networ
     assert s2 == received + back + HANDOFF
     res = replay_graph(graph, topo, FlowSimulator(topo))
     assert res.rank_end_ns == graph.recorded["end_ns"], (res.rank_end_ns, graph.recorded)
+
+
+def test_a_program_whose_ranks_differ_under_deduplication_is_told_to_turn_it_off(tmp_path: Path) -> None:
+    """The same program with 2 live processes for its 4 ranks: rank 2 runs as live rank 0, which sends nothing, so
+    rank 1's send has no receiver; the error names rank deduplication and `--dedup off`."""
+    script = tmp_path / "sends.py"
+    script.write_text(textwrap.dedent(SENDS))
+    topo = rail_optimized(2, 2, spines=2, nic_rate=25 * 10**9, gpu="h100")
+    cfg = RunConfig(str(script), [str(256 * 1024)], topology=topo, nproc=4, trace="none", timeout_s=240)
+    cfg.tensors, cfg.dedup = "phantom", "2"
+    with pytest.raises(PhantoraError) as err:
+        launch(cfg)
+    text = str(err.value)
+    assert "missing participant" in text and "2 live processes run the 4 ranks' program" in text, text
+    assert "--dedup off" in text
