@@ -63,7 +63,7 @@ def error_line(stderr: str, stdout: str = "") -> str:
 
 
 WARNING = "phantora: warning: "  # how a run's warnings start on its stderr (phantora.netsim.engine_warnings)
-OnWarning = Callable[[RunSpec, str], None]  # (the run, its warning's text), as soon as the run prints it
+OnLine = Callable[[RunSpec, str], None]  # (the run, a line it printed: a warning, a progress line), as it prints it
 PROGRESS = "[phantora] "  # how a run's own progress lines start, on either stream (phantora.progress, run's steps)
 
 
@@ -71,8 +71,8 @@ def run_local_one(
     run: RunSpec,
     timeout_s: float | None,
     python: str = sys.executable,
-    on_warning: OnWarning | None = None,
-    on_progress: OnWarning | None = None,
+    on_warning: OnLine | None = None,
+    on_progress: OnLine | None = None,
 ) -> RunOutcome:
     """Run one configuration as `python -m phantora.cli ...`; its output goes to <run dir>/run.log, each warning
     line of its stderr to `on_warning` as it comes (an engine's, when it is built), and each of its own progress
@@ -174,8 +174,8 @@ def run_local(
     jobs: int,
     timeout_s: float | None,
     on_done: Callable[[RunSpec, RunOutcome], None] | None = None,
-    on_warning: OnWarning | None = None,
-    on_progress: OnWarning | None = None,
+    on_warning: OnLine | None = None,
+    on_progress: OnLine | None = None,
 ) -> list[RunOutcome]:
     """Run every configuration on local cores, `jobs` at a time; a failure does not stop the others. `on_warning`,
     `on_progress`: given each warning and progress line a run prints, as it prints it (`run_local_one`). The runs
