@@ -1302,8 +1302,9 @@ class RankSession:
         if self.out_dir is not None:  # before the step's line in steps/: a step listed there has its trace
             self.trace.append_to(RunDir(self.out_dir).rank_trace(self.rank), len(self.step_ends))
         self.step_ends.append(end)
-        if len(self.step_ends) == self.trace_steps and self._trace_ops is not None:
-            self._trace_ops = None  # the later steps: their step and collective spans only (--trace-steps)
+        if len(self.step_ends) == self.trace_steps and self.trace.level != "none":
+            if self._trace_ops == self.trace.op:  # not a profiler window's tap (gpu_window.py), which stays
+                self._trace_ops = None  # the later steps: their step and collective spans only (--trace-steps)
             self.trace.stop_ops()
         self.step_flops.append(sum(self.flops_by_dtype.values()))
         self.step_busy.append(self.clock.compute_busy_ns)

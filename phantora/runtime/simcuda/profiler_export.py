@@ -1,0 +1,188 @@
+"""A torch.profiler window's results on the simulated timeline: the simulated GPU's work (runtime/gpu_window.py) added
+to what torch's profiler exports, and the CPU ops moved to simulated time.
+
+`simulated_chrome_trace` rewrites Kineto's chrome-trace document: every host event's time becomes the rank's
+simulated time (`GpuWindow.sim_ns`: the compute stream's time as of the last GPU event the host had made by then), and
+the window's kernels ("cat": "kernel"), copies ("gpu_memcpy") and collectives (NCCL kernels, "cat": "kernel") are
+added on the GPU's process (`pid`: the device index) and its streams (`tid`): the default stream is 7 (as CUDA numbers
+it in Kineto's traces), a side stream of phantora's id N is 7 + N, and collectives run on NCCL streams from 100 (one
+more where they overlap, as trace.json's comm lanes). Times are µs of simulated time since the run began
+(`baseTimeNanoseconds` 0); the document's "phantora" entry says so.
+
+`simulated_function_events` does the same for the events `key_averages()` and `events()` read: each CPU op's time range
+in simulated time, each kernel appended to the CPU op that launched it (the innermost one open on its thread when it
+was launched) and listed as a CUDA event of its own, so that the CUDA columns hold the simulated kernel times.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from phantora.runtime.gpu_window import GpuSpan, GpuWindow
+
+DEFAULT_STREAM = 7  # the default stream's id in Kineto's traces of CUDA
+NCCL_STREAM_BASE = 100  # the first NCCL stream's id here
+MACHINERY = frozenset({"PythonDispatchMode"})  # the simulated GPU's own dispatch (a CPU op inside the op it runs)
+_SEQ = re.compile(r"#\d+.*$")  # trace.json's collective names go on from their sequence number: "all_reduce#3 ..."
+
+NOTE = (
+    "phantora simulated this GPU: its kernels, copies and collectives are the simulated ones, at their simulated "
+    "times; every time in this trace (the CPU ops' too) is the rank's simulated time in microseconds since the run "
+    "began. A CPU op is placed at the compute stream's simulated time as of the last GPU event the host had made "
+    "when it started or ended (phantora's host waits for the GPU: a CPU op that launches a kernel spans it); "
+    "CPU work phantora does not charge takes no simulated time."
+)
+
+
+def stream_id(span: GpuSpan) -> int:
+    """The Kineto stream id of a kernel or copy: 7 for the default stream, 7 + N for phantora's side stream N."""
+    return DEFAULT_STREAM + (span.stream or 0)
+
+
+def kernel_name(span: GpuSpan) -> str:
+    """A span's kernel name: a collective's is "nccl:" and its kind, without its sequence number and what follows
+    (trace.json's full name is in the event's "collective" argument)."""
+    return span.name if span.stream is not None else "nccl:" + _SEQ.sub("", span.name)
+
+
+def nccl_streams(spans: Iterable[GpuSpan]) -> dict[int, int]:
+    """The NCCL stream of each collective (by its index in `spans`): the first from NCCL_STREAM_BASE free at its
+    start, in order of their starts."""
+    ends: list[int] = []
+    out: dict[int, int] = {}
+    indexed = [(i, s) for i, s in enumerate(spans) if s.stream is None]
+    for i, s in sorted(indexed, key=lambda x: (x[1].start, x[1].end)):
+        lane = next((k for k, t in enumerate(ends) if t <= s.start), len(ends))
+        if lane == len(ends):
+            ends.append(s.end)
+        ends[lane] = s.end
+        out[i] = NCCL_STREAM_BASE + lane
+    return out
+
+
+def simulated_chrome_trace(doc: dict[str, Any], window: GpuWindow, device: int, gpu_name: str) -> dict[str, Any]:
+    """Kineto's chrome-trace document `doc` on the simulated timeline with the window's GPU work (in place)."""
+    events = doc.get("traceEvents")
+    if not isinstance(events, list):
+        raise ValueError("torch.profiler's trace has no traceEvents list")
+    base = int(doc.get("baseTimeNanoseconds", 0))
+    for ev in events:
+        if not isinstance(ev, dict) or ev.get("ph") == "M" or "ts" not in ev:
+            continue
+        wall = base + round(float(ev["ts"]) * 1000)
+        start = window.sim_ns(wall)
+        if "dur" in ev:
+            ev["dur"] = (window.sim_ns(wall + round(float(ev["dur"]) * 1000)) - start) / 1000.0
+        ev["ts"] = start / 1000.0
+    events.extend(gpu_events(window.spans, device))
+    doc["baseTimeNanoseconds"] = 0
+    props = doc.get("deviceProperties")
+    if not props:
+        doc["deviceProperties"] = [{"id": device, "name": gpu_name}]
+    doc["phantora"] = {
+        "simulated_gpu": gpu_name,
+        "device": device,
+        "window_ns": [window.start_ns, window.end_ns],
+        "note": NOTE,
+    }
+    return doc
+
+
+def gpu_events(spans: Sequence[GpuSpan], device: int) -> list[dict[str, Any]]:
+    """The chrome-trace events of `spans` on GPU `device`: names of its process and streams, then one "X" event each."""
+    nccl = nccl_streams(spans)
+    out: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": device, "args": {"name": f"GPU {device} (simulated)"}},
+        {"name": "process_sort_index", "ph": "M", "pid": device, "args": {"sort_index": 1000 + device}},
+    ]
+    named: set[int] = set()
+    for i, s in enumerate(spans):
+        tid = nccl[i] if s.stream is None else stream_id(s)
+        if tid not in named:
+            named.add(tid)
+            out.append({"name": "thread_name", "ph": "M", "pid": device, "tid": tid, "args": {"name": f"stream {tid}"}})
+        args: dict[str, Any] = {"device": device, "stream": tid, "correlation": i + 1, "simulated": True}
+        if s.args:
+            args.update(s.args)
+            args["collective"] = s.name
+        cat = "gpu_memcpy" if s.kind == "memcpy" else "kernel"
+        out.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": kernel_name(s),
+                "pid": device,
+                "tid": tid,
+                "ts": s.start / 1000.0,
+                "dur": (s.end - s.start) / 1000.0,
+                "args": args,
+            }
+        )
+    return out
+
+
+def simulated_function_events(events: Any, window: GpuWindow, trace_start_ns: int, device: int) -> None:
+    """torch's `EventList` of a window (times in µs since `trace_start_ns`, real epoch ns) on the simulated timeline
+    (µs since the window's start), its kernels appended to the CPU ops that launched them and listed as CUDA events,
+    its CUDA columns on (in place)."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    origin = window.start_ns
+
+    def sim_us(rel_us: float) -> float:
+        return (window.sim_ns(trace_start_ns + round(rel_us * 1000)) - origin) / 1000.0
+
+    cpu = [e for e in events if e.device_type == DeviceType.CPU]
+    walls = {id(e): (trace_start_ns + round(e.time_range.start * 1000), trace_start_ns + round(e.time_range.end * 1000))
+             for e in cpu}  # fmt: skip
+    launcher = launching_ops([e for e in cpu if not e.is_async and e.name not in MACHINERY], walls, window.spans)
+    for e in cpu:
+        e.time_range.start, e.time_range.end = sim_us(e.time_range.start), sim_us(e.time_range.end)
+        e.use_device = "cuda"
+    next_id = max((e.id for e in events), default=0) + 1
+    nccl = nccl_streams(window.spans)
+    for i, s in enumerate(window.spans):
+        name, dur = kernel_name(s), (s.end - s.start) / 1000.0
+        op = launcher.get(i)
+        if op is not None:
+            op.append_kernel(name, device, dur)
+        tid = nccl[i] if s.stream is None else stream_id(s)
+        start = (s.start - origin) / 1000.0
+        fe = FunctionEvent(id=next_id + i, name=name, thread=tid, start_us=start, end_us=start + dur, trace_name=name,
+                           overload_name="", input_shapes=[], concrete_inputs=[], kwinputs={}, stack=[],
+                           use_device="cuda", device_type=DeviceType.CUDA, device_index=device,
+                           device_resource_id=tid)  # fmt: skip
+        events.append(fe)
+    events._use_device = "cuda"
+
+
+def launching_ops(ops: Sequence[Any], walls: dict[int, tuple[int, int]], spans: Sequence[GpuSpan]) -> dict[int, Any]:
+    """The CPU op (of `ops`, whose real epoch intervals `walls` gives by id) that launched each kernel or copy of
+    `spans` (by index) on the program's thread: the innermost op open at its launch on the thread with the most ops
+    (torch numbers its threads its own way; the program's runs the profiled loop). None for collectives (recorded
+    at their completion), for kernels of the program's other threads and for launches outside every op."""
+    counts: dict[int, int] = {}
+    for e in ops:
+        counts[e.thread] = counts.get(e.thread, 0) + 1
+    if not counts:
+        return {}
+    main = max(counts, key=lambda t: counts[t])
+    mine = sorted((e for e in ops if e.thread == main), key=lambda e: (walls[id(e)][0], -walls[id(e)][1]))
+    launches = sorted((s.wall, i) for i, s in enumerate(spans) if s.stream is not None and s.main)
+    out: dict[int, Any] = {}
+    stack: list[Any] = []
+    k = 0
+    for wall, i in launches:
+        while k < len(mine) and walls[id(mine[k])][0] <= wall:
+            while stack and walls[id(stack[-1])][1] < walls[id(mine[k])][0]:
+                stack.pop()
+            stack.append(mine[k])
+            k += 1
+        while stack and walls[id(stack[-1])][1] < wall:
+            stack.pop()
+        if stack:
+            out[i] = stack[-1]
+    return out
