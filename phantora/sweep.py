@@ -351,7 +351,8 @@ def sweep_plots(
     loaded: Sequence[RunData] | None = None,
 ) -> list[Path]:
     """Time (and PFC paused time) against the CC algorithm, or the first swept parameter; FCT CDF of the runs
-    (`loaded`: the runs as `table_rows` kept them; read again where not given).
+    (`loaded`: the runs as `table_rows` kept them; read again where not given). Where a run has both flows on
+    NVLink alone and flows through the network, the FCT p99 of the latter against the parameter and their CDF.
     With seeds swept, a bar is the mean over the seeds and its error bar their range (min to max)."""
     from phantora.report.plots import fct_cdf, metric_vs_param
     from phantora.results.read import load_run
@@ -379,6 +380,16 @@ def sweep_plots(
             scale=1e3,
             empty="no PFC pauses in any run",
         )
+        if mixed_rows(rows):
+            paths += metric_vs_param(
+                ok,
+                param,
+                "net_fct_p99_ns",
+                out_dir / f"net_fct_p99_vs_{short}",
+                ylabel="FCT p99, network flows (µs)",
+                series=series,
+                scale=1e3,
+            )
     if loaded is None:
         read = []
         for run, row in zip(runs, rows, strict=True):
@@ -389,6 +400,8 @@ def sweep_plots(
                     continue
         loaded = read
     paths += fct_cdf(loaded, out_dir / "fct_cdf")
+    if mixed_rows(rows):
+        paths += fct_cdf(loaded, out_dir / "fct_cdf_network", network=True)
     return paths
 
 
@@ -545,17 +558,22 @@ def run_sweep(
 def format_rows(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> str:
     """A short table of the sweep: swept parameters and the main metrics, one line per run (and how many warnings
     its engine gave, when any run's did), and under it each warning, with the runs that gave it."""
-    from phantora.report.compare import fmt_spread, fmt_value
+    from phantora.report.compare import fmt_spread, fmt_value, shown
 
     params = list(spec.grid) or ["run"]
     cols = [
         ("time_ns", "time µs", "ns"),
         ("fct_p99_ns", "fct p99 µs", "ns"),
         ("slowdown_p99", "slow p99", "ratio"),
+        ("net_fct_p50_ns", "net p50 µs", "ns"),
+        ("net_fct_p99_ns", "net p99 µs", "ns"),
+        ("net_slowdown_p99", "net slow p99", "ratio"),
         ("pfc_paused_ns", "paused µs", "ns"),
         ("queue_max_bytes", "qmax KB", "bytes"),
         ("ecn_marks", "ecn", "count"),
     ]
+    keep = shown([c[0] for c in cols], mixed_rows(rows))  # the network-flow columns where a run has both kinds
+    cols = [c for c in cols if c[0] in keep]
     warned = any(r.get("warnings") for r in rows)  # (a column of zeros would only widen the table)
     head = ["run", "status", *[p.removeprefix("set.") for p in params], *[c[1] for c in cols]]
     head += ["warnings"] if warned else []
@@ -581,6 +599,13 @@ def format_rows(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> str:
             *_aligned(head, body),
         ]
     return "\n".join(lines)
+
+
+def mixed_rows(rows: Sequence[dict[str, Any]]) -> bool:
+    """Has a run of the sweep that ended ok both flows on NVLink alone and flows through the network?"""
+    from phantora.report.compare import both_kinds
+
+    return any(both_kinds(r) for r in rows if r.get("status") == "ok")
 
 
 def warning_lines(rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -25,6 +25,9 @@ SPREAD_METRICS: tuple[str, ...] = (
     "fct_p50_ns",
     "fct_p99_ns",
     "slowdown_p99",
+    "net_fct_p50_ns",
+    "net_fct_p99_ns",
+    "net_slowdown_p99",
     "pfc_paused_ns",
     "queue_max_bytes",
 )
@@ -108,14 +111,14 @@ def _write_group(out: RunDir, command: str, runs: list[dict[str, Any]], first: i
 
 def format_spread(group: Path) -> str:
     """The mean, standard deviation and range of the main metrics over a seed group's runs."""
-    from phantora.report.compare import SUMMARY, display_unit, figures, fmt_spread, fmt_value
+    from phantora.report.compare import SUMMARY, both_kinds, display_unit, figures, fmt_spread, fmt_value, shown
     from phantora.results.read import load_run
 
     run = load_run(group)
     means, spreads = figures(run)
     n = len(run.members or [])
     lines = [f"over {n} seeds: mean ±standard deviation [min-max]"]
-    for key in SPREAD_METRICS:
+    for key in shown(SPREAD_METRICS, both_kinds(means)):  # the network-flow rows where the runs have both kinds
         s = spreads.get(key)
         if s is None:
             continue

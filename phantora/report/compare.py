@@ -90,11 +90,26 @@ def fct_stats(flows: Flows | None) -> dict[str, Value]:
         return out
     real = flows.size > 0
     out.update(_percentiles(flows, real, ""))
-    if real.any() and bool((flows.nvlink[real] >= 0).all()):
-        net = real & (flows.nvlink == 0)
+    net = network_flows(flows)
+    if net is not None:
         out["net_flows"], out["nvlink_flows"] = int(net.sum()), int((real & (flows.nvlink == 1)).sum())
         out.update({k: v for k, v in _percentiles(flows, net, "net_").items() if k in NET_KEYS})
     return out
+
+
+def network_flows(flows: Flows) -> np.ndarray | None:
+    """The flows with bytes that left through the NICs (flows.csv `nvlink` 0), as a mask; None where flows.csv
+    does not say which flows stayed on NVLink (written before its `nvlink` column) or no flow has bytes."""
+    real = flows.size > 0
+    if not real.any() or not bool((flows.nvlink[real] >= 0).all()):
+        return None
+    return real & (flows.nvlink == 0)
+
+
+def shown(keys: Sequence[str], mixed: bool) -> list[str]:
+    """`keys` without the network-flow ones (NET_KEYS) unless `mixed`: some run has both kinds of flows
+    (`both_kinds`); a run of network flows alone would only repeat its all-flow figures in them."""
+    return [k for k in keys if mixed or k not in NET_KEYS]
 
 
 def _percentiles(flows: Flows, chosen: np.ndarray, prefix: str) -> dict[str, Value]:
@@ -350,9 +365,8 @@ def compare_runs(runs: Sequence[RunData]) -> Comparison:
     figs = [figures(r) for r in runs]
     metrics: list[Metric] = []
     mixed = any(both_kinds(f[0]) for f in figs)  # the network rows only where some run has NVLink flows too
-    for key, (label, unit, section) in SUMMARY.items():
-        if key in NET_KEYS and not mixed:
-            continue
+    for key in shown(list(SUMMARY), mixed):
+        label, unit, section = SUMMARY[key]
         if key == "time_ns":
             kinds = {r.time_kind for r in runs if r.time_ns is not None}
             label = "iteration time" if kinds == {"iteration"} else "makespan" if kinds <= {"makespan"} else label

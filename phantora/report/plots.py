@@ -1,6 +1,6 @@
 """Report plots (matplotlib, Agg backend), each written as PNG and SVG with labelled axes and units.
 
-- `fct_cdf`: flow completion time CDF, one line per run;
+- `fct_cdf`: flow completion time CDF, one line per run (over all flows, or over the network's);
 - `queue_depth`: queue depth over time at each run's hottest (switch, port);
 - `pfc_timeline`: paused intervals per port, one panel per run;
 - `step_timeline`: per-rank compute and comm spans of a live run's trace;
@@ -140,20 +140,30 @@ def spans_decades(values: np.ndarray, decades: float = 2.0) -> bool:
     return bool(pos.size) and float(pos.max()) >= float(pos.min()) * 10**decades
 
 
-def fct_cdf(runs: Sequence[RunData], base: Path) -> list[Path]:
+def fct_cdf(runs: Sequence[RunData], base: Path, *, network: bool = False) -> list[Path]:
     """CDF of flow completion times (flows with bytes), one step line per run that has flows; a log x axis
-    when the FCTs span two decades or more (a linear one would crush the short flows against the origin)."""
-    have = [r for r in runs if r.flows is not None and (r.flows.size > 0).any()]
-    if not have:
+    when the FCTs span two decades or more (a linear one would crush the short flows against the origin).
+    With `network`, over the flows through the network alone (`network_flows`; a run whose flows.csv does not
+    say which flows stayed on NVLink is left out)."""
+    from phantora.report.compare import network_flows
+
+    chosen = []
+    for r in runs:
+        if r.flows is None:
+            continue
+        mask = network_flows(r.flows) if network else r.flows.size > 0
+        if mask is not None and mask.any():
+            chosen.append((r, r.flows.fct_ns[mask]))
+    if not chosen:
         return []
-    every = np.concatenate([r.flows.fct_ns[r.flows.size > 0] for r in have if r.flows is not None])
+    have = [r for r, _ in chosen]
+    every = np.concatenate([fct for _, fct in chosen])
     log = spans_decades(every)
     div, unit = time_scale(float(every.max()))
     fig, ax = plt.subplots(figsize=figsize(7, 4.5), layout="constrained")
     curves = []
-    for r in have:
-        assert r.flows is not None
-        fct = np.sort(r.flows.fct_ns[r.flows.size > 0]) / div
+    for _, picked in chosen:
+        fct = np.sort(picked) / div
         if log:
             fct = fct[fct > 0]
         curves.append(fct)
@@ -167,7 +177,7 @@ def fct_cdf(runs: Sequence[RunData], base: Path) -> list[Path]:
     ax.set_xlabel(f"flow completion time ({unit}{', log scale' if log else ''})")
     ax.set_ylabel("fraction of flows (CDF)")
     ax.set_ylim(0, 1.02)
-    ax.set_title("FCT CDF")
+    ax.set_title("FCT CDF" + (" (network flows)" if network else ""))
     ax.grid(alpha=0.3, which="both" if log else "major")
     ax.legend(fontsize="small")
     return save(fig, base)
