@@ -69,6 +69,7 @@ from phantora.netsim.heartbeat import attach_beats, beat_now, detach_beats
 from phantora.netsim.hybrid_worker import HybridWorker
 from phantora.netsim.nic_latency import NicLatencySimulator
 from phantora.netsim.packet import keep_fct_records
+from phantora.netsim.raised_bounds import RaisedBounds
 from phantora.progress import Beat
 from phantora.results.scenario import engine_outcome
 from phantora.results.write import write_fabric_traces
@@ -117,7 +118,7 @@ class NetServer:
         self.running = True
         self.cpu0 = time.process_time()  # CPU spent serving (the engine is built by now)
         self.rejections = RejectionLog(log)
-        self.bounds: dict[int, int] = {}  # a decomposition worker's completion bounds as last reported
+        self.bounds = RaisedBounds()  # a decomposition worker's completion bounds as last reported
         self.beating: list[Any] | None = None  # what `attach_beats` set, while the peer asks for progress
         self.beat_s = 0.0  # ... at most this often
         self.last_beat = float("-inf")
@@ -136,11 +137,7 @@ class NetServer:
 
     def _raised_bounds(self, eng: NicLatencySimulator | HybridWorker) -> list[int]:
         """The started flows' completion bounds that rose since the last report, flat: [id, ns, id, ns, ...]."""
-        now = eng.completion_bounds()
-        last = self.bounds
-        out = [x for fid, ns in now.items() if ns > last.get(fid, -1) for x in (fid, ns)]
-        self.bounds = now
-        return out
+        return self.bounds.update(*eng.completion_bound_columns())
 
     def handle(self, ident: bytes, raw: bytes) -> bytes | None:
         """One request -> its reply (None for one-way messages)."""

@@ -14,11 +14,15 @@ enters the fluid engine at p (the driver let this worker run to p at most: a flu
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
 
 from phantora.netsim.base import INF_NS, Completion, Flow
 from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.hybrid import FLUID, FluidNvlinkSimulator
 from phantora.netsim.nic_latency import NicLatencySimulator, gate_key
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class _Poster:
@@ -93,3 +97,7 @@ class HybridWorker(FluidNvlinkSimulator):
     def completion_bounds(self) -> dict[int, int]:
         """The packet side's (`NicLatencySimulator.completion_bounds`); the driver bounds fluid flows itself."""
         return self._nic.completion_bounds()
+
+    def completion_bound_columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """`completion_bounds` as int64 columns (ids, ns)."""
+        return self._nic.completion_bound_columns()

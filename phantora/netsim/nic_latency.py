@@ -32,6 +32,8 @@ from phantora.netsim.base import (
 from phantora.netsim.flow import CausalityError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from phantora.netsim.packet import Ns3Simulator
     from phantora.netsim.reuse import ProfileReuseSimulator
     from phantora.topology.model import Topology
@@ -280,6 +282,10 @@ class NicLatencySimulator(RunsByCompletion):
         """Flow id -> the earliest ns it can still complete, for the flows ns-3 has started (`Ns3Simulator`'s);
         a flow waiting here for its start or its deps has none (its static bound, from when it is posted, holds)."""
         return self.inner.completion_bounds()
+
+    def completion_bound_columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """`completion_bounds` as int64 columns (ids, ns)."""
+        return self.inner.completion_bound_columns()
 
     def now(self) -> int:
         return self.inner.now()

@@ -739,6 +739,16 @@ class Ns3Simulator:
             return {int(b.id): int(b.ns) for b in bounds}
         return dict(zip(rows["id"].tolist(), rows["ns"].tolist(), strict=True))
 
+    def completion_bound_columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """`completion_bounds` as two int64 columns, ids and ns, in ns-3's order (copies; no dict made)."""
+        import numpy as np
+
+        bounds = self._net.CompletionBounds()
+        rows = _rows(bounds, _dtype("FlowBound"))
+        if rows is None:
+            return np.array([int(b.id) for b in bounds], np.int64), np.array([int(b.ns) for b in bounds], np.int64)
+        return rows["id"].astype(np.int64), rows["ns"].astype(np.int64)
+
     def flow_rate_bps(self, flow_id: int) -> int:
         """Current pacing rate of an open flow (0 if not sending)."""
         return int(self._net.FlowRateBps(flow_id))

@@ -356,6 +356,12 @@ class SteppedPartition(DecomposedSimulator):
         """None to report: the driver holds its flows' bounds itself (a decomposition worker's engine reports them)."""
         return {}
 
+    def completion_bound_columns(self) -> tuple[Any, Any]:
+        """`completion_bounds` as int64 columns (ids, ns): none."""
+        import numpy as np
+
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+
     # ----- records: the workers' merged as one keyed engine's (bridge.cut_pool) --------------------------------
     def _merged(self) -> Any:
         return self._pool.merged(self._now)  # type: ignore[attr-defined]

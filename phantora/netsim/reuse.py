@@ -93,6 +93,8 @@ class QuietStepper(NetworkSimulator, FabricObserver, Protocol):
 
     def completion_bounds(self) -> dict[int, int]: ...
 
+    def completion_bound_columns(self) -> tuple[np.ndarray, np.ndarray]: ...
+
 
 def catch_up(inner: QuietStepper) -> Callable[[int], list[Completion]]:
     """How reuse runs the engine below to a time on its own (opening or materialising an episode, in the middle of
@@ -260,6 +262,10 @@ class ProfileReuseSimulator:
         """ns-3's bounds of the flows it runs (what a decomposition worker reports). A served episode's flows have
         none: ns-3 lies quiet meanwhile, and the static bounds the driver set when it posted them still hold."""
         return self.inner.completion_bounds()
+
+    def completion_bound_columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """`completion_bounds` as int64 columns (ids, ns)."""
+        return self.inner.completion_bound_columns()
 
     def in_flight(self) -> int:
         return self._ep.left if self._serving() and self._ep is not None else self.inner.in_flight()
