@@ -98,11 +98,9 @@ def test_the_cpu_ops_are_on_the_simulated_timeline(run: tuple[Path, Any]) -> Non
     steps = sorted((e for e in events if str(e.get("name")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
     assert [e["name"] for e in steps] == [f"ProfilerStep#{i}" for i in ACTIVE]
     assert [e["ts"] for e in steps] == [e["ts"] for e in kernels]  # each step begins with its matmul
-    outer = {}  # each step's outermost aten::mm spans its kernel
-    for e in events:
-        if e.get("cat") == "cpu_op" and e["name"] == "aten::mm":
-            outer[e["ts"]] = max(outer.get(e["ts"], 0.0), e["dur"])
-    assert [(ts, outer.get(ts)) for ts in (k["ts"] for k in kernels)] == [(k["ts"], k["dur"]) for k in kernels]
+    ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op"}
+    launched = [ops[k["args"]["External id"]] for k in kernels]  # the op each kernel names as its launcher
+    assert [(e["name"], e["ts"], e["dur"]) for e in launched] == [("aten::mm", k["ts"], k["dur"]) for k in kernels]
 
 
 def test_key_averages_has_the_kernels_in_its_cuda_columns(run: tuple[Path, Any]) -> None:

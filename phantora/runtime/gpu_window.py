@@ -2,7 +2,8 @@
 
 `GpuWindow.open(session)` taps what the session already tells its trace (runtime/trace.py), whatever the trace level:
 every kernel (on the compute lane, which stands for the default stream, or on a side stream's lane), every collective
-at its completion (its span from issue to completion, as trace.json's comm lanes show it). It also samples the pair
+at its completion (its span from issue to completion, as trace.json's comm lanes show it; the host's moment of its
+issue noted when it was issued in the window). It also samples the pair
 (the host's real epoch time, the compute lane's simulated time) at each kernel, wait and synchronise: `sim_ns` reads
 those samples to place a moment of the host (a CPU op's start or end, as torch's profiler stamps it) on the simulated
 timeline, at the compute lane's time as of the last GPU event the host had made by then. `close()` removes the taps.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,14 +32,14 @@ def real_time_ns() -> int:
 @dataclass(frozen=True, slots=True)
 class GpuSpan:
     """A kernel, copy or collective of the simulated GPU: simulated ns, on `stream` (0: the default stream; a side
-    stream's id; None for a collective, which runs on its communicator's stream), recorded at real epoch `wall` by
-    the program's thread (`main`) or another (a kernel at its launch, a collective at its completion)."""
+    stream's id; None for a collective, which runs on its communicator's stream), launched at real epoch `wall` (None:
+    a collective issued before the window) by the program's thread (`main`) or another."""
 
     name: str
     start: int
     end: int
     stream: int | None
-    wall: int
+    wall: int | None
     main: bool
     args: dict[str, Any] | None = None
 
@@ -112,8 +114,16 @@ class GpuWindow:
             if own:
                 plain_lane_op(stream, name, start, end)
 
+        issued: dict[str, deque[tuple[int, bool]]] = {}  # a collective's name -> when and by which thread it was issued
+
+        def register(kind: str, label: str, *args: Any, **kwargs: Any) -> Any:
+            issued.setdefault(label, deque()).append((real_time_ns(), threading.get_ident() == s.thread))
+            return plain_register(kind, label, *args, **kwargs)
+
         def comm(name: str, start: int, end: int, args: dict[str, Any]) -> None:
-            spans.append(GpuSpan(name, start, end, None, real_time_ns(), threading.get_ident() == s.thread, dict(args)))
+            mine = issued.get(name)
+            wall, main = mine.popleft() if mine else (None, False)
+            spans.append(GpuSpan(name, start, end, None, wall, main, dict(args)))
             plain_comm(name, start, end, args)
 
         def join(t_done_ns: int) -> int:
@@ -128,6 +138,7 @@ class GpuWindow:
 
         plain_lane_op, plain_comm = self._replace(trace, "lane_op", lane_op), self._replace(trace, "comm", comm)
         plain_join, plain_sync = self._replace(clock, "join", join), self._replace(clock, "sync", sync)
+        plain_register = self._replace(s, "_register", register)
         before = s._trace_ops
         s._trace_ops = op
 

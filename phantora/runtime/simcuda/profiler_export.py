@@ -10,8 +10,9 @@ more where they overlap, as trace.json's comm lanes). Times are µs of simulated
 (`baseTimeNanoseconds` 0); the document's "phantora" entry says so.
 
 `simulated_function_events` does the same for the events `key_averages()` and `events()` read: each CPU op's time range
-in simulated time, each kernel appended to the CPU op that launched it (the innermost one open on its thread when it
-was launched) and listed as a CUDA event of its own, so that the CUDA columns hold the simulated kernel times.
+in simulated time, each kernel, copy and collective appended to the CPU op that launched it (the innermost one open on
+the program's thread when it was launched or issued) and listed as a CUDA event of its own, so that the CUDA columns
+hold the simulated times. In the chrome trace, each GPU event's "External id" is that op's, as Kineto links them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from phantora.runtime.gpu_window import GpuSpan, GpuWindow
 DEFAULT_STREAM = 7  # the default stream's id in Kineto's traces of CUDA
 NCCL_STREAM_BASE = 100  # the first NCCL stream's id here
 MACHINERY = frozenset({"PythonDispatchMode"})  # the simulated GPU's own dispatch (a CPU op inside the op it runs)
+_OP_CATS = ("cpu_op", "user_annotation")  # Kineto's CPU-op categories a kernel's launching op is one of
 _SEQ = re.compile(r"#\d+.*$")  # trace.json's collective names go on from their sequence number: "all_reduce#3 ..."
 
 NOTE = (
@@ -68,6 +70,7 @@ def simulated_chrome_trace(doc: dict[str, Any], window: GpuWindow, device: int, 
     if not isinstance(events, list):
         raise ValueError("torch.profiler's trace has no traceEvents list")
     base = int(doc.get("baseTimeNanoseconds", 0))
+    external = external_ids(events, base, window.spans)  # from the CPU ops' real times, before they move
     for ev in events:
         if not isinstance(ev, dict) or ev.get("ph") == "M" or "ts" not in ev:
             continue
@@ -76,7 +79,7 @@ def simulated_chrome_trace(doc: dict[str, Any], window: GpuWindow, device: int, 
         if "dur" in ev:
             ev["dur"] = (window.sim_ns(wall + round(float(ev["dur"]) * 1000)) - start) / 1000.0
         ev["ts"] = start / 1000.0
-    events.extend(gpu_events(window.spans, device))
+    events.extend(gpu_events(window.spans, device, external))
     doc["baseTimeNanoseconds"] = 0
     props = doc.get("deviceProperties")
     if not props:
@@ -90,8 +93,27 @@ def simulated_chrome_trace(doc: dict[str, Any], window: GpuWindow, device: int, 
     return doc
 
 
-def gpu_events(spans: Sequence[GpuSpan], device: int) -> list[dict[str, Any]]:
-    """The chrome-trace events of `spans` on GPU `device`: names of its process and streams, then one "X" event each."""
+def external_ids(events: list[Any], base: int, spans: Sequence[GpuSpan]) -> dict[int, int]:
+    """The "External id" of the CPU op (of Kineto's `events`, their times µs after `base` ns, not yet moved to
+    simulated time) that launched each span (by index), as Kineto links a kernel to its op: the innermost "cpu_op"
+    or "user_annotation" open on the program's thread at its launch (for a collective, "cpu_op" only, as
+    `launching_ops`)."""
+    ops = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in _OP_CATS
+           and e.get("name") not in MACHINERY and "External id" in (e.get("args") or {})]  # fmt: skip
+    main = busiest(e.get("tid") for e in ops)
+    mine, plain = [], []
+    for e in ops:
+        if e.get("tid") == main:
+            start = base + round(float(e["ts"]) * 1000)
+            mine.append((start, start + round(float(e.get("dur", 0)) * 1000), e["args"]["External id"]))
+            if e.get("cat") == "cpu_op":
+                plain.append(mine[-1])
+    return innermost(mine, launches(spans, False)) | innermost(plain, launches(spans, True))
+
+
+def gpu_events(spans: Sequence[GpuSpan], device: int, external: dict[int, int] | None = None) -> list[dict[str, Any]]:
+    """The chrome-trace events of `spans` on GPU `device`: names of its process and streams, then one "X" event each
+    (with the "External id" of the CPU op that launched it, where `external` has one)."""
     nccl = nccl_streams(spans)
     out: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": device, "args": {"name": f"GPU {device} (simulated)"}},
@@ -104,6 +126,8 @@ def gpu_events(spans: Sequence[GpuSpan], device: int) -> list[dict[str, Any]]:
             named.add(tid)
             out.append({"name": "thread_name", "ph": "M", "pid": device, "tid": tid, "args": {"name": f"stream {tid}"}})
         args: dict[str, Any] = {"device": device, "stream": tid, "correlation": i + 1, "simulated": True}
+        if external and i in external:
+            args["External id"] = external[i]
         if s.args:
             args.update(s.args)
             args["collective"] = s.name
@@ -159,30 +183,49 @@ def simulated_function_events(events: Any, window: GpuWindow, trace_start_ns: in
     events._use_device = "cuda"
 
 
-def launching_ops(ops: Sequence[Any], walls: dict[int, tuple[int, int]], spans: Sequence[GpuSpan]) -> dict[int, Any]:
-    """The CPU op (of `ops`, whose real epoch intervals `walls` gives by id) that launched each kernel or copy of
-    `spans` (by index) on the program's thread: the innermost op open at its launch on the thread with the most ops
-    (torch numbers its threads its own way; the program's runs the profiled loop). None for collectives (recorded
-    at their completion), for kernels of the program's other threads and for launches outside every op."""
-    counts: dict[int, int] = {}
-    for e in ops:
-        counts[e.thread] = counts.get(e.thread, 0) + 1
-    if not counts:
-        return {}
-    main = max(counts, key=lambda t: counts[t])
-    mine = sorted((e for e in ops if e.thread == main), key=lambda e: (walls[id(e)][0], -walls[id(e)][1]))
-    launches = sorted((s.wall, i) for i, s in enumerate(spans) if s.stream is not None and s.main)
+def innermost(intervals: Sequence[tuple[float, float, Any]], points: Iterable[tuple[float, int]]) -> dict[int, Any]:
+    """For each point (moment, key), the innermost of the nested `intervals` ((start, end, item)) open at its moment,
+    by key; none where no interval is."""
+    ordered = sorted(intervals, key=lambda x: (x[0], -x[1]))
     out: dict[int, Any] = {}
-    stack: list[Any] = []
+    stack: list[tuple[float, float, Any]] = []
     k = 0
-    for wall, i in launches:
-        while k < len(mine) and walls[id(mine[k])][0] <= wall:
-            while stack and walls[id(stack[-1])][1] < walls[id(mine[k])][0]:
+    for moment, key in sorted(points):
+        while k < len(ordered) and ordered[k][0] <= moment:
+            while stack and stack[-1][1] < ordered[k][0]:
                 stack.pop()
-            stack.append(mine[k])
+            stack.append(ordered[k])
             k += 1
-        while stack and walls[id(stack[-1])][1] < wall:
+        while stack and stack[-1][1] < moment:
             stack.pop()
         if stack:
-            out[i] = stack[-1]
+            out[key] = stack[-1][2]
     return out
+
+
+def launches(spans: Sequence[GpuSpan], collectives: bool) -> list[tuple[float, int]]:
+    """(real epoch ns of its launch, index) of each kernel and copy (`collectives`: each collective) the program's
+    thread launched in the window."""
+    return [
+        (s.wall, i) for i, s in enumerate(spans) if s.main and s.wall is not None and (s.stream is None) == collectives
+    ]
+
+
+def busiest(threads: Iterable[Any]) -> Any:
+    """The thread most of the CPU ops are on: the program's, which runs the profiled loop (torch numbers its
+    threads its own way)."""
+    counts: dict[int, int] = {}
+    for t in threads:
+        counts[t] = counts.get(t, 0) + 1
+    return max(counts, key=lambda t: counts[t]) if counts else None
+
+
+def launching_ops(ops: Sequence[Any], walls: dict[int, tuple[int, int]], spans: Sequence[GpuSpan]) -> dict[int, Any]:
+    """The CPU op (of torch's function events `ops`, whose real epoch intervals `walls` gives by id) that launched
+    each span of `spans` (by index) on the program's thread: the innermost op open at its launch (`innermost`); for
+    a collective, the innermost that is not a user annotation (phantora's collectives record no op of torch's: one
+    issued in `record_function("x")` is not x's own)."""
+    main = busiest(e.thread for e in ops)
+    mine = [(*walls[id(e)], e) for e in ops if e.thread == main]
+    kernels = innermost(mine, launches(spans, False))
+    return kernels | innermost([x for x in mine if not x[2].is_user_annotation], launches(spans, True))
