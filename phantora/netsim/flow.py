@@ -793,11 +793,16 @@ class FlowSimulator:
             stack = [c0]
             comp: list[int] = []
             while stack:
+                last: tuple[int, ...] | None = None  # (routes are cached tuples: a flow on the last one's adds none)
                 for fid in ch_flows[stack.pop()]:
                     if fid not in seen_f:
                         seen_f.add(fid)
                         comp.append(fid)
-                        for c in active[fid].path:
+                        path = active[fid].path
+                        if path is last:
+                            continue
+                        last = path
+                        for c in path:
                             if c not in seen_ch:
                                 seen_ch.add(c)
                                 stack.append(c)
