@@ -114,3 +114,23 @@ def test_key_averages_has_the_kernels_in_its_cuda_columns(run: tuple[Path, Any])
     assert rows["nccl:all_reduce"]["count"] == len(ACTIVE)
     table = (tmp / "prof" / "table0.txt").read_text()
     assert "Self CUDA" in table and table.index("nccl:all_reduce") < table.index("aten.mm")  # sorted by it
+
+
+def test_without_a_trace_the_kernels_are_there_and_a_cpu_profile_is_torchs(tmp_path: Path) -> None:
+    """`--trace none` records nothing for trace.json; the profile still gets its kernels, and so does the autograd
+    profiler's with `use_device="cuda"`. A CPU-only profile stays in host wall time, without the simulated GPU."""
+    script = SCRIPT.with_name("cuda_profiler_alone.py")
+    report = launch(RunConfig(str(script), [str(tmp_path)], "testbed16", nproc=1, tensors="real", trace="none"))
+    assert "Failed to record CUDA event" not in report.logs["rank 0"]
+    a = torch.empty(512, 512, device="meta")
+    charge = build_model("calibrated", "h100").cost(torch.ops.aten.mm.default, (a, a), {}, a @ a).ns / 1000.0
+    doc = json.loads((tmp_path / "cuda.json").read_text())
+    mm = sorted((e for e in doc["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    assert [e["name"] for e in mm] == ["aten.mm"] * 3 and [e["dur"] for e in mm] == [charge] * 3
+    assert [e["ts"] - mm[0]["ts"] for e in mm] == pytest.approx([0.0, charge, 2 * charge])  # back to back
+    cpu = json.loads((tmp_path / "cpu.json").read_text())
+    assert "phantora" not in cpu and cpu["baseTimeNanoseconds"] > 0
+    assert not [e for e in cpu["traceEvents"] if e.get("cat") == "kernel"]
+    assert "aten::mm" in {e.get("name") for e in cpu["traceEvents"] if e.get("cat") == "cpu_op"}
+    legacy = json.loads((tmp_path / "legacy.json").read_text())["traceEvents"]
+    assert [(e["name"], e["dur"]) for e in legacy if e.get("cat") == "kernel"] == [("aten.mm", charge)]

@@ -1,12 +1,13 @@
 """`torch.profiler` asked for CUDA activity on the simulated GPU: the simulated kernels, copies and collectives of the
 profiled window, at their simulated times, in what it exports.
 
-This CPU build of torch has no CUPTI: a profiler started with `ProfilerActivity.CUDA` printed a C++ traceback at every
-op of a simulated-GPU tensor ("Failed to record CUDA event. CUDA used in profiler but not enabled."). So `install()`
-drops CUDA from the activities torch's profiler is given, and, for a profile that asked for it, records the rank's
-simulated GPU work from its `start_trace` to its `stop_trace` (its active steps under a schedule;
-runtime/gpu_window.py). `export_chrome_trace` then writes Kineto's trace with that work added and every time on the
-simulated timeline, and `key_averages()` / `events()` have the kernels in their CUDA columns (profiler_export.py).
+This CPU build of torch has no CUPTI: a profiler started with `ProfilerActivity.CUDA` (or the autograd profiler with
+`use_device="cuda"`) printed a C++ traceback at every op of a simulated-GPU tensor ("Failed to record CUDA event. CUDA
+used in profiler but not enabled."). So `install()` drops CUDA from what torch's profiler is given and, for a profile
+that asked for it, records the rank's simulated GPU work while its `torch.autograd.profiler.profile` (the one
+torch.profiler's profiles run for each active window) records (runtime/gpu_window.py). Its `export_chrome_trace`
+then writes Kineto's trace with that work added and every time on the simulated timeline, and its function events
+(what `key_averages()` and `events()` read) have the kernels in their CUDA columns (profiler_export.py).
 The CPU ops move to simulated time too: a trace with host wall-clock CPU ops beside simulated kernels would put
 them on two unrelated clocks. A profile that asked for the CPU alone is left as torch makes it (wall-clock times).
 """
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from torch.autograd.profiler import profile as AutogradProfile
 from torch.profiler import ProfilerActivity
 from torch.profiler.profiler import _KinetoProfile
 
@@ -68,25 +70,50 @@ def _gpu_name() -> str:
     return str(getattr(gpu, "cuda_name", None) or getattr(gpu, "name", "simulated GPU"))
 
 
-def _wrap(name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-    original = getattr(_KinetoProfile, name)
+def _say_once() -> None:
+    if not _told:
+        _told.append(True)
+        print(SAID, file=sys.stderr, flush=True)
+
+
+def _wrap(cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    original = getattr(cls, name)
     if getattr(original, "_phantora", False):
         return
     wrapped = functools.wraps(original)(make(original))
     wrapped._phantora = True  # type: ignore[attr-defined]
-    setattr(_KinetoProfile, name, wrapped)
+    setattr(cls, name, wrapped)
 
 
-def _init(original: Callable[..., Any]) -> Callable[..., Any]:
+def _kineto_init(original: Callable[..., Any]) -> Callable[..., Any]:
     def init(self: Any, *args: Any, activities: Any = None, **kwargs: Any) -> None:
         self._phantora_cuda = _asks_cuda(activities)
-        self._phantora_open = self._phantora_window = None
         if self._phantora_cuda:
-            if not _told:
-                _told.append(True)
-                print(SAID, file=sys.stderr, flush=True)
+            _say_once()
             activities = without_cuda(list(activities))
         original(self, *args, activities=activities, **kwargs)
+
+    return init
+
+
+def _prepare_trace(original: Callable[..., Any]) -> Callable[..., Any]:
+    def prepare_trace(self: Any) -> None:
+        original(self)
+        if getattr(self, "_phantora_cuda", False) and self.profiler is not None:
+            self.profiler._phantora_cuda = True  # the autograd profile it runs records the simulated GPU
+
+    return prepare_trace
+
+
+def _autograd_init(original: Callable[..., Any]) -> Callable[..., Any]:
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        cuda = bool(kwargs.get("use_cuda")) or kwargs.get("use_device") == "cuda"
+        if cuda:
+            _say_once()
+            kwargs["use_cuda"], kwargs["use_device"] = False, None
+        self._phantora_cuda = cuda
+        self._phantora_open = self._phantora_window = None
+        original(self, *args, **kwargs)
 
     return init
 
@@ -102,22 +129,21 @@ def _start_trace(original: Callable[..., Any]) -> Callable[..., Any]:
     return start_trace
 
 
-def _stop_trace(original: Callable[..., Any]) -> Callable[..., Any]:
-    def stop_trace(self: Any) -> None:
+def _exit(original: Callable[..., Any]) -> Callable[..., Any]:
+    def exit_(self: Any, *args: Any) -> Any:
         w = getattr(self, "_phantora_open", None)
         if w is not None:
             w.close()
             self._phantora_open = None
-        self._phantora_window = w
-        self._phantora_events = None  # the function events these were made for
-        original(self)
+            self._phantora_window = w
+        return original(self, *args)
 
-    return stop_trace
+    return exit_
 
 
 def _export_chrome_trace(original: Callable[..., Any]) -> Callable[..., Any]:
-    def export_chrome_trace(self: Any, path: str, use_python_export: bool = False) -> Any:
-        out = original(self, path, use_python_export)
+    def export_chrome_trace(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, path, *args, **kwargs)
         w = getattr(self, "_phantora_window", None)
         if w is not None:
             rewrite_trace(Path(path), w, self._phantora_device, _gpu_name())
@@ -127,43 +153,35 @@ def _export_chrome_trace(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def rewrite_trace(path: Path, window: GpuWindow, device: int, gpu_name: str) -> None:
-    """The chrome trace torch wrote at `path` (JSON, or gzip-compressed JSON for a name ending ".gz") on the
-    simulated timeline with `window`'s GPU work."""
-    zipped = path.name.endswith(".gz")
-    raw = gzip.decompress(path.read_bytes()) if zipped else path.read_bytes()
+    """The chrome trace torch wrote at `path` (JSON, or gzip-compressed JSON) on the simulated timeline with
+    `window`'s GPU work."""
+    raw = path.read_bytes()
+    zipped = raw[:2] == b"\x1f\x8b"
     try:
-        doc = json.loads(raw)
+        doc = json.loads(gzip.decompress(raw) if zipped else raw)
     except ValueError as e:
         raise ValueError(f"{path}: torch.profiler's trace is not JSON ({e})") from e
     text = json.dumps(simulated_chrome_trace(doc, window, device, gpu_name)).encode()
     path.write_bytes(gzip.compress(text) if zipped else text)
 
 
-def _simulated_events(self: Any) -> None:
-    """The window's function events on the simulated timeline, with its kernels (once a window)."""
-    w = getattr(self, "_phantora_window", None)
-    if w is None or self.profiler is None:
-        return
-    events = self.profiler.function_events
-    if events is None or getattr(self, "_phantora_events", None) is events:
-        return
-    self._phantora_events = events
-    simulated_function_events(events, w, int(self.profiler.kineto_results.trace_start_ns()), self._phantora_device)
+def _ensure_function_events(original: Callable[..., Any]) -> Callable[..., Any]:
+    def ensure(self: Any) -> None:
+        original(self)
+        w = getattr(self, "_phantora_window", None)
+        if w is not None and self._function_events is not None and self.kineto_results is not None:
+            start = int(self.kineto_results.trace_start_ns())
+            simulated_function_events(self._function_events, w, start, self._phantora_device)
 
-
-def _reads_events(original: Callable[..., Any]) -> Callable[..., Any]:
-    def reads(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _simulated_events(self)
-        return original(self, *args, **kwargs)
-
-    return reads
+    return ensure
 
 
 def install() -> None:
-    """Patch torch.profiler's profiles (idempotent)."""
-    _wrap("__init__", _init)
-    _wrap("start_trace", _start_trace)
-    _wrap("stop_trace", _stop_trace)
-    _wrap("export_chrome_trace", _export_chrome_trace)
-    _wrap("key_averages", _reads_events)
-    _wrap("events", _reads_events)
+    """Patch torch's profilers (idempotent)."""
+    _wrap(_KinetoProfile, "__init__", _kineto_init)
+    _wrap(_KinetoProfile, "prepare_trace", _prepare_trace)
+    _wrap(AutogradProfile, "__init__", _autograd_init)
+    _wrap(AutogradProfile, "_start_trace", _start_trace)
+    _wrap(AutogradProfile, "__exit__", _exit)
+    _wrap(AutogradProfile, "export_chrome_trace", _export_chrome_trace)
+    _wrap(AutogradProfile, "_ensure_function_events", _ensure_function_events)

@@ -150,22 +150,26 @@ def gpu_events(spans: Sequence[GpuSpan], device: int, external: dict[int, int] |
 def simulated_function_events(events: Any, window: GpuWindow, trace_start_ns: int, device: int) -> None:
     """torch's `EventList` of a window (times in µs since `trace_start_ns`, real epoch ns) on the simulated timeline
     (µs since the window's start), its kernels appended to the CPU ops that launched them and listed as CUDA events,
-    its CUDA columns on (in place)."""
+    its CUDA columns on (in place). Once a window: events already moved (an earlier window's, which torch's
+    `acc_events` keeps) stay as they are."""
     from torch.autograd import DeviceType
     from torch.autograd.profiler_util import FunctionEvent
 
+    if getattr(events, "_phantora_window", None) is window:
+        return
+    events._phantora_window = window
     origin = window.start_ns
 
     def sim_us(rel_us: float) -> float:
         return (window.sim_ns(trace_start_ns + round(rel_us * 1000)) - origin) / 1000.0
 
-    cpu = [e for e in events if e.device_type == DeviceType.CPU]
+    cpu = [e for e in events if e.device_type == DeviceType.CPU and not getattr(e, "_phantora", False)]
     walls = {id(e): (trace_start_ns + round(e.time_range.start * 1000), trace_start_ns + round(e.time_range.end * 1000))
              for e in cpu}  # fmt: skip
     launcher = launching_ops([e for e in cpu if not e.is_async and e.name not in MACHINERY], walls, window.spans)
     for e in cpu:
         e.time_range.start, e.time_range.end = sim_us(e.time_range.start), sim_us(e.time_range.end)
-        e.use_device = "cuda"
+        e.use_device, e._phantora = "cuda", True
     next_id = max((e.id for e in events), default=0) + 1
     nccl = nccl_streams(window.spans)
     for i, s in enumerate(window.spans):
@@ -179,6 +183,7 @@ def simulated_function_events(events: Any, window: GpuWindow, trace_start_ns: in
                            overload_name="", input_shapes=[], concrete_inputs=[], kwinputs={}, stack=[],
                            use_device="cuda", device_type=DeviceType.CUDA, device_index=device,
                            device_resource_id=tid)  # fmt: skip
+        fe._phantora = True  # type: ignore[attr-defined]
         events.append(fe)
     events._use_device = "cuda"
 
