@@ -101,6 +101,11 @@ def test_the_cpu_ops_are_on_the_simulated_timeline(run: tuple[Path, Any]) -> Non
     ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op"}
     launched = [ops[k["args"]["External id"]] for k in kernels]  # the op each kernel names as its launcher
     assert [(e["name"], e["ts"], e["dur"]) for e in launched] == [("aten::mm", k["ts"], k["dur"]) for k in kernels]
+    flows = {(e["ph"], e["id"]): e for e in events if e.get("cat") == "ac2g"}  # an arrow from each op to its kernel
+    for op, k in zip(launched, kernels, strict=True):
+        start, end = flows["s", k["args"]["correlation"]], flows["f", k["args"]["correlation"]]
+        assert (start["pid"], start["tid"], start["ts"]) == (op["pid"], op["tid"], op["ts"])
+        assert (end["pid"], end["tid"], end["ts"]) == (k["pid"], k["tid"], k["ts"])
 
 
 def test_key_averages_has_the_kernels_in_its_cuda_columns(run: tuple[Path, Any]) -> None:

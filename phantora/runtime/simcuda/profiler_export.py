@@ -12,7 +12,8 @@ more where they overlap, as trace.json's comm lanes). Times are µs of simulated
 `simulated_function_events` does the same for the events `key_averages()` and `events()` read: each CPU op's time range
 in simulated time, each kernel, copy and collective appended to the CPU op that launched it (the innermost one open on
 the program's thread when it was launched or issued) and listed as a CUDA event of its own, so that the CUDA columns
-hold the simulated times. In the chrome trace, each GPU event's "External id" is that op's, as Kineto links them.
+hold the simulated times. In the chrome trace, each GPU event's "External id" is that op's, as Kineto links them,
+and a flow arrow goes from the op to it.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def simulated_chrome_trace(doc: dict[str, Any], window: GpuWindow, device: int, 
     if not isinstance(events, list):
         raise ValueError("torch.profiler's trace has no traceEvents list")
     base = int(doc.get("baseTimeNanoseconds", 0))
-    external = external_ids(events, base, window.spans)  # from the CPU ops' real times, before they move
+    launchers = launching_events(events, base, window.spans)  # from the CPU ops' real times, before they move
     for ev in events:
         if not isinstance(ev, dict) or ev.get("ph") == "M" or "ts" not in ev:
             continue
@@ -79,7 +80,7 @@ def simulated_chrome_trace(doc: dict[str, Any], window: GpuWindow, device: int, 
         if "dur" in ev:
             ev["dur"] = (window.sim_ns(wall + round(float(ev["dur"]) * 1000)) - start) / 1000.0
         ev["ts"] = start / 1000.0
-    events.extend(gpu_events(window.spans, device, external))
+    events.extend(gpu_events(window.spans, device, launchers))
     doc["baseTimeNanoseconds"] = 0
     props = doc.get("deviceProperties")
     if not props:
@@ -93,11 +94,10 @@ def simulated_chrome_trace(doc: dict[str, Any], window: GpuWindow, device: int, 
     return doc
 
 
-def external_ids(events: list[Any], base: int, spans: Sequence[GpuSpan]) -> dict[int, int]:
-    """The "External id" of the CPU op (of Kineto's `events`, their times µs after `base` ns, not yet moved to
-    simulated time) that launched each span (by index), as Kineto links a kernel to its op: the innermost "cpu_op"
-    or "user_annotation" open on the program's thread at its launch (for a collective, "cpu_op" only, as
-    `launching_ops`)."""
+def launching_events(events: list[Any], base: int, spans: Sequence[GpuSpan]) -> dict[int, dict[str, Any]]:
+    """The CPU op event (of Kineto's `events`, their times µs after `base` ns, not yet moved to simulated time) that
+    launched each span (by index): the innermost "cpu_op" or "user_annotation" with an "External id" open on the
+    program's thread at its launch (for a collective, "cpu_op" only, as `launching_ops`)."""
     ops = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in _OP_CATS
            and e.get("name") not in MACHINERY and "External id" in (e.get("args") or {})]  # fmt: skip
     main = busiest(e.get("tid") for e in ops)
@@ -105,15 +105,18 @@ def external_ids(events: list[Any], base: int, spans: Sequence[GpuSpan]) -> dict
     for e in ops:
         if e.get("tid") == main:
             start = base + round(float(e["ts"]) * 1000)
-            mine.append((start, start + round(float(e.get("dur", 0)) * 1000), e["args"]["External id"]))
+            mine.append((start, start + round(float(e.get("dur", 0)) * 1000), e))
             if e.get("cat") == "cpu_op":
                 plain.append(mine[-1])
     return innermost(mine, launches(spans, False)) | innermost(plain, launches(spans, True))
 
 
-def gpu_events(spans: Sequence[GpuSpan], device: int, external: dict[int, int] | None = None) -> list[dict[str, Any]]:
-    """The chrome-trace events of `spans` on GPU `device`: names of its process and streams, then one "X" event each
-    (with the "External id" of the CPU op that launched it, where `external` has one)."""
+def gpu_events(
+    spans: Sequence[GpuSpan], device: int, launchers: dict[int, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The chrome-trace events of `spans` on GPU `device`: names of its process and streams, then one "X" event each;
+    where `launchers` has the CPU op event that launched it, its "External id" and a flow from that op's start to
+    the kernel ("cat": "ac2g", as Kineto draws a launch)."""
     nccl = nccl_streams(spans)
     out: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": device, "args": {"name": f"GPU {device} (simulated)"}},
@@ -126,8 +129,12 @@ def gpu_events(spans: Sequence[GpuSpan], device: int, external: dict[int, int] |
             named.add(tid)
             out.append({"name": "thread_name", "ph": "M", "pid": device, "tid": tid, "args": {"name": f"stream {tid}"}})
         args: dict[str, Any] = {"device": device, "stream": tid, "correlation": i + 1, "simulated": True}
-        if external and i in external:
-            args["External id"] = external[i]
+        op = launchers.get(i) if launchers else None
+        if op is not None:
+            args["External id"] = op["args"]["External id"]
+            flow = {"id": i + 1, "cat": "ac2g", "name": "ac2g"}
+            out.append({"ph": "s", "pid": op["pid"], "tid": op["tid"], "ts": op["ts"], **flow})
+            out.append({"ph": "f", "bp": "e", "pid": device, "tid": tid, "ts": s.start / 1000.0, **flow})
         if s.args:
             args.update(s.args)
             args["collective"] = s.name
