@@ -16,7 +16,8 @@ from torch.profiler import ProfilerActivity as A
 
 from phantora.launcher import RunConfig, launch
 from phantora.runtime.compute import build_model
-from phantora.runtime.gpu_window import GpuSpan
+from phantora.runtime.gpu_window import NOT_KERNELS, GpuSpan
+from phantora.runtime.session import HOST_WORK, NCCL_LAUNCH
 from phantora.runtime.simcuda.profiler_cuda import without_cuda
 from phantora.runtime.simcuda.profiler_export import NCCL_STREAM_BASE, nccl_streams
 
@@ -35,6 +36,13 @@ def test_overlapping_collectives_take_more_nccl_streams() -> None:
     spans = [GpuSpan("a#0", 0, 10, None, 0, True), GpuSpan("k", 0, 5, 0, 0, True), GpuSpan("b#1", 5, 20, None, 0, True),
              GpuSpan("c#2", 10, 30, None, 0, True)]  # fmt: skip
     assert nccl_streams(spans) == {0: NCCL_STREAM_BASE, 2: NCCL_STREAM_BASE + 1, 3: NCCL_STREAM_BASE}
+    side = GpuSpan("k", 0, 5, 150, 0, True)  # side stream 150's track is 157: the NCCL streams start at 200
+    assert nccl_streams([*spans, side]) == {0: 200, 2: 201, 3: 200}
+
+
+def test_the_lanes_idle_waits_are_not_kernels() -> None:
+    """The window leaves out the compute lane's waits for the host by the names the session gives them."""
+    assert NOT_KERNELS == (NCCL_LAUNCH, HOST_WORK)
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,10 @@
 `GpuWindow.open(session)` taps what the session already tells its trace (runtime/trace.py), whatever the trace level:
 every kernel (on the compute lane, which stands for the default stream, or on a side stream's lane), every collective
 at its completion (its span from issue to completion, as trace.json's comm lanes show it; the host's moment of its
-issue noted when it was issued in the window). It also samples the pair
-(the host's real epoch time, the compute lane's simulated time) at each kernel, wait and synchronise: `sim_ns` reads
-those samples to place a moment of the host (a CPU op's start or end, as torch's profiler stamps it) on the simulated
-timeline, at the compute lane's time as of the last GPU event the host had made by then. `close()` removes the taps.
+issue noted when it was issued in the window). It also samples the pair (the host's real epoch time, the compute
+lane's simulated time) at each kernel, wait and synchronise: `sim_ns` reads those samples to place a moment of the
+host (a CPU op's start or end, as torch's profiler stamps it) on the simulated timeline, at the compute lane's time as
+of the last GPU event the host had made by then. `close()` removes the taps.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from phantora.runtime.timepatch import REAL_CLOCKS
 
-NOT_KERNELS = ("nccl:host_launch", "host:")  # the compute lane's idle waits for the host (session.py), not kernels
+NOT_KERNELS = ("nccl:host_launch", "host:")  # session.py's NCCL_LAUNCH and HOST_WORK: idle waits for the host
 MEMCPY_PREFIX = "memcpy_"  # a copy between host memory and the GPU (runtime/hostwork.py `HostCopy.name`)
 
 
@@ -45,7 +45,7 @@ class GpuSpan:
 
     @property
     def kind(self) -> str:
-        """ "kernel", "memcpy" or "collective"."""
+        """Its kind: "kernel", "memcpy" or "collective"."""
         if self.stream is None:
             return "collective"
         return "memcpy" if self.name.startswith(MEMCPY_PREFIX) else "kernel"

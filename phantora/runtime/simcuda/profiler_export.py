@@ -6,8 +6,8 @@ simulated time (`GpuWindow.sim_ns`: the compute stream's time as of the last GPU
 the window's kernels ("cat": "kernel"), copies ("gpu_memcpy") and collectives (NCCL kernels, "cat": "kernel") are
 added on the GPU's process (`pid`: the device index) and its streams (`tid`): the default stream is 7 (as CUDA numbers
 it in Kineto's traces), a side stream of phantora's id N is 7 + N, and collectives run on NCCL streams from 100 (one
-more where they overlap, as trace.json's comm lanes). Times are µs of simulated time since the run began
-(`baseTimeNanoseconds` 0); the document's "phantora" entry says so.
+more where they overlap, as trace.json's comm lanes; from the next hundred where side streams reach 100). Times are
+µs of simulated time since the run began (`baseTimeNanoseconds` 0); the document's "phantora" entry says so.
 
 `simulated_function_events` does the same for the events `key_averages()` and `events()` read: each CPU op's time range
 in simulated time, each kernel, copy and collective appended to the CPU op that launched it (the innermost one open on
@@ -50,9 +50,11 @@ def kernel_name(span: GpuSpan) -> str:
     return span.name if span.stream is not None else "nccl:" + _SEQ.sub("", span.name)
 
 
-def nccl_streams(spans: Iterable[GpuSpan]) -> dict[int, int]:
-    """The NCCL stream of each collective (by its index in `spans`): the first from NCCL_STREAM_BASE free at its
-    start, in order of their starts."""
+def nccl_streams(spans: Sequence[GpuSpan]) -> dict[int, int]:
+    """The NCCL stream of each collective (by its index in `spans`): the first free at its start, in order of their
+    starts, from NCCL_STREAM_BASE (or the first hundred above the side streams' ids, where they reach it)."""
+    sides = [stream_id(s) for s in spans if s.stream is not None]
+    base = max(NCCL_STREAM_BASE, (max(sides, default=0) // 100 + 1) * 100)
     ends: list[int] = []
     out: dict[int, int] = {}
     indexed = [(i, s) for i, s in enumerate(spans) if s.stream is None]
@@ -61,7 +63,7 @@ def nccl_streams(spans: Iterable[GpuSpan]) -> dict[int, int]:
         if lane == len(ends):
             ends.append(s.end)
         ends[lane] = s.end
-        out[i] = NCCL_STREAM_BASE + lane
+        out[i] = base + lane
     return out
 
 
