@@ -62,6 +62,7 @@ class GpuWindow:
         self.start_ns = self.end_ns = int(session.clock.compute_ns)
         self._undo: list[Callable[[], None]] = []
         self.closed = False
+        self._lock = threading.Lock()  # the taps run on any thread of the rank: a sample's pair, and `close`
 
     @classmethod
     def open(cls, session: Any) -> GpuWindow:
@@ -71,17 +72,25 @@ class GpuWindow:
         w._tap()
         return w
 
-    def sample(self) -> None:
-        """Note the compute lane's time now."""
-        self.walls.append(real_time_ns())
+    def sample(self) -> int | None:
+        """Note the compute lane's time now; the real time noted (None once closed: a tap a thread entered before
+        `close` restored the session records nothing more)."""
+        with self._lock:
+            return None if self.closed else self._sample()
+
+    def _sample(self) -> int:
+        wall = real_time_ns()
+        self.walls.append(wall)
         self.sims.append(int(self.session.clock.compute_ns))
+        return wall
 
     def close(self) -> None:
         """Stop recording (idempotent): the last sample, and the session as it was."""
-        if self.closed:
-            return
-        self.closed = True
-        self.sample()
+        with self._lock:
+            if self.closed:
+                return
+            self._sample()
+            self.closed = True
         self.end_ns = self.sims[-1]
         for undo in reversed(self._undo):
             undo()
@@ -103,14 +112,15 @@ class GpuWindow:
         own = s._trace_ops is not None  # the run's trace records ops: the tap passes them on
 
         def op(name: str, start: int, end: int) -> None:
-            sample()
-            if not name.startswith(NOT_KERNELS):
-                spans.append(GpuSpan(name, start, end, 0, self.walls[-1], threading.get_ident() == s.thread))
+            wall = sample()
+            if wall is not None and not name.startswith(NOT_KERNELS):
+                spans.append(GpuSpan(name, start, end, 0, wall, threading.get_ident() == s.thread))
             if own:
                 trace.op(name, start, end)  # nothing once --trace-steps stopped the recorder's ops
 
         def lane_op(stream: int, name: str, start: int, end: int) -> None:
-            spans.append(GpuSpan(name, start, end, stream, real_time_ns(), threading.get_ident() == s.thread))
+            if not self.closed:
+                spans.append(GpuSpan(name, start, end, stream, real_time_ns(), threading.get_ident() == s.thread))
             if own:
                 plain_lane_op(stream, name, start, end)
 
@@ -123,7 +133,8 @@ class GpuWindow:
         def comm(name: str, start: int, end: int, args: dict[str, Any]) -> None:
             mine = issued.get(name)
             wall, main = mine.popleft() if mine else (None, False)
-            spans.append(GpuSpan(name, start, end, None, wall, main, dict(args)))
+            if not self.closed:
+                spans.append(GpuSpan(name, start, end, None, wall, main, dict(args)))
             plain_comm(name, start, end, args)
 
         def join(t_done_ns: int) -> int:
