@@ -108,17 +108,24 @@ def _run_reading(
     each_out: Callable[[str], None] | None = None,
 ) -> tuple[int | None, str, str]:
     """(exit code, None if killed at `timeout_s`; stdout; stderr) of `cmd`, each stderr line given to `each_err` and
-    each stdout line to `each_out` as it comes (a thread a stream, so neither pipe fills)."""
+    each stdout line to `each_out` as it comes (a thread a stream, so neither pipe fills). A callback that raises is
+    called no more, its stream still read to the end (a pipe left full would hold the run up), and its error raised
+    once the run ended."""
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, errors="replace"
     )
     got: dict[str, list[str]] = {"out": [], "err": []}
+    broke: list[BaseException] = []  # a callback's error
 
     def pump(stream: IO[str], into: list[str], each: Callable[[str], None] | None) -> None:
         for line in stream:
             into.append(line)
             if each is not None:
-                each(line)
+                try:
+                    each(line)
+                except Exception as exc:  # noqa: BLE001 - raised in the caller's thread, after the run
+                    broke.append(exc)
+                    each = None
 
     assert proc.stdout is not None and proc.stderr is not None
     pumps = [
@@ -139,6 +146,8 @@ def _run_reading(
         raise
     for t in pumps:
         t.join(timeout=10)
+    if broke:
+        raise broke[0]
     return rc, "".join(got["out"]), "".join(got["err"])
 
 

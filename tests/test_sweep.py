@@ -403,6 +403,31 @@ def test_a_runs_progress_lines_are_handed_on_while_it_runs(tmp_path: Path) -> No
     assert sorted(told) == [(5, "network: simulated 8.240 ms"), (5, "step 0 done: 4.639 ms")]
 
 
+def test_a_failing_line_callback_leaves_the_pipes_read_and_its_error_raised(tmp_path: Path) -> None:
+    """A progress callback that raises on a run's first line: the run's 1 MiB of stdout after it is still read (a
+    pipe no one reads holds a child at 64 KiB: before, it waited there until the timeout killed it) and the error
+    reaches the caller once the run ended, the callback not called again."""
+    import stat
+    import sys
+
+    from phantora.sweep_local import RunSpec, run_local_one
+
+    child = tmp_path / "child.py"
+    child.write_text("import sys\nprint('[phantora] step 0 done', flush=True)\nsys.stdout.write('x' * (1 << 20))\n")
+    python = tmp_path / "python"  # stands for the interpreter: runs the child whatever its arguments
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {child}\n")
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    calls: list[str] = []
+
+    def on_progress(r: RunSpec, text: str) -> None:
+        calls.append(text)
+        raise RuntimeError("the display broke")
+
+    with pytest.raises(RuntimeError, match="the display broke"):
+        run_local_one(RunSpec(6, {}, [], tmp_path / "run", {}), 5, python=str(python), on_progress=on_progress)
+    assert calls == ["step 0 done"]
+
+
 def test_the_sweep_line_shows_the_running_runs_last_word() -> None:
     """`Progress.show`: the plain line carries the note after the counts, printed though no run ended."""
     import io
