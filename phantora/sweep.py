@@ -55,6 +55,7 @@ RESERVED = ("out", "index", "flags")
 FLAGS = "{flags}"  # a template token where the flags of the unnamed parameters go (default: the end)
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z][A-Za-z0-9_.\-]*)\}")
+_RUN_ELAPSED = re.compile(r"^(.*), (\d+(?::\d\d){1,2}) elapsed$")
 
 
 @dataclass
@@ -412,6 +413,13 @@ SWEEP_JSON = "sweep.json"
 SWEEP = "phantora.sweep/1"
 
 
+def run_note(index: int, text: str) -> str:
+    """The sweep line's word on its running run: the run's progress line, its own elapsed time named as the run's
+    (`run 0 (1:53 in): network: ...`), for the sweep's line ends with the sweep's elapsed time."""
+    m = _RUN_ELAPSED.match(text)
+    return f"run {index} ({m.group(2)} in): {m.group(1)}" if m else f"run {index}: {text}"
+
+
 def identity(spec: SweepSpec) -> dict[str, Any]:
     """What makes two sweeps the same sweep (as JSON would give it back)."""
     doc = {"name": spec.name, "command": list(spec.command), "fixed": spec.fixed, "grid": spec.grid}
@@ -503,7 +511,7 @@ def run_sweep(
 
     def done(run: RunSpec, res: RunOutcome) -> None:
         record_outcome(run, res)
-        if (bar.note or "").startswith(f"run {run.index}: "):
+        if (bar.note or "").startswith((f"run {run.index}: ", f"run {run.index} (")):
             bar.note = None
         failed = res.status != "ok"
         bar.update(add=1, failed=int(failed))
@@ -514,7 +522,7 @@ def run_sweep(
         bar.write(f"run {run.index} ({run.describe()}): warning: {text}")
 
     def running(run: RunSpec, text: str) -> None:  # a run's own progress line: its steps, the network's clock
-        bar.show(f"run {run.index}: {text}")
+        bar.show(run_note(run.index, text))
 
     try:
         if ray_address is not None:

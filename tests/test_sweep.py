@@ -428,6 +428,27 @@ def test_a_failing_line_callback_leaves_the_pipes_read_and_its_error_raised(tmp_
     assert calls == ["step 0 done"]
 
 
+def test_a_running_runs_elapsed_time_is_named_as_the_runs() -> None:
+    """`run_note`: the network line's own `M:SS elapsed` moves beside the run's number, so the sweep's line (which
+    ends with the sweep's elapsed time) does not show two bare "elapsed" figures; a step line is left as it is."""
+    import io
+
+    from phantora.progress import Progress
+    from phantora.sweep import run_note
+
+    net = "network: simulated 5.823 ms, 9,768,650 events (2.9 M per CPU s, 3.3 CPU s), 1:53 elapsed"
+    figures = "simulated 5.823 ms, 9,768,650 events (2.9 M per CPU s, 3.3 CPU s)"
+    assert run_note(0, net) == f"run 0 (1:53 in): network: {figures}"
+    hours = "network: simulated 1.000 ms, 1:02:03 elapsed"
+    assert run_note(2, hours) == "run 2 (1:02:03 in): network: simulated 1.000 ms"
+    step = "step 0 done: 7.137 ms (simulated time 7.137 ms, wall 80.6 s)"
+    assert run_note(1, step) == f"run 1: {step}"
+    out = io.StringIO()
+    bar = Progress("lines", "sweep cc", 2, "run", every_s=0, file=out)
+    bar.show(run_note(0, net))
+    assert out.getvalue().count("elapsed") == 1 and out.getvalue().rstrip().endswith("0:00 elapsed")
+
+
 def test_the_sweep_line_shows_the_running_runs_last_word() -> None:
     """`Progress.show`: the plain line carries the note after the counts, printed though no run ended."""
     import io
