@@ -47,6 +47,18 @@ def test_dense_then_sparse(monkeypatch: pytest.MonkeyPatch) -> None:
     assert rb.update(np.array([100, 3]), np.array([5, 11])) == []
 
 
+def test_the_dense_array_stays_within_dense_max(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The array grows by doubling, but never past `DENSE_MAX` ids (the memory bound its docstring gives): ids up to
+    40, then up to 50, with `DENSE_MAX` 64, keep 64 entries at most (before: 82, twice 41)."""
+    monkeypatch.setattr(raised_bounds, "DENSE_MAX", 64)
+    rb = RaisedBounds()
+    assert rb.update(np.array([40]), np.array([7])) == [40, 7]
+    assert rb.update(np.array([50, 40]), np.array([8, 7])) == [50, 8]
+    assert rb._last.size <= 64
+    assert rb.update(np.array([63, 50]), np.array([9, 9])) == [63, 9, 50, 9]  # the last dense id
+    assert rb._last.size == 64 and rb._sparse is None
+
+
 def test_unequal_columns_refused() -> None:
     with pytest.raises(ValueError, match="2 ids for 1 ns"):
         RaisedBounds().update(np.array([1, 2]), np.array([5]))

@@ -39,7 +39,7 @@ class RaisedBounds:
             return [x for fid, b in now.items() if b > before.get(fid, -1) for x in (fid, b)]
         by_id = self._last
         if top > len(by_id):
-            grown = np.full(max(top, 2 * len(by_id)), -1, dtype=np.int64)
+            grown = np.full(min(max(top, 2 * len(by_id)), DENSE_MAX), -1, dtype=np.int64)  # (top <= DENSE_MAX)
             grown[: len(by_id)] = by_id
             self._last = by_id = grown
         up = ns > by_id[ids]
