@@ -75,6 +75,22 @@ def test_the_rank_says_once_where_the_gpu_is(run: tuple[Path, Any]) -> None:
 
 
 @pytest.mark.parametrize("rank", [0, 1])
+def test_the_rank_names_each_trace_it_exported_and_its_window(run: tuple[Path, Any], rank: int) -> None:
+    """One line a trace, naming the path the program gave (rank 1's `.gz`, not torch's temporary file), its GPU
+    events and its window in simulated ms: the active steps' matmul, all-reduce and copy, 3 a step."""
+    tmp, report = run
+    doc = _profile(tmp, rank)
+    start, end = doc["phantora"]["window_ns"]
+    path = tmp / "prof" / ("rank0.json" if rank == 0 else "rank1.json.gz")
+    said = [ln for ln in report.logs[f"rank {rank}"].splitlines() if ln.startswith("phantora: torch.profiler's trace")]
+    assert said == [
+        f"phantora: torch.profiler's trace {path}: the simulated GPU's {3 * len(ACTIVE)} kernels, copies and "
+        f"collectives of {start / 1e6:.3f}-{end / 1e6:.3f} ms simulated (trace.json's timeline)"
+    ]
+    assert len([e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy")]) == 3 * len(ACTIVE)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
 def test_the_trace_holds_the_active_steps_kernels_at_their_simulated_times(run: tuple[Path, Any], rank: int) -> None:
     tmp = run[0]
     doc = _profile(tmp, rank)

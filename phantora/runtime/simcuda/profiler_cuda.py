@@ -31,6 +31,7 @@ from phantora.runtime.simcuda import devices
 from phantora.runtime.simcuda.profiler_export import simulated_chrome_trace, simulated_function_events
 
 _told: list[bool] = []
+GPU_CATS = ("kernel", "gpu_memcpy")  # Kineto's categories of a GPU's kernels (collectives too) and copies
 SAID = (
     "phantora: torch.profiler's CUDA activity is the simulated GPU's: its kernels, copies and collectives at their "
     "simulated times, and the CPU ops placed on the same simulated timeline (docs/runtime.md)"
@@ -141,28 +142,59 @@ def _exit(original: Callable[..., Any]) -> Callable[..., Any]:
     return exit_
 
 
+def exported(path: str, window: GpuWindow, events: int) -> str:
+    """What the rank says of a trace it exported with `events` of the simulated GPU: where it is, and its window on
+    the simulated timeline (trace.json's, in ms since the run began), to find the same spans there."""
+    return (
+        f"phantora: torch.profiler's trace {path}: the simulated GPU's {events} kernels, copies and collectives "
+        f"of {window.start_ns / 1e6:.3f}-{window.end_ns / 1e6:.3f} ms simulated (trace.json's timeline)"
+    )
+
+
 def _export_chrome_trace(original: Callable[..., Any]) -> Callable[..., Any]:
     def export_chrome_trace(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
         out = original(self, path, *args, **kwargs)
         w = getattr(self, "_phantora_window", None)
         if w is not None:
-            rewrite_trace(Path(path), w, self._phantora_device, _gpu_name())
+            self._phantora_events = rewrite_trace(Path(path), w, self._phantora_device, _gpu_name())
+            if not getattr(self, "_phantora_inner", False):  # torch.profiler's export names its own path below
+                print(exported(path, w, self._phantora_events), file=sys.stderr, flush=True)
         return out
 
     return export_chrome_trace
 
 
-def rewrite_trace(path: Path, window: GpuWindow, device: int, gpu_name: str) -> None:
+def _kineto_export(original: Callable[..., Any]) -> Callable[..., Any]:
+    def export_chrome_trace(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+        inner = self.profiler
+        if inner is not None:
+            inner._phantora_inner = True  # a `.gz` path: its profile writes a temporary file, gzipped to `path`
+        try:
+            out = original(self, path, *args, **kwargs)
+        finally:
+            if inner is not None:
+                inner._phantora_inner = False
+        w = getattr(inner, "_phantora_window", None)
+        if w is not None:
+            print(exported(str(path), w, inner._phantora_events), file=sys.stderr, flush=True)
+        return out
+
+    return export_chrome_trace
+
+
+def rewrite_trace(path: Path, window: GpuWindow, device: int, gpu_name: str) -> int:
     """The chrome trace torch wrote at `path` (JSON, or gzip-compressed JSON) on the simulated timeline with
-    `window`'s GPU work."""
+    `window`'s GPU work; how many GPU events (kernels, copies, collectives) it holds."""
     raw = path.read_bytes()
     zipped = raw[:2] == b"\x1f\x8b"
     try:
         doc = json.loads(gzip.decompress(raw) if zipped else raw)
     except ValueError as e:
         raise ValueError(f"{path}: torch.profiler's trace is not JSON ({e})") from e
-    text = json.dumps(simulated_chrome_trace(doc, window, device, gpu_name)).encode()
+    doc = simulated_chrome_trace(doc, window, device, gpu_name)
+    text = json.dumps(doc).encode()
     path.write_bytes(gzip.compress(text) if zipped else text)
+    return sum(1 for e in doc["traceEvents"] if isinstance(e, dict) and e.get("cat") in GPU_CATS)
 
 
 def _ensure_function_events(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -180,6 +212,7 @@ def install() -> None:
     """Patch torch's profilers (idempotent)."""
     _wrap(_KinetoProfile, "__init__", _kineto_init)
     _wrap(_KinetoProfile, "prepare_trace", _prepare_trace)
+    _wrap(_KinetoProfile, "export_chrome_trace", _kineto_export)
     _wrap(AutogradProfile, "__init__", _autograd_init)
     _wrap(AutogradProfile, "_start_trace", _start_trace)
     _wrap(AutogradProfile, "__exit__", _exit)
