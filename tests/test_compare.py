@@ -12,7 +12,7 @@ import pytest
 
 from phantora.cli import main
 from phantora.errors import InputError
-from phantora.report.compare import compare_runs, load_and_compare, summarise
+from phantora.report.compare import compare_runs, format_table, load_and_compare, summarise
 from phantora.report.fabric import pause_intervals
 from phantora.results.read import load_run
 
@@ -350,3 +350,31 @@ def test_the_run_table_carries_the_engine_warnings(ns3_lib, tmp_path: Path, caps
     doc = json.loads((tmp_path / "rep" / "compare.json").read_text())
     assert [len(r["warnings"]) for r in doc["runs"]] == [0, 1]
     assert f"small: warning: {doc['runs'][1]['warnings'][0]}" in (tmp_path / "rep" / "compare.md").read_text()
+
+
+def _links_run(root: Path, name: str, network: str, row: str) -> Path:
+    """A run directory of a config.json naming `network` and a links.csv of one link, `row`."""
+    d = root / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"options": {"network": network}}))
+    head = (
+        "channel,link,from,to,from_id,to_id,bandwidth_bps,bytes,utilisation,packets,paused_ns,ecn_marks,max_queue_bytes"
+    )
+    (d / "links.csv").write_text(f"{head}\n{row}\n")
+    return d
+
+
+def test_flow_and_packet_utilisation_are_said_to_count_different_bytes(tmp_path: Path) -> None:
+    """The user trial's gpu14->nvsw1 of 16-rank torchtitan: 346,839,840 B of payload in flow mode, and with DCQCN
+    704,802 packets of 48 header bytes more, 380,670,336 B; the table says the two count different bytes, and says
+    nothing when the runs are all of one network."""
+    from phantora.report.compare import WIRE_BYTES, to_markdown
+
+    assert 346_839_840 + 704_802 * 48 == 380_670_336
+    flow = _links_run(tmp_path, "flow", "flow", "28,14,gpu14,nvsw1,14,17,3600000000000,346839840,0.031767,,,,")
+    ns3 = _links_run(tmp_path, "dcqcn", "ns3", "28,14,gpu14,nvsw1,14,17,3600000000000,380670336,0.034837,704802,0,0,0")
+    both = compare_runs([load_run(flow), load_run(ns3)])
+    assert f"({WIRE_BYTES})" in format_table(both)
+    assert f"{WIRE_BYTES}." in to_markdown(both)
+    alone = compare_runs([load_run(ns3), load_run(ns3)])
+    assert WIRE_BYTES not in format_table(alone) and WIRE_BYTES not in to_markdown(alone)

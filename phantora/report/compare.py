@@ -515,6 +515,20 @@ def _rows(cmp: Comparison, full: bool = False) -> tuple[list[str], list[list[str
 
 
 OLD_SLOWDOWNS = "its slowdowns take no flow's rate cap (flows.csv written before 2026-12-02: rerun it to compare them)"
+WIRE_BYTES = (
+    "link utilisation counts every byte on the wire in a packet run (headers, ACKs, PFC frames) and the payload "
+    "alone in a flow run, so on the same traffic a packet run's reads higher (docs/results.md, links.csv)"
+)
+
+
+def wire_note(cmp: Comparison) -> str | None:
+    """`WIRE_BYTES` when the runs with link utilisation include both a flow run and a packet run."""
+    with_links = {
+        r["network"]
+        for i, r in enumerate(cmp.runs)
+        if any(v[i] is not None for v in (cmp.per_link.get("utilisation") or {}).values())
+    }
+    return WIRE_BYTES if "flow" in with_links and len(with_links - {"flow", None}) > 0 else None
 
 
 def format_runs(cmp: Comparison) -> list[str]:
@@ -546,6 +560,8 @@ def format_table(cmp: Comparison, top_links: int = 8) -> str:
     out += [line(r) for r in rows]
     if any(r.get("seeds") for r in cmp.runs):
         out.append("(a seed group: the mean over its seeds ±the standard deviation; min and max in compare.json)")
+    if wire_note(cmp):
+        out.append(f"({wire_note(cmp)})")
     for table, unit, title in (
         ("pfc_paused_ns", "ns", "PFC paused time per port (µs)"),
         ("utilisation", "fraction", "link utilisation (%)"),
@@ -587,6 +603,8 @@ def to_markdown(cmp: Comparison, plots: Sequence[Path] = ()) -> str:
     old = [r["label"] for r in cmp.runs if r.get("line_rate_slowdowns")]
     if old:
         lines.append(f"{', '.join(old)}: {OLD_SLOWDOWNS}.")
+    if wire_note(cmp):
+        lines.append(f"{wire_note(cmp)}.")
     lines += [f"{r['label']}: warning: {w}" for r in cmp.runs for w in r.get("warnings") or []]
     lines.append("")
     head, rows = _rows(cmp, full=True)
