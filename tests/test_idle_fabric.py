@@ -55,8 +55,22 @@ def test_the_threshold_is_a_share_of_the_bytes() -> None:
     none = idle_fabric({"network": total, "fabric": 0}, None, [], host_gpus=8, topology="testbed16")
     assert none is not None and none["no_effect"] == []
     assert "the congestion control, switch buffers and PFC had no effect" in none["text"]
-    assert none["text"].endswith("more ranks than one host has GPUs (8 on testbed16)")
+    assert none["text"].endswith(
+        "more ranks than one host has GPUs (8 on testbed16), or place them across the hosts (--placement spread, or a "
+        "list of GPUs)"
+    )
     assert idle_fabric({}, "dcqcn", []) is None  # counts not recorded: nothing said
+
+
+def test_the_hints_placement_puts_a_few_ranks_on_two_hosts() -> None:
+    """What the hint offers does what it says: `--placement spread` of 4 ranks on testbed16 (8 GPUs a host) gives
+    GPUs 0, 1, 8, 9, ranks 0-1 on host 0 and 2-3 on host 1 (the user trial's TP 2 x FSDP 2: each FSDP pair across)."""
+    from phantora.topology.loader import load_topology
+    from phantora.topology.placement import place_run
+
+    topo, n = place_run(load_topology("testbed16"), "spread", 4)
+    hosts = [topo.nodes[topo.endpoints[r]].host for r in range(n)]
+    assert n == 4 and hosts == [0, 0, 1, 1]
 
 
 def run(tmp_path: Path, nproc: int) -> tuple[dict[str, Any], str]:
@@ -104,7 +118,9 @@ def test_traffic_counted_from_completions_splits_nvlink_and_fabric() -> None:
     assert traffic_of(topo, done) == {"network": 1600, "fabric": 600}
     assert traffic_of(topo, done[:1]) == {"network": 1000, "fabric": 0}
     idle = idle_fabric_on(topo, traffic_of(topo, done[:1]), "dcqcn", [])
-    assert idle is not None and idle["text"].endswith("(2 on two-hosts)")
+    assert idle is not None and idle["text"].endswith(
+        "(2 on two-hosts), or place them across the hosts (--placement spread, or a list of GPUs)"
+    )
     assert idle_fabric_on(topo, traffic_of(topo, done), "dcqcn", []) is None
 
 

@@ -97,7 +97,7 @@ def idle_fabric(
     per_host = f" ({host_gpus}{on})" if host_gpus else ""
     text = (
         f"the fabric was idle ({what}), so {named} {effect}. To study the network, use more ranks than one "
-        f"host has GPUs{per_host}"
+        f"host has GPUs{per_host}, or place them across the hosts (--placement spread, or a list of GPUs)"
     )
     return {"fabric_bytes": fabric, "network_bytes": total, "fabric_share": share, "no_effect": settings, "text": text}
 
