@@ -112,3 +112,32 @@ def test_a_flow_sweep_on_two_hosts_carries_the_network_flows_figures(tmp_path: P
     assert "net p50 µs" in format_rows(spec, res.rows).splitlines()[0]
     for name in ("net_fct_p99_vs_protocol", "fct_cdf_network"):
         assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_plots_a_seed_groups_network_fct_p99_with_its_range(tmp_path: Path) -> None:
+    """A seed group (the mixed run and its slower twin) beside one mixed run: compare's per-run bars gain the
+    network flows' FCT p99, the mean of 496 and 992 ns (744) with the range 496-992, the single run's 496 for all
+    three; beside a run of network flows alone (no NVLink flows anywhere) the key is left out."""
+    from phantora.report.compare import load_and_compare, spread_rows, write_report
+
+    group = tmp_path / "group"
+    group.mkdir()
+    for seed, rows in ((1, NVLINK + NETWORK), (2, SLOWER)):
+        _run_dir(group, f"seed{seed}", rows)
+    runs = [{"seed": s, "dir": f"seed{s}"} for s in (1, 2)]
+    doc = {"schema": S.SEEDS, "command": "replay", "state": "complete", "seeds": [1, 2], "runs": runs}
+    (group / S.SEEDS_JSON).write_text(json.dumps(doc))
+    single = _run_dir(tmp_path, "one", NVLINK + NETWORK)
+    loaded, cmp = load_and_compare([group, single])
+    rows = spread_rows(cmp)
+    got = [r[k] for r in rows for k in ("net_fct_p99_ns", "net_fct_p99_ns_min", "net_fct_p99_ns_max")]
+    assert got == pytest.approx([744.0, 496.0, 992.0, 496.0, 496.0, 496.0])
+    written = write_report(tmp_path / "rep", loaded, cmp)
+    assert tmp_path / "rep" / "net_fct_p99_by_run.png" in written
+    net_group = tmp_path / "netgroup"
+    net_group.mkdir()
+    for seed in (1, 2):
+        _run_dir(net_group, f"seed{seed}", NETWORK)
+    (net_group / S.SEEDS_JSON).write_text(json.dumps(doc))
+    _, alone = load_and_compare([net_group, _run_dir(tmp_path, "net", NETWORK)])
+    assert all("net_fct_p99_ns" not in r and "fct_p99_ns" in r for r in spread_rows(alone))

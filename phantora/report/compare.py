@@ -632,13 +632,17 @@ def to_markdown(cmp: Comparison, plots: Sequence[Path] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def spread_rows(cmp: Comparison, keys: Sequence[str] = ("time_ns", "fct_p99_ns")) -> list[dict[str, Any]]:
+def spread_rows(
+    cmp: Comparison, keys: Sequence[str] = ("time_ns", "fct_p99_ns", "net_fct_p99_ns")
+) -> list[dict[str, Any]]:
     """With a seed group among the runs: one row per run with each metric's mean, min and max (a single run's
-    value for all three), for bar plots with ranges; empty without seed groups."""
+    value for all three), for bar plots with ranges; empty without seed groups. A key the comparison does not
+    show (the network-flow ones where no run has both kinds of flows: `shown`) is left out."""
     if not any(r.get("seeds") for r in cmp.runs):
         return []
     rows: list[dict[str, Any]] = [{"run": run_title(r)} for r in cmp.runs]
-    for key in keys:
+    present = {m.key for m in cmp.metrics}
+    for key in (k for k in keys if k in present):
         m = cmp.metric(key)
         for row, v, s in zip(rows, m.values, m.spreads(), strict=True):
             row[key] = v

@@ -336,14 +336,24 @@ def metric_vs_param(
 
 def compare_plots(runs: Sequence[RunData], out: Path, spread_rows: Sequence[Mapping[str, Any]] = ()) -> list[Path]:
     """Every plot that the runs have data for: FCT CDF, queue depth, PFC timeline, one step timeline per run,
-    and with seed groups (`spread_rows`: run, time_ns and fct_p99_ns with their _min and _max) the time and
-    FCT p99 of each run with its range over the seeds."""
+    and with seed groups (`spread_rows`: run, time_ns, fct_p99_ns and, where shown, net_fct_p99_ns, each with its
+    _min and _max) the time and FCT p99 of each run (over all flows, and over the network flows) with its range over
+    the seeds."""
     paths = fct_cdf(runs, out / "fct_cdf")
     if spread_rows:
         paths += metric_vs_param(spread_rows, "run", "time_ns", out / "time_by_run", ylabel="time (µs)", scale=1e3)
         paths += metric_vs_param(
             spread_rows, "run", "fct_p99_ns", out / "fct_p99_by_run", ylabel="FCT p99 (µs)", scale=1e3
         )
+        if "net_fct_p99_ns" in spread_rows[0]:
+            paths += metric_vs_param(
+                spread_rows,
+                "run",
+                "net_fct_p99_ns",
+                out / "net_fct_p99_by_run",
+                ylabel="FCT p99, network flows (µs)",
+                scale=1e3,
+            )
     paths += queue_depth(runs, out / "queue_depth")
     paths += pfc_timeline(runs, out / "pfc_timeline")
     for i, r in enumerate(runs):
