@@ -135,3 +135,19 @@ def test_every_rounds_horizon_equals_the_full_scans_and_one_engine(seed: int, mo
     assert quick_rounds == scanned_rounds
     assert quick == scanned_flows == one
     assert len(one) == len(first) + len(second)
+
+
+def test_a_start_with_s_past_sr_passes_over_a_reacting_flow_below_s() -> None:
+    # `least_ends` from `start` = (s, sr) needs s <= sr (`_horizon` asserts e <= r): a flow the caller reacts to
+    # counts in both leasts, and one whose bound is at sr or later is passed over, so with s > sr one of bound
+    # between them no longer lowers m. One reacting flow, no deps, bound 50 ns (its exact L), read from floor 0.
+    def read(start: tuple[int, int]) -> tuple[int, int, int]:
+        lbs = {7: 50}
+        return least_ends([7], 0, {7}.__contains__, (), lbs, {}, {}, {}, {}, {}, start=start)
+
+    assert read((INF_NS, INF_NS)) == (50, 50, 1)
+    assert read((100, 100)) == (50, 50, 1)  # (s <= sr: (min(s, m), min(sr, mr)) of the exact (50, 50))
+    assert read((10, 60)) == (10, 50, 1)  # (min(10, 50), min(60, 50))
+    # s = 100 > sr = 10: the flow is passed over unread; m comes back 100, not min(100, 50) = 50. A horizon
+    # from it (e = max(m, floor), + L - 1) would let the workers run past 50 ns, the reacting flow's end.
+    assert read((100, 10)) == (100, 10, 0)

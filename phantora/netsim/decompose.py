@@ -1001,6 +1001,8 @@ class DecomposedSimulator(RunsByCompletion):
             nxt = self._next[w]
             floor = self._wtime + 1 if not self._out[w].empty() or nxt is None else max(self._wtime + 1, nxt)
             if self.pulls_bounds:  # (read from (e, r): only a flow that lowers them is read to its end)
+                # (each buffered end is past _wtime here, `_handout`'s, so each reacting one lowered e; m <= mr)
+                assert e <= r, f"internal: horizon read from e {e} ns past r {r} ns (`least_ends` needs s <= sr)"
                 m, mr = self._least_ends(ids, floor, (e, r))
             elif react is None:
                 m = mr = min(lbs[f] for f in ids)
