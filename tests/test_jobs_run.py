@@ -344,7 +344,8 @@ def test_the_jobs_summary_carries_the_engines_warning(ns3_lib: Any, tmp_path: Pa
     """A 100 kB buffer on two_to_one: each leaf's 3 ports (2 GPUs, 1 spine, all 100G over 1 us) take 3 x 37,500 B of
     PFC headroom (3 x rate x delay) and 3 x 4,096 B of reserve, 124,788 B, more than the buffer; the spine's 2 ports
     take 83,192 B and leave it a pool of 16,808 B, so one of its egress queues holds at most 2 x 4,096 + 2 x 37,500 +
-    2 x (16,808 >> 3) = 87,394 B, under the 100G kmin of 400,000 B: the second warning, ECN never marks there. The
+    3,755 = 86,947 B (two ingresses filling the pool one after another: 17,898 // 9 = 1,988, then 15,910 // 9 = 1,767,
+    17,898 the pool and a 1,090 B packet), under the 100G kmin of 400,000 B: the second warning, ECN never marks. The
     warnings are told when the engine is built, and the jobs' summary (printed and results.json), like a single run's,
     and each job's results.json network.warnings hold them."""
     from phantora.jobs.run import format_jobs
@@ -364,7 +365,7 @@ def test_the_jobs_summary_carries_the_engines_warning(ns3_lib: Any, tmp_path: Pa
     warning, ecn = warnings = rep.summary["warnings"]
     assert "buffer_bytes=100,000 leaves leaf" in warning and "(and 1 other switch)" in warning
     assert f"take {3 * 37_500 + 3 * 4_096:,} B" in warning
-    assert ecn.startswith("ECN never marks at 2 of spine") and "(87,394 B" in ecn
+    assert ecn.startswith("ECN never marks at 2 of spine") and "(86,947 B" in ecn
     err = capsys.readouterr().err
     assert all(err.count(f"phantora: warning: {w}") == 1 for w in warnings)  # at build; engine.json adds none
     assert f"\nwarning: {warning}" in format_jobs(rep.summary)

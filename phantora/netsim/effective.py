@@ -115,14 +115,36 @@ class EffectiveSettings:
         return out
 
     def egress_bound_bytes(self, node: int) -> int:
-        """The most one egress class queue of switch `node` can hold, from `SwitchMmu`'s rules: every byte queued
-        was admitted at an ingress (port, class) of that class, which holds at most its reserve, its port's PFC
-        headroom and its shared use; a shared use never passes the dynamic threshold, at most pool >> dt_shift, and
-        all of them together never pass the pool (pool = buffer - headrooms - reserves, 0 if negative)."""
+        """The most one egress class queue of switch `node` can hold, from `SwitchMmu`'s rules (switch-mmu.cc).
+
+        1. Every byte queued at an egress class was admitted at an ingress (port, class) of that class (`Receive`
+           adds it there, `Dequeue` removes it: an ingress's `ingress` + `hdrm` is what it has queued), so the
+           queue is at most the sum over the feeding ingresses of what each holds: its reserve (`ingress` up to
+           `reserve_bytes`), its headroom (`Admit` keeps `hdrm` within its port's headroom) and its shared use s.
+           Any port may feed (a reroute after a link change can send a packet back out of the port it came in by),
+           so all N ports count.
+        2. A packet of w bytes goes to the shared part only if s after it is at most the threshold before it,
+           (P - S) >> dt_shift, P the pool (buffer less every port's headroom and reserve) and S the shared use of
+           the whole switch before it, which includes s before it (at least s after it less w). So an ingress's
+           s after any add satisfies s <= (P - S_others - s + w) / a, a = 2 ** dt_shift, that is
+           s <= (P - S_others + w) / (a + 1); between adds s only falls.
+        3. Order the ingresses by their last add: when ingress k last added, the ones before it held at least what
+           they hold now (they have only drained since), so now s_k <= (P - F_{k-1} + w) / (a + 1), F_k the sum of
+           the first k. F_k <= F_{k-1} + (P - F_{k-1} + w) // (a + 1), which rises with F_{k-1}, so F_N is at most
+           G_N of that recursion from G_0 = 0: closed form (P + w)(1 - (a / (a + 1)) ** N), which ingresses that
+           fill one after another, each to its threshold, approach (the symmetric equilibrium N P / (a + N) is
+           below it). Shared use never passes P (each add takes at most (P - S) / a), so the shared term is
+           min(P, G_N); w is the largest packet (payload, header and INT space).
+        The bound is N x reserve + the ports' headroom + min(P, G_N) (P at most 0 leaves only reserve and headroom).
+        Class 0 (control, trimmed headers) is outside the buffer's accounting and not bounded here.
+        """
         c, sw = self.config, self.switches[node]
         pool = max(sw.shared_pool_bytes(c.reserve_bytes), 0)
-        shared = min(pool, len(sw.ports) * (pool >> c.dt_shift))
-        return c.reserve_bytes * len(sw.ports) + sum(p.headroom_bytes for p in sw.ports) + shared
+        packet = c.payload_bytes + c.header_bytes + c.int_header_bytes
+        shared = 0
+        for _ in sw.ports:
+            shared += max(pool - shared + packet, 0) // ((1 << c.dt_shift) + 1)
+        return c.reserve_bytes * len(sw.ports) + sum(p.headroom_bytes for p in sw.ports) + min(pool, shared)
 
     def unmarkable_ports(self) -> dict[int, list[int]]:
         """{node id: port indexes} of the switch ports whose ECN kmin is at or above `egress_bound_bytes`: a queue
