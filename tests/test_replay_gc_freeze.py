@@ -72,7 +72,8 @@ def test_objects_a_caller_froze_stay_frozen(thawed: None) -> None:
     assert sim.frozen_in_drain > frozen + FREEZE_MIN
     gc.collect()
     assert ref() is not None  # still frozen: not collected
-    assert gc.get_freeze_count() >= frozen
+    # a thaw would leave none of the caller's objects frozen; refcounting may still free a few frozen objects
+    assert gc.get_freeze_count() >= 0.99 * frozen
     gc.unfreeze()
     gc.collect()
     assert ref() is None  # a cycle the collector frees once thawed: the check above could fail

@@ -30,6 +30,17 @@ def _rows(spec: SweepSpec, dirs: list[Path]) -> list[dict]:
     return table_rows(spec, runs, [RunOutcome(i, "ok", 0, "", 0.0) for i in range(len(runs))])
 
 
+def _seed_group(group: Path, seeds: list[list]) -> Path:
+    """A seed group's directory by hand: seed i + 1's run of flows `seeds[i]`, and its seeds.json."""
+    group.mkdir()
+    for seed, rows in enumerate(seeds, 1):
+        _run_dir(group, f"seed{seed}", rows)
+    runs = [{"seed": s, "dir": f"seed{s}"} for s in range(1, len(seeds) + 1)]
+    doc = {"schema": S.SEEDS, "command": "replay", "state": "complete", "seeds": [r["seed"] for r in runs]}
+    (group / S.SEEDS_JSON).write_text(json.dumps({**doc, "runs": runs}))
+    return group
+
+
 def test_the_sweep_table_shows_the_network_flows_percentiles(tmp_path: Path) -> None:
     """Closed forms (linear interpolation): network FCTs 100..500 ns have p50 300 and p99 496 (slowdowns 1..5:
     p99 4.96); doubled, 600 and 992 (9.92). Over all nine flows (NVLink slowdowns 1..4) the FCT p99 is
@@ -68,13 +79,7 @@ def test_a_seed_group_shows_the_mean_of_its_network_flows_figures(tmp_path: Path
     )
     assert groups[0]["net_fct_p50_ns"] == pytest.approx(450.0)
     assert groups[0]["net_fct_p50_ns_std"] == pytest.approx(150 * 2**0.5)
-    group = tmp_path / "group"
-    group.mkdir()
-    for seed, rows in ((1, NVLINK + NETWORK), (2, SLOWER)):
-        _run_dir(group, f"seed{seed}", rows)
-    runs = [{"seed": s, "dir": f"seed{s}"} for s in (1, 2)]
-    doc = {"schema": S.SEEDS, "command": "replay", "state": "complete", "seeds": [1, 2], "runs": runs}
-    (group / S.SEEDS_JSON).write_text(json.dumps(doc))
+    group = _seed_group(tmp_path / "group", [NVLINK + NETWORK, SLOWER])
     lines = format_spread(group).splitlines()
     assert next(ln for ln in lines if "FCT p50 (network flows)" in ln).split()[-3:] == ["0.45", "±0.21", "[0.30-0.60]"]
     assert any("slowdown p99 (network flows)" in ln for ln in lines)
@@ -120,13 +125,7 @@ def test_compare_plots_a_seed_groups_network_fct_p99_with_its_range(tmp_path: Pa
     three; beside a run of network flows alone (no NVLink flows anywhere) the key is left out."""
     from phantora.report.compare import load_and_compare, spread_rows, write_report
 
-    group = tmp_path / "group"
-    group.mkdir()
-    for seed, rows in ((1, NVLINK + NETWORK), (2, SLOWER)):
-        _run_dir(group, f"seed{seed}", rows)
-    runs = [{"seed": s, "dir": f"seed{s}"} for s in (1, 2)]
-    doc = {"schema": S.SEEDS, "command": "replay", "state": "complete", "seeds": [1, 2], "runs": runs}
-    (group / S.SEEDS_JSON).write_text(json.dumps(doc))
+    group = _seed_group(tmp_path / "group", [NVLINK + NETWORK, SLOWER])
     single = _run_dir(tmp_path, "one", NVLINK + NETWORK)
     loaded, cmp = load_and_compare([group, single])
     rows = spread_rows(cmp)
@@ -134,10 +133,6 @@ def test_compare_plots_a_seed_groups_network_fct_p99_with_its_range(tmp_path: Pa
     assert got == pytest.approx([744.0, 496.0, 992.0, 496.0, 496.0, 496.0])
     written = write_report(tmp_path / "rep", loaded, cmp)
     assert tmp_path / "rep" / "net_fct_p99_by_run.png" in written
-    net_group = tmp_path / "netgroup"
-    net_group.mkdir()
-    for seed in (1, 2):
-        _run_dir(net_group, f"seed{seed}", NETWORK)
-    (net_group / S.SEEDS_JSON).write_text(json.dumps(doc))
+    net_group = _seed_group(tmp_path / "netgroup", [NETWORK, NETWORK])
     _, alone = load_and_compare([net_group, _run_dir(tmp_path, "net", NETWORK)])
     assert all("net_fct_p99_ns" not in r and "fct_p99_ns" in r for r in spread_rows(alone))

@@ -21,6 +21,7 @@ import numpy as np
 
 from phantora.errors import InputError
 from phantora.report.fabric import hottest_port, pause_intervals
+from phantora.report.flow_kinds import network_flows
 from phantora.report.spread import spread
 from phantora.results import schema as S
 from phantora.results.read import Flows, RunData, add_fabric_ports, load_run, read_document, read_results
@@ -95,15 +96,6 @@ def fct_stats(flows: Flows | None) -> dict[str, Value]:
         out["net_flows"], out["nvlink_flows"] = int(net.sum()), int((real & (flows.nvlink == 1)).sum())
         out.update({k: v for k, v in _percentiles(flows, net, "net_").items() if k in NET_KEYS})
     return out
-
-
-def network_flows(flows: Flows) -> np.ndarray | None:
-    """The flows with bytes that left through the NICs (flows.csv `nvlink` 0), as a mask; None where flows.csv
-    does not say which flows stayed on NVLink (written before its `nvlink` column) or no flow has bytes."""
-    real = flows.size > 0
-    if not real.any() or not bool((flows.nvlink[real] >= 0).all()):
-        return None
-    return real & (flows.nvlink == 0)
 
 
 def shown(keys: Sequence[str], mixed: bool) -> list[str]:

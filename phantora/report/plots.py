@@ -27,6 +27,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from phantora.report.fabric import hottest_port, pause_intervals
+from phantora.report.flow_kinds import network_flows
 from phantora.results.read import RunData
 
 plt.rcParams["svg.hashsalt"] = "phantora"  # stable SVG ids: same input, same file
@@ -145,8 +146,6 @@ def fct_cdf(runs: Sequence[RunData], base: Path, *, network: bool = False) -> li
     when the FCTs span two decades or more (a linear one would crush the short flows against the origin).
     With `network`, over the flows through the network alone (`network_flows`; a run whose flows.csv does not
     say which flows stayed on NVLink is left out)."""
-    from phantora.report.compare import network_flows
-
     chosen = []
     for r in runs:
         if r.flows is None:
