@@ -740,7 +740,8 @@ class Ns3Simulator:
         return dict(zip(rows["id"].tolist(), rows["ns"].tolist(), strict=True))
 
     def completion_bound_columns(self) -> tuple[np.ndarray, np.ndarray]:
-        """`completion_bounds` as two int64 columns, ids and ns, in ns-3's order (copies; no dict made)."""
+        """`completion_bounds` as two int64 columns, ids and ns, in ns-3's order (copies; no dict made). For a
+        decomposition's DAG ids (dense from 0): an id of 2^63 or more would wrap, where `completion_bounds` keeps it."""
         import numpy as np
 
         bounds = self._net.CompletionBounds()

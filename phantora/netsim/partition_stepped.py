@@ -34,7 +34,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phantora.errors import InputError
 from phantora.netsim.base import INF_NS, Completion, Flow
@@ -45,6 +45,9 @@ from phantora.netsim.observe import FabricRecords
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.packet_summary import channel_usage
 from phantora.topology.model import Topology
+
+if TYPE_CHECKING:
+    import numpy as np
 
 INF_BPS = 1 << 62
 
@@ -356,7 +359,7 @@ class SteppedPartition(DecomposedSimulator):
         """None to report: the driver holds its flows' bounds itself (a decomposition worker's engine reports them)."""
         return {}
 
-    def completion_bound_columns(self) -> tuple[Any, Any]:
+    def completion_bound_columns(self) -> tuple[np.ndarray, np.ndarray]:
         """`completion_bounds` as int64 columns (ids, ns): none."""
         import numpy as np
 
